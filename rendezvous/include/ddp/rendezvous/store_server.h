@@ -1,0 +1,65 @@
+// The store server: Boost.Asio, event-driven, one io_context thread.
+//
+// A blocked get/wait costs no thread (it is a parked request woken by the
+// write that completes it). A client that disconnects while waiting is cleaned
+// up. A malformed or oversized frame gets an error reply and its connection
+// closed; every other client goes on. Idle connections (no complete frame
+// within idle_timeout) are closed. stop() closes the acceptor, fails pending
+// waits with a shutdown error, closes every connection and joins the thread.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace ddp {
+
+struct StoreServerOptions {
+  // Address to bind; "0.0.0.0" or "::" for all interfaces.
+  std::string host = "127.0.0.1";
+  // 0 picks a free port; port() tells which.
+  std::uint16_t port = 0;
+  // Shared secret; when non-empty every client must pass the HMAC challenge.
+  std::string token;
+  // Connections beyond this are accepted and closed at once with an error reply.
+  std::size_t max_clients = 65536;
+  // A connection that sends no complete frame for this long is closed
+  // (a client blocked in get/wait is not idle).
+  std::chrono::milliseconds idle_timeout = std::chrono::minutes(30);
+  // Limits enforced on every request.
+  std::uint32_t max_key_size = 64 * 1024;
+  std::uint32_t max_value_size = 256 * 1024 * 1024;
+  std::uint32_t max_frame_size = 512 * 1024 * 1024;
+};
+
+class StoreServer {
+ public:
+  // Binds and listens at once (so port() is valid when the constructor returns).
+  // Throws NetworkError naming the address when it cannot bind.
+  explicit StoreServer(const StoreServerOptions& options);
+  // Stops the server when it is running.
+  ~StoreServer();
+  StoreServer(const StoreServer&) = delete;
+  StoreServer& operator=(const StoreServer&) = delete;
+
+  // Serves on a background thread; returns at once.
+  void start();
+  // Serves on the calling thread until stop() is called (from another thread or
+  // a signal handler installed by the caller through the io_context).
+  void run();
+  // Closes the acceptor, fails pending waits, closes connections, joins the
+  // background thread. Idempotent and thread-safe.
+  void stop();
+
+  std::uint16_t port() const;
+  const StoreServerOptions& options() const;
+  // Number of open client connections (for tests and the daemon's logs).
+  std::size_t num_clients() const;
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ddp

@@ -1,0 +1,130 @@
+// The process group: collectives among the ranks of one group.
+//
+// Contract shared by every backend (Gloo on CPU, NCCL on CUDA):
+// - Every collective is asynchronous: it returns a Work at once and runs on the
+//   backend's own thread(s) (or CUDA stream), never blocking the caller until
+//   Work::wait. Collectives of one group run in the order they were issued, and
+//   every rank must issue the same collectives in the same order.
+// - Buffers are views: the caller owns the memory and keeps it alive and
+//   untouched until the Work completes.
+// - A collective that does not complete within the group's timeout fails its
+//   Work with TimeoutError naming the operation, its sequence number and the
+//   ranks that did not arrive (when the backend can tell).
+// - Methods are thread-safe; issue order across threads is the order in which
+//   the calls took the group's lock.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace ddp {
+
+enum class DType : std::uint8_t { kFloat32, kFloat64, kFloat16, kBFloat16, kInt32, kInt64, kUInt8 };
+
+std::size_t element_size(DType dtype);
+const char* to_string(DType dtype);
+
+struct Device {
+  enum class Type : std::uint8_t { kCpu, kCuda };
+  Type type = Type::kCpu;
+  int index = -1;  // CUDA device ordinal; -1 for the CPU
+
+  static Device cpu() { return {}; }
+  static Device cuda(int index) { return {Type::kCuda, index}; }
+  bool is_cuda() const { return type == Type::kCuda; }
+  std::string str() const;  // "cpu" or "cuda:N"
+  friend bool operator==(const Device&, const Device&) = default;
+};
+
+// A typed view of memory owned by the caller.
+struct Buffer {
+  void* data = nullptr;
+  std::size_t count = 0;  // number of elements
+  DType dtype = DType::kFloat32;
+  Device device = Device::cpu();
+
+  std::size_t nbytes() const { return count * element_size(dtype); }
+
+  template <typename T>
+  static Buffer of(T* data, std::size_t count, Device device = Device::cpu());
+  template <typename Vec>
+  static Buffer of(Vec& vec) { return of(vec.data(), vec.size()); }
+};
+
+enum class ReduceOp : std::uint8_t { kSum, kAvg, kMin, kMax, kProduct };
+const char* to_string(ReduceOp op);
+
+// The handle of one asynchronous operation.
+class Work {
+ public:
+  virtual ~Work() = default;
+
+  // Blocks until the operation completes; rethrows its error (TimeoutError,
+  // BackendError, NetworkError...). Returns false when `timeout` passed first
+  // (the operation goes on). A zero timeout means the group's timeout.
+  virtual bool wait(std::chrono::milliseconds timeout = std::chrono::milliseconds(0)) = 0;
+  // true once the operation succeeded or failed; never blocks.
+  virtual bool is_completed() const = 0;
+  // The failure, or nullptr (also while still running).
+  virtual std::exception_ptr exception() const = 0;
+  // The group's sequence number of this operation (0, 1, 2, ... in issue order).
+  virtual std::uint64_t sequence_number() const = 0;
+};
+
+using WorkPtr = std::shared_ptr<Work>;
+
+class ProcessGroup {
+ public:
+  virtual ~ProcessGroup() = default;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  virtual std::string backend_name() const = 0;
+
+  // In place on every rank. kAvg divides by size() (integer types truncate).
+  virtual WorkPtr allreduce(Buffer buffer, ReduceOp op = ReduceOp::kSum) = 0;
+  // From `root` into every rank's buffer.
+  virtual WorkPtr broadcast(Buffer buffer, int root) = 0;
+  // output.count == input.count * size(); rank r's input lands at r * input.count.
+  virtual WorkPtr allgather(Buffer output, Buffer input) = 0;
+  // input.count == output.count * size(); rank r gets the reduction of chunk r.
+  virtual WorkPtr reduce_scatter(Buffer output, Buffer input, ReduceOp op = ReduceOp::kSum) = 0;
+  // The reduction lands in `root`'s buffer; other ranks' buffers are unspecified.
+  virtual WorkPtr reduce(Buffer buffer, int root, ReduceOp op = ReduceOp::kSum) = 0;
+  virtual WorkPtr barrier() = 0;
+  // Point to point; `tag` distinguishes concurrent messages between two ranks.
+  virtual WorkPtr send(Buffer buffer, int dst, int tag = 0) = 0;
+  virtual WorkPtr recv(Buffer buffer, int src, int tag = 0) = 0;
+
+ protected:
+  ProcessGroup(int rank, int size) : rank_(rank), size_(size) {}
+
+ private:
+  int rank_;
+  int size_;
+};
+
+// ---- implementation of the templates above ---------------------------------
+
+namespace detail {
+template <typename T>
+constexpr DType dtype_of();
+template <> constexpr DType dtype_of<float>() { return DType::kFloat32; }
+template <> constexpr DType dtype_of<double>() { return DType::kFloat64; }
+template <> constexpr DType dtype_of<std::int32_t>() { return DType::kInt32; }
+template <> constexpr DType dtype_of<std::int64_t>() { return DType::kInt64; }
+template <> constexpr DType dtype_of<std::uint8_t>() { return DType::kUInt8; }
+}  // namespace detail
+
+template <typename T>
+Buffer Buffer::of(T* data, std::size_t count, Device device) {
+  return Buffer{static_cast<void*>(data), count, detail::dtype_of<std::remove_const_t<T>>(),
+                device};
+}
+
+}  // namespace ddp
