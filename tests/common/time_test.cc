@@ -1,0 +1,41 @@
+#include "ddp/common/time.h"
+
+#include <thread>
+
+#include <gtest/gtest.h>
+
+namespace ddp {
+namespace {
+
+using namespace std::chrono_literals;
+
+TEST(Deadline, ExpiresAfterItsTimeout) {
+  Deadline deadline(20ms);
+  EXPECT_FALSE(deadline.expired());
+  EXPECT_GT(deadline.remaining().count(), 0);
+  std::this_thread::sleep_for(30ms);
+  EXPECT_TRUE(deadline.expired());
+  EXPECT_EQ(deadline.remaining().count(), 0);
+}
+
+TEST(Deadline, NeverDoesNotExpireAndHugeTimeoutsSaturate) {
+  EXPECT_FALSE(Deadline::never().expired());
+  EXPECT_FALSE(Deadline(Duration::max()).expired());
+  EXPECT_GT(Deadline::never().remaining(), std::chrono::hours(24 * 365));
+}
+
+TEST(Backoff, DoublesUpToTheMaximumWithBoundedJitter) {
+  Backoff backoff(10ms, 80ms);
+  Duration expected_base = 10ms;
+  for (int i = 0; i < 8; ++i) {
+    Duration d = backoff.next();
+    EXPECT_GE(d, expected_base);
+    EXPECT_LE(d, expected_base + expected_base / 4 + 1ms);
+    expected_base = std::min<Duration>(expected_base * 2, 80ms);
+  }
+  backoff.reset();
+  EXPECT_LE(backoff.next(), 13ms);
+}
+
+}  // namespace
+}  // namespace ddp
