@@ -25,12 +25,14 @@ struct StoreServerOptions {
   // Connections beyond this are accepted and closed at once with an error reply.
   std::size_t max_clients = 65536;
   // A connection that sends no complete frame for this long is closed
-  // (a client blocked in get/wait is not idle).
+  // (a client blocked in get/wait is not idle). Zero disables the idle timeout.
   std::chrono::milliseconds idle_timeout = std::chrono::minutes(30);
   // Limits enforced on every request.
   std::uint32_t max_key_size = 64 * 1024;
   std::uint32_t max_value_size = 256 * 1024 * 1024;
   std::uint32_t max_frame_size = 512 * 1024 * 1024;
+  // A connection must complete the hello (and auth) step within this long.
+  std::chrono::milliseconds handshake_timeout = std::chrono::seconds(10);
 };
 
 class StoreServer {

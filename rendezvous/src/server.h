@@ -1,0 +1,71 @@
+// The store server's core (Asio's HTTP server example shape): an acceptor, a
+// SessionManager owning the connections, and one StoreHandler holding the data.
+// Everything runs on one io_context thread; nothing here is thread-safe except
+// stop(), which posts to that thread.
+#pragma once
+
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+
+// Boost 1.74's asio/awaitable.hpp uses std::exchange without including <utility>.
+// clang-format off
+#include <utility>
+#include <boost/asio.hpp>
+// clang-format on
+
+#include "ddp/rendezvous/store_server.h"
+#include "protocol.h"
+#include "session_manager.h"
+#include "store_handler.h"
+
+namespace ddp::server {
+
+namespace asio = boost::asio;
+
+class Server {
+ public:
+  // Binds and listens; throws NetworkError naming the address when it cannot.
+  explicit Server(const StoreServerOptions& options);
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // Runs the io_context on the calling thread until the shutdown completes.
+  void run();
+  // Thread-safe: closes the acceptor, fails parked requests with a shutdown
+  // error, flushes and closes every connection (forcefully after a grace period).
+  void stop();
+
+  std::uint16_t port() const { return port_; }
+  const StoreServerOptions& options() const { return options_; }
+  const protocol::Limits& limits() const { return limits_; }
+  std::size_t num_clients() const { return sessions_.active(); }
+
+  // For sessions (io_context thread only).
+  asio::io_context& io_context() { return io_; }
+  StoreHandler& handler() { return handler_; }
+  SessionManager& sessions() { return sessions_; }
+  spdlog::logger& logger() { return *logger_; }
+  bool stopping() const { return stopping_; }
+
+ private:
+  void accept();
+  void shutdown();
+
+  StoreServerOptions options_;
+  protocol::Limits limits_;
+  std::shared_ptr<spdlog::logger> logger_;
+  asio::io_context io_{1};
+  asio::ip::tcp::acceptor acceptor_;
+  asio::steady_timer retry_timer_;
+  asio::steady_timer stop_timer_;
+  StoreHandler handler_;
+  SessionManager sessions_;
+  std::uint16_t port_ = 0;
+  bool stopping_ = false;  // io_context thread
+  std::atomic<bool> stop_requested_{false};
+};
+
+}  // namespace ddp::server

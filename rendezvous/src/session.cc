@@ -1,0 +1,368 @@
+#include "session.h"
+
+#include <fmt/format.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
+#include "server.h"
+
+namespace ddp::server {
+
+namespace {
+
+// Sessions start with a small read buffer (many thousands of them may be open) and
+// grow it when a read fills it (a client sending large values).
+constexpr std::size_t kReadBufferInitial = 4 * 1024;
+constexpr std::size_t kReadBufferMax = 256 * 1024;
+// While a request is parked, the client should send nothing; past this much
+// buffered input we stop reading from it (it cannot make us buffer without bound).
+constexpr std::size_t kMaxBacklog = 1024 * 1024;
+// A client that sends requests but does not read its replies stops being read
+// from once this much output waits for it (backpressure, not unbounded memory).
+constexpr std::size_t kMaxPendingOutput = 64 * 1024 * 1024;
+// How long a closing connection is drained so its error reply is not lost to a reset.
+constexpr auto kLinger = std::chrono::seconds(1);
+// Timers further out than this are not armed (a "forever" wait).
+constexpr std::uint64_t kMaxTimerMs = 100ull * 365 * 24 * 3600 * 1000;
+
+// now + timeout; zero, negative or absurdly long timeouts mean "never".
+std::chrono::steady_clock::time_point after(std::chrono::milliseconds timeout) {
+  if (timeout <= std::chrono::milliseconds(0) ||
+      timeout.count() > static_cast<std::int64_t>(kMaxTimerMs)) {
+    return std::chrono::steady_clock::time_point::max();
+  }
+  return std::chrono::steady_clock::now() + timeout;
+}
+
+}  // namespace
+
+Session::Session(asio::ip::tcp::socket socket, Server& server)
+    : server_(server),
+      socket_(std::move(socket)),
+      idle_timer_(server.io_context()),
+      wait_timer_(server.io_context()),
+      read_buf_(kReadBufferInitial),
+      parser_(protocol::kMaxHandshakeFrame) {}
+
+void Session::start() {
+  counted_ = true;
+  boost::system::error_code ignored;
+  socket_.set_option(asio::ip::tcp::no_delay(true), ignored);
+  socket_.set_option(asio::socket_base::keep_alive(true), ignored);
+  // Keepalive probes after 60 s of silence find half-open connections (a client
+  // host that vanished while parked in a wait without timeout) in about 90 s.
+  int fd = socket_.native_handle();
+  int idle = 60, interval = 10, count = 3;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof(interval));
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof(count));
+  // The nonce costs a trip to the RNG: only made when there is an auth step.
+  const auto& token = server_.options().token;
+  handshake_.emplace(token, token.empty() ? std::string() : protocol::make_nonce(),
+                     server_.limits());
+  deadline_ = after(server_.options().handshake_timeout);
+  arm_idle_timer();
+  read();
+}
+
+void Session::reject(protocol::Status status, const std::string& message) {
+  counted_ = false;
+  fail(status, message);
+}
+
+void Session::stop() {
+  if (state_ == State::kClosed) return;
+  if (state_ == State::kOpen) begin_close();
+  if (!writing_ && out_.empty()) close_now();
+}
+
+void Session::touch() {
+  if (handshake_) return;
+  deadline_ = after(server_.options().idle_timeout);
+  // The timer fires at armed_at_ and then looks at deadline_; re-arm only when
+  // the deadline moved earlier (after the handshake, with a short idle timeout).
+  if (deadline_ < armed_at_) arm_idle_timer();
+}
+
+// ---- reading -------------------------------------------------------------------
+
+void Session::read() {
+  if (reading_ || state_ == State::kClosed) return;
+  if (state_ == State::kOpen && parked_ && backlog_.size() > kMaxBacklog) return;
+  if (state_ == State::kOpen && out_.size() + writing_buf_.size() > kMaxPendingOutput) return;
+  reading_ = true;
+  socket_.async_read_some(asio::buffer(read_buf_),
+                          [self = shared_from_this()](const boost::system::error_code& ec,
+                                                      std::size_t n) { self->on_read(ec, n); });
+}
+
+void Session::on_read(const boost::system::error_code& ec, std::size_t n) {
+  reading_ = false;
+  try {
+    if (state_ == State::kClosed) return;
+    if (ec) {
+      // EOF, reset or shutdown: the client is gone (or we are closing); a parked
+      // request of it is forgotten in close_now().
+      if (ec != asio::error::eof && ec != asio::error::operation_aborted &&
+          ec != asio::error::connection_reset) {
+        server_.logger().debug("store session: read failed: {}", ec.message());
+      }
+      close_now();
+      return;
+    }
+    if (state_ == State::kClosing) {  // draining: input is ignored
+      read();
+      return;
+    }
+    std::string_view input(read_buf_.data(), n);
+    if (parked_ || !backlog_.empty()) {
+      backlog_.append(input);
+    } else {
+      process(input);
+    }
+    flush();
+    // The input was consumed or copied: the buffer may be replaced.
+    if (n == read_buf_.size() && read_buf_.size() < kReadBufferMax) {
+      read_buf_.resize(read_buf_.size() * 4);
+    }
+    read();
+  } catch (const std::exception& e) {
+    server_.logger().error("store session: {}", e.what());
+    close_now();
+  }
+}
+
+void Session::process(std::string_view input) {
+  while (state_ == State::kOpen && !parked_ && !input.empty()) {
+    auto result = parser_.consume(input);
+    if (result == protocol::FrameParser::State::kNeedMore) break;
+    if (result == protocol::FrameParser::State::kBad) {
+      fail(parser_.error().status, parser_.error().message);
+      return;
+    }
+    handle_frame(parser_.payload());
+  }
+  // A parked request stops processing; what follows waits in the backlog.
+  if (state_ == State::kOpen && parked_ && !input.empty()) backlog_.append(input);
+}
+
+void Session::handle_frame(std::string_view payload) {
+  auto decoded = protocol::decode_request(payload, server_.limits(), request_);
+  if (!decoded.ok()) {
+    fail(decoded.status, decoded.message);
+    return;
+  }
+  if (handshake_) {
+    auto result = handshake_->on_request(request_, out_);
+    if (!result.ok()) {
+      // The handshake already queued its error reply.
+      server_.logger().info("store session: handshake failed: {}", result.message);
+      begin_close();
+      return;
+    }
+    if (handshake_->done()) {
+      handshake_.reset();
+      parser_.set_max_frame_size(server_.limits().max_frame_size);
+    }
+    touch();
+    return;
+  }
+  touch();
+  if (request_.op == protocol::Op::kHello || request_.op == protocol::Op::kAuth) {
+    fail(protocol::Status::kUnexpected,
+         fmt::format("{} after the handshake completed", protocol::to_string(request_.op)));
+    return;
+  }
+  if (server_.handler().handle(request_, out_, this)) return;
+  parked_ = true;
+  auto generation = ++wait_generation_;
+  if (request_.timeout_ms != protocol::kNoTimeout && request_.timeout_ms < kMaxTimerMs) {
+    wait_timer_.expires_after(std::chrono::milliseconds(request_.timeout_ms));
+    wait_timer_.async_wait(
+        [self = shared_from_this(), generation](const boost::system::error_code& ec) {
+          if (ec != asio::error::operation_aborted) self->on_wait_timer(generation);
+        });
+  }
+}
+
+void Session::on_wake(std::string_view reply) {
+  out_.append(reply);
+  parked_ = false;
+  ++wait_generation_;
+  wait_timer_.cancel();
+  touch();
+  flush();
+  // Further frames of this client may wait in the backlog, or reading may be
+  // paused: continue outside the handler's call (it must not be re-entered).
+  if (state_ == State::kOpen && !resume_posted_ && (!backlog_.empty() || !reading_)) {
+    resume_posted_ = true;
+    asio::post(server_.io_context(), [self = shared_from_this()] { self->resume(); });
+  }
+}
+
+void Session::resume() {
+  resume_posted_ = false;
+  try {
+    if (state_ != State::kOpen || parked_) return;
+    std::string pending;
+    pending.swap(backlog_);
+    process(pending);
+    flush();
+    read();
+  } catch (const std::exception& e) {
+    server_.logger().error("store session: {}", e.what());
+    close_now();
+  }
+}
+
+void Session::on_wait_timer(std::uint64_t generation) {
+  try {
+    if (generation != wait_generation_ || !parked_ || state_ != State::kOpen) return;
+    if (!server_.handler().expire(this, out_)) return;
+    parked_ = false;
+    ++wait_generation_;
+    touch();
+    resume();
+  } catch (const std::exception& e) {
+    server_.logger().error("store session: {}", e.what());
+    close_now();
+  }
+}
+
+// ---- writing ----------------------------------------------------------------------
+
+void Session::flush() {
+  if (writing_ || out_.empty() || state_ == State::kClosed) return;
+  writing_ = true;
+  writing_buf_.clear();
+  writing_buf_.swap(out_);
+  asio::async_write(socket_, asio::buffer(writing_buf_),
+                    [self = shared_from_this()](const boost::system::error_code& ec, std::size_t) {
+                      self->on_write(ec);
+                    });
+}
+
+void Session::on_write(const boost::system::error_code& ec) {
+  writing_ = false;
+  try {
+    if (state_ == State::kClosed) return;
+    if (ec) {
+      close_now();
+      return;
+    }
+    // Keep the buffer's capacity for the next batch, unless a large value made it big.
+    writing_buf_.clear();
+    if (writing_buf_.capacity() > 64 * 1024) std::string().swap(writing_buf_);
+    if (!out_.empty()) {
+      flush();
+      return;
+    }
+    if (state_ == State::kClosing) {
+      begin_linger();
+      return;
+    }
+    read();  // reading may have paused for backpressure
+  } catch (const std::exception& e) {
+    server_.logger().error("store session: {}", e.what());
+    close_now();
+  }
+}
+
+// ---- timers ---------------------------------------------------------------------------
+
+void Session::arm_idle_timer() {
+  armed_at_ = deadline_;
+  idle_timer_.expires_at(deadline_);
+  idle_timer_.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
+    if (ec != asio::error::operation_aborted) self->on_idle_timer();
+  });
+}
+
+void Session::on_idle_timer() {
+  try {
+    if (state_ == State::kClosed) return;
+    if (state_ == State::kClosing) {  // linger over
+      close_now();
+      return;
+    }
+    auto now = Clock::now();
+    if (parked_) {  // a client blocked in get/wait is not idle
+      deadline_ = std::max(deadline_, after(server_.options().idle_timeout));
+    } else if (now >= deadline_) {
+      if (handshake_) {
+        fail(protocol::Status::kHandshakeTimeout,
+             fmt::format("no complete handshake within {} ms",
+                         server_.options().handshake_timeout.count()));
+      } else {
+        fail(protocol::Status::kIdleTimeout,
+             fmt::format("no request within the idle timeout of {} ms",
+                         server_.options().idle_timeout.count()));
+      }
+      return;
+    }
+    // The deadline moved (frames arrived): sleep until the new one. Moving a time
+    // point per frame is cheaper than re-arming the timer per frame.
+    arm_idle_timer();
+  } catch (const std::exception& e) {
+    server_.logger().error("store session: {}", e.what());
+    close_now();
+  }
+}
+
+// ---- closing ---------------------------------------------------------------------------
+
+void Session::fail(protocol::Status status, const std::string& message) {
+  if (state_ != State::kOpen) return;
+  server_.logger().info("store session: closing connection: {}: {}", protocol::to_string(status),
+                        message);
+  protocol::encode_error(out_, status, message);
+  begin_close();
+}
+
+void Session::begin_close() {
+  if (state_ != State::kOpen) return;
+  state_ = State::kClosing;
+  if (counted_) {
+    counted_ = false;
+    server_.sessions().uncount();
+  }
+  server_.handler().cancel(this);
+  parked_ = false;
+  ++wait_generation_;
+  wait_timer_.cancel();
+  flush();
+  if (!writing_) begin_linger();
+}
+
+void Session::begin_linger() {
+  boost::system::error_code ignored;
+  socket_.shutdown(asio::ip::tcp::socket::shutdown_send, ignored);
+  if (server_.stopping()) {
+    close_now();
+    return;
+  }
+  // Read (and drop) what the client still sends until it closes, at most kLinger.
+  deadline_ = Clock::now() + kLinger;
+  arm_idle_timer();
+  read();
+}
+
+void Session::close_now() {
+  if (state_ == State::kClosed) return;
+  if (counted_) {
+    counted_ = false;
+    server_.sessions().uncount();
+  }
+  server_.handler().cancel(this);
+  state_ = State::kClosed;
+  parked_ = false;
+  boost::system::error_code ignored;
+  socket_.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
+  socket_.close(ignored);
+  idle_timer_.cancel();
+  wait_timer_.cancel();
+  server_.sessions().remove(shared_from_this());
+}
+
+}  // namespace ddp::server

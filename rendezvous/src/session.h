@@ -1,0 +1,91 @@
+// One client connection of the store server (Asio's `connection`).
+//
+// Reads frames, runs the handshake, hands operations to the StoreHandler and
+// writes the replies, batching every reply produced by one read into one write.
+// A parked request keeps reading (to notice a disconnect) but buffers further
+// frames until it completes. Errors close only this connection: an error reply is
+// flushed, the write side shut down, and the rest of the input drained briefly so
+// the reply is not lost to a reset. No handler throws: every one catches all.
+// io_context thread only.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+// Boost 1.74's asio/awaitable.hpp uses std::exchange without including <utility>.
+// clang-format off
+#include <utility>
+#include <boost/asio.hpp>
+// clang-format on
+
+#include "protocol.h"
+#include "store_handler.h"
+
+namespace ddp::server {
+
+namespace asio = boost::asio;
+class Server;
+
+class Session final : public std::enable_shared_from_this<Session>, public StoreHandler::Waiter {
+ public:
+  Session(asio::ip::tcp::socket socket, Server& server);
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  // Starts serving (sets socket options, arms the handshake timer, reads).
+  void start();
+  // Answers `status` at once and closes (used for connections over max_clients).
+  void reject(protocol::Status status, const std::string& message);
+  // Server shutdown: flushes queued replies (parked requests were already
+  // failed through on_wake) and closes.
+  void stop();
+
+  void on_wake(std::string_view reply) override;
+
+ private:
+  enum class State { kOpen, kClosing, kClosed };
+  using Clock = std::chrono::steady_clock;
+
+  void read();
+  void on_read(const boost::system::error_code& ec, std::size_t n);
+  void process(std::string_view input);
+  void handle_frame(std::string_view payload);
+  void resume();
+  void flush();
+  void on_write(const boost::system::error_code& ec);
+  void arm_idle_timer();
+  void on_idle_timer();
+  void on_wait_timer(std::uint64_t generation);
+  // Queues an error reply and closes after it is written.
+  void fail(protocol::Status status, const std::string& message);
+  void begin_close();
+  void begin_linger();
+  void close_now();
+  void touch();
+
+  Server& server_;
+  asio::ip::tcp::socket socket_;
+  asio::steady_timer idle_timer_;  // handshake/idle deadline, then the linger limit
+  asio::steady_timer wait_timer_;  // timeout of the parked request
+  std::vector<char> read_buf_;
+  std::string backlog_;  // bytes received while a request was parked
+  protocol::FrameParser parser_;
+  std::optional<protocol::ServerHandshake> handshake_;
+  protocol::Request request_;   // reused: keeps its vectors' capacity
+  std::string out_;             // replies waiting for the next write
+  std::string writing_buf_;     // the write in flight
+  Clock::time_point deadline_;  // handshake or idle deadline
+  Clock::time_point armed_at_;  // when idle_timer_ fires
+  std::uint64_t wait_generation_ = 0;
+  State state_ = State::kOpen;
+  bool counted_ = false;
+  bool reading_ = false;
+  bool writing_ = false;
+  bool parked_ = false;
+  bool resume_posted_ = false;
+};
+
+}  // namespace ddp::server

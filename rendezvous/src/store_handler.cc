@@ -1,0 +1,224 @@
+#include "store_handler.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "ddp/common/error.h"
+#include "store_util.h"
+
+namespace ddp {
+
+using protocol::Op;
+using protocol::Status;
+
+void StoreHandler::set(std::string_view key, std::string_view value) {
+  // Look up first so that overwriting an existing key allocates nothing new.
+  auto it = data_.find(key);
+  if (it != data_.end()) {
+    it->second.assign(value);
+  } else {
+    data_.emplace(std::string(key), std::string(value));
+  }
+  wake(key);
+}
+
+bool StoreHandler::handle(const protocol::Request& q, std::string& out, Waiter* waiter) {
+  try {
+    switch (q.op) {
+      case Op::kSet:
+        set(q.key, q.value);
+        protocol::encode_ok(out);
+        return true;
+      case Op::kAppend: {
+        auto it = data_.find(q.key);
+        if (it != data_.end()) {
+          it->second.append(q.value);
+        } else {
+          data_.emplace(std::string(q.key), std::string(q.value));
+        }
+        wake(q.key);
+        protocol::encode_ok(out);
+        return true;
+      }
+      case Op::kGet:
+      case Op::kWait:
+      case Op::kMultiGet: {
+        views_.clear();
+        if (q.op == Op::kGet) {
+          views_.push_back(q.key);
+        } else {
+          views_.assign(q.keys.begin(), q.keys.end());
+        }
+        bool all = std::all_of(views_.begin(), views_.end(),
+                               [&](std::string_view k) { return data_.find(k) != data_.end(); });
+        if (all) {
+          reply_ready(q.op, views_, out);
+          return true;
+        }
+        return park(q, waiter, out);
+      }
+      case Op::kAdd: {
+        auto it = data_.find(q.key);
+        std::string key(q.key);
+        auto result =
+            store_util::add_to_decimal(it == data_.end() ? nullptr : &it->second, q.delta, "", key);
+        if (it != data_.end()) {
+          it->second = std::to_string(result);
+        } else {
+          data_.emplace(std::move(key), std::to_string(result));
+        }
+        wake(q.key);
+        protocol::encode_integer(out, result);
+        return true;
+      }
+      case Op::kCompareSet: {
+        std::string key(q.key);
+        auto it = data_.find(key);
+        auto result =
+            store_util::compare_set(data_, it, key, std::string(q.value), std::string(q.desired));
+        wake(q.key);
+        protocol::encode_value(out, result);
+        return true;
+      }
+      case Op::kCheck: {
+        bool all = std::all_of(q.keys.begin(), q.keys.end(),
+                               [&](std::string_view k) { return data_.find(k) != data_.end(); });
+        protocol::encode_flag(out, all);
+        return true;
+      }
+      case Op::kDeleteKey: {
+        auto it = data_.find(q.key);
+        bool existed = it != data_.end();
+        if (existed) data_.erase(it);
+        protocol::encode_flag(out, existed);
+        return true;
+      }
+      case Op::kNumKeys:
+        protocol::encode_integer(out, static_cast<std::int64_t>(data_.size()));
+        return true;
+      case Op::kMultiSet:
+        if (q.keys.size() != q.values.size()) {
+          protocol::encode_error(out, Status::kInvalidArgument,
+                                 "multi_set with different numbers of keys and values");
+          return true;
+        }
+        for (std::size_t i = 0; i < q.keys.size(); ++i) set(q.keys[i], q.values[i]);
+        protocol::encode_ok(out);
+        return true;
+      case Op::kHello:
+      case Op::kAuth:
+        break;
+    }
+    protocol::encode_error(out, Status::kUnexpected,
+                           std::string(protocol::to_string(q.op)) + " after the handshake");
+    return true;
+  } catch (const InvalidArgument& e) {
+    protocol::encode_error(out, Status::kInvalidArgument, e.what());
+    return true;
+  }
+}
+
+void StoreHandler::reply_ready(Op op, const std::vector<std::string_view>& keys, std::string& out) {
+  switch (op) {
+    case Op::kGet:
+      protocol::encode_value(out, data_.find(keys.front())->second);
+      return;
+    case Op::kMultiGet: {
+      std::vector<std::string_view> values;
+      values.reserve(keys.size());
+      for (auto k : keys) values.emplace_back(data_.find(k)->second);
+      protocol::encode_values(out, values);
+      return;
+    }
+    default:
+      protocol::encode_ok(out);
+      return;
+  }
+}
+
+bool StoreHandler::park(const protocol::Request& q, Waiter* waiter, std::string& out) {
+  if (q.timeout_ms == 0 || waiter == nullptr || parked_.count(waiter) != 0) {
+    // Nothing to wait with (a zero timeout, or no waiter): time out at once.
+    std::vector<std::string> missing;
+    for (auto k : views_) {
+      if (data_.find(k) == data_.end()) missing.emplace_back(k);
+    }
+    protocol::encode_error(out, Status::kTimeout,
+                           store_util::timeout_message(missing, std::chrono::milliseconds(0)));
+    return true;
+  }
+  Parked p{q.op, std::vector<std::string>(views_.begin(), views_.end()), 0, q.timeout_ms};
+  while (data_.find(p.keys[p.next]) != data_.end()) ++p.next;
+  key_waiters_[p.keys[p.next]].push_back(waiter);
+  parked_.emplace(waiter, std::move(p));
+  return false;
+}
+
+void StoreHandler::wake(std::string_view key) {
+  auto it = key_waiters_.find(key);
+  if (it == key_waiters_.end()) return;
+  auto waiters = std::move(it->second);
+  key_waiters_.erase(it);
+  for (Waiter* w : waiters) {
+    auto pit = parked_.find(w);
+    if (pit == parked_.end()) continue;
+    Parked& p = pit->second;
+    while (p.next < p.keys.size() && data_.find(p.keys[p.next]) != data_.end()) ++p.next;
+    if (p.next == p.keys.size()) {
+      // A key seen earlier may have been deleted since: check them all once
+      // before answering, and wait for the first missing one again if so.
+      p.next = 0;
+      while (p.next < p.keys.size() && data_.find(p.keys[p.next]) != data_.end()) ++p.next;
+    }
+    if (p.next < p.keys.size()) {
+      key_waiters_[p.keys[p.next]].push_back(w);
+      continue;
+    }
+    std::vector<std::string_view> keys(p.keys.begin(), p.keys.end());
+    scratch_.clear();
+    reply_ready(p.op, keys, scratch_);
+    parked_.erase(pit);
+    w->on_wake(scratch_);
+  }
+}
+
+void StoreHandler::cancel(Waiter* waiter) {
+  auto pit = parked_.find(waiter);
+  if (pit == parked_.end()) return;
+  const Parked& p = pit->second;
+  auto it = key_waiters_.find(p.keys[p.next]);
+  if (it != key_waiters_.end()) {
+    auto& list = it->second;
+    list.erase(std::remove(list.begin(), list.end(), waiter), list.end());
+    if (list.empty()) key_waiters_.erase(it);
+  }
+  parked_.erase(pit);
+}
+
+bool StoreHandler::expire(Waiter* waiter, std::string& out) {
+  auto pit = parked_.find(waiter);
+  if (pit == parked_.end()) return false;
+  std::vector<std::string> missing;
+  for (const auto& k : pit->second.keys) {
+    if (data_.find(k) == data_.end()) missing.push_back(k);
+  }
+  auto timeout = std::chrono::milliseconds(pit->second.timeout_ms);
+  cancel(waiter);
+  protocol::encode_error(out, Status::kTimeout, store_util::timeout_message(missing, timeout));
+  return true;
+}
+
+void StoreHandler::shutdown(std::string_view message) {
+  auto parked = std::move(parked_);
+  parked_.clear();
+  key_waiters_.clear();
+  for (auto& [waiter, p] : parked) {
+    scratch_.clear();
+    protocol::encode_error(scratch_, Status::kShutdown, message);
+    const_cast<Waiter*>(waiter)->on_wake(scratch_);
+  }
+}
+
+bool StoreHandler::is_parked(const Waiter* waiter) const { return parked_.count(waiter) != 0; }
+
+}  // namespace ddp

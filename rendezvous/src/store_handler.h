@@ -1,0 +1,85 @@
+// The store server's request handler: the key-value map and the parked
+// requests, with no sockets and no timers (the session owns those).
+//
+// A get/wait/multi_get whose keys are missing is parked: it is a small record
+// registered on one missing key, costing no thread. A write to that key moves
+// it to its next missing key or completes it, handing the reply to its Waiter.
+// Not thread-safe: the server calls it from its one io_context thread.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "protocol.h"
+
+namespace ddp {
+
+class StoreHandler {
+ public:
+  // The owner of a parked request (a session). At most one parked request per waiter.
+  class Waiter {
+   public:
+    // The parked request completed (its keys exist, or the server shuts down);
+    // `reply` is one complete reply frame. Called from inside a handler method:
+    // the waiter must not call back into the handler from here.
+    virtual void on_wake(std::string_view reply) = 0;
+
+   protected:
+    ~Waiter() = default;
+  };
+
+  StoreHandler() = default;
+  StoreHandler(const StoreHandler&) = delete;
+  StoreHandler& operator=(const StoreHandler&) = delete;
+
+  // Applies an operation (not hello/auth). Returns true when it completed (its
+  // reply frame appended to `out`), false when it was parked for `waiter`.
+  // Never throws for bad requests: they get an error reply.
+  bool handle(const protocol::Request& request, std::string& out, Waiter* waiter);
+
+  // Forgets the parked request of `waiter` (its client disconnected). No-op when none.
+  void cancel(Waiter* waiter);
+
+  // The parked request of `waiter` timed out: forgets it and appends the timeout
+  // reply naming the missing keys. No-op (returns false) when none is parked.
+  bool expire(Waiter* waiter, std::string& out);
+
+  // Fails every parked request with a shutdown error reply (via on_wake).
+  void shutdown(std::string_view message);
+
+  bool is_parked(const Waiter* waiter) const;
+  std::size_t num_parked() const { return parked_.size(); }
+  std::size_t num_keys() const { return data_.size(); }
+
+ private:
+  struct Hash {
+    using is_transparent = void;
+    std::size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  using Map = std::unordered_map<std::string, std::string, Hash, std::equal_to<>>;
+
+  struct Parked {
+    protocol::Op op;
+    std::vector<std::string> keys;
+    std::size_t next = 0;  // index of the missing key it is registered on
+    std::uint64_t timeout_ms = 0;
+  };
+
+  void set(std::string_view key, std::string_view value);
+  // Wakes the requests parked on `key` (which now exists).
+  void wake(std::string_view key);
+  // Appends the reply of a get/wait/multi_get whose keys all exist.
+  void reply_ready(protocol::Op op, const std::vector<std::string_view>& keys, std::string& out);
+  bool park(const protocol::Request& request, Waiter* waiter, std::string& out);
+
+  Map data_;
+  std::unordered_map<std::string, std::vector<Waiter*>, Hash, std::equal_to<>> key_waiters_;
+  std::unordered_map<const Waiter*, Parked> parked_;
+  std::string scratch_;
+  std::vector<std::string_view> views_;
+};
+
+}  // namespace ddp
