@@ -1,0 +1,44 @@
+// The per-node agent: rendezvous, spawn the worker group, watch it, restart it
+// (every node together, in a new round with a fresh store prefix) and report.
+//
+//   Agent agent(options, rendezvous, launcher);
+//   int exit_code = agent.run();
+//
+// run() blocks until the job ends and returns the process exit code: 0 on
+// success (after the exit barrier), the root cause's exit code (or 128+signal)
+// when restarts are exhausted, 128+signo when the agent got a handled signal,
+// 1 when rendezvous fails or a worker cannot be started. It prints the
+// failure report to stderr. It throws only when the launcher itself breaks
+// (InternalError: epoll/signalfd failures). The agent uses the rendezvous handler's store to
+// tell other agents to restart ("<round prefix>/end") and watches that key on a
+// thread of its own (only when there is more than one node). Not thread-safe:
+// one thread constructs the agent and calls run().
+#pragma once
+
+#include <memory>
+
+#include "ddp/agent/process_launcher.h"
+#include "ddp/agent/worker_spec.h"
+#include "ddp/rendezvous/rendezvous.h"
+
+namespace ddp::agent {
+
+class Agent {
+ public:
+  // Borrows `rendezvous` and `launcher`; both must outlive the agent.
+  Agent(AgentOptions options, RendezvousHandler& rendezvous, ProcessLauncher& launcher);
+  ~Agent();
+  Agent(const Agent&) = delete;
+  Agent& operator=(const Agent&) = delete;
+
+  int run();
+
+  // The restart count of the current (or last) attempt.
+  int restart_count() const;
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ddp::agent

@@ -1,0 +1,95 @@
+// Process launching and the agent's event source, behind one small interface so
+// the restart logic is testable with a fake (tests/agent/fake_launcher.h).
+//
+// The real implementation (make_posix_launcher) forks and execs each worker in
+// its own process group with a parent-death signal (SIGKILL), routes its
+// stdout/stderr through pipes to the console (line by line, prefixed, never cut
+// into each other) and to log files, and turns child exits (SIGCHLD through a
+// signalfd), handled signals and wake() calls into events: nothing polls.
+//
+// Thread-safety: everything but wake() must be called from one thread (the
+// agent's). wake() may be called from any thread.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ddp/common/time.h"
+
+namespace ddp::agent {
+
+// Where one output stream of a worker goes.
+struct StreamRoute {
+  // Copy raw bytes to this file (truncated at spawn); empty: no file.
+  std::string file;
+  // Write each line to the agent's own stream (stdout for stdout, stderr for
+  // stderr) behind `prefix`.
+  bool console = true;
+};
+
+struct ProcessSpec {
+  // argv[0] must be an absolute or relative path (resolve PATH before: see
+  // resolve_program()).
+  std::vector<std::string> argv;
+  // The complete environment, "NAME=value" each.
+  std::vector<std::string> env;
+  int local_rank = 0;
+  // Put in front of every console line, e.g. "[default0]:".
+  std::string prefix;
+  StreamRoute out;
+  StreamRoute err;
+};
+
+struct LauncherEvent {
+  enum class Kind {
+    kExited,   // a launched process exited: pid, status
+    kSignal,   // the agent received a handled signal: signo
+    kWake,     // wake() was called
+    kTimeout,  // the deadline passed
+  };
+  Kind kind = Kind::kTimeout;
+  int pid = 0;
+  // Exit code (>= 0), or minus the signal number that killed the process.
+  int status = 0;
+  int signo = 0;
+  // When the launcher noticed the event.
+  std::chrono::system_clock::time_point when = std::chrono::system_clock::now();
+};
+
+class ProcessLauncher {
+ public:
+  virtual ~ProcessLauncher() = default;
+
+  // Starts a process; returns its pid (also its process group id).
+  // Throws InvalidArgument when the program cannot be executed (the message
+  // names it and the reason), InternalError when fork/pipe fail.
+  virtual int launch(const ProcessSpec& spec) = 0;
+
+  // Sends `signo` to the process group of `pid` (a launched process). A group
+  // that is already gone is not an error.
+  virtual void signal_group(int pid, int signo) = 0;
+
+  // Blocks until the next event or until `deadline` (kTimeout). Output of the
+  // workers is routed while waiting. An exited process's remaining output is
+  // flushed before its kExited event is returned.
+  virtual LauncherEvent next_event(Clock::time_point deadline) = 0;
+
+  // Makes a blocked (or the next) next_event() return kWake. Any thread.
+  virtual void wake() = 0;
+};
+
+// The real launcher. `handled_signals` are blocked in the agent and reported
+// as kSignal events (SIGCHLD is always handled internally). Construct it in
+// the thread that launches and outlives the workers: the parent-death signal
+// fires when the launching thread exits. Throws InternalError when the signalfd,
+// epoll or eventfd cannot be created.
+std::unique_ptr<ProcessLauncher> make_posix_launcher(const std::vector<int>& handled_signals);
+
+// Resolves `program` like execvp: a name without '/' is searched in `path`
+// (a PATH value). Returns the path to execute, or "" when not found or not
+// executable.
+std::string resolve_program(const std::string& program, const std::string& path);
+
+}  // namespace ddp::agent

@@ -1,0 +1,77 @@
+// What the agent runs on its node, and how: the worker group spec and the
+// agent's options. Parsed and validated once by the launcher (LaunchConfig).
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace ddp::agent {
+
+// Which of a worker's streams -r/--redirects and -t/--tee apply to
+// (torchrun's Std: 0 none, 1 stdout, 2 stderr, 3 both).
+enum class Std : unsigned { kNone = 0, kOut = 1, kErr = 2, kAll = 3 };
+
+inline bool has(Std value, Std bit) {
+  return (static_cast<unsigned>(value) & static_cast<unsigned>(bit)) != 0;
+}
+
+// A value for every local rank: `all` unless `per_rank` names it.
+struct StdSetting {
+  Std all = Std::kNone;
+  std::map<int, Std> per_rank;
+  Std of(int local_rank) const {
+    auto it = per_rank.find(local_rank);
+    return it == per_rank.end() ? all : it->second;
+  }
+};
+
+struct WorkerSpec {
+  // ROLE_NAME of every worker.
+  std::string role = "default";
+  // Workers on this node (LOCAL_WORLD_SIZE).
+  int local_world_size = 1;
+  // The command of every worker: argv[0] resolved (python3 -u for .py), the
+  // literal "${local_rank}" in any argument replaced per worker.
+  std::vector<std::string> argv;
+  // The title of failure reports ("<name> FAILED"): the script or program as
+  // the user named it. Empty: the file name of argv[0].
+  std::string name;
+  int max_restarts = 0;
+  // -r: the streams written only to <attempt dir>/<local_rank>/{stdout,stderr}.log.
+  StdSetting redirects;
+  // -t: the streams written to those files and to the console.
+  StdSetting tee;
+  // Local ranks whose output reaches the console; empty: all.
+  std::set<int> console_ranks;
+  // Console line prefix; ${role_name}, ${local_rank} and ${rank} are replaced.
+  std::string line_prefix_template = "[${role_name}${local_rank}]:";
+};
+
+struct AgentOptions {
+  WorkerSpec spec;
+  // <log_dir>/<run_id>: holds attempt_<n>/<local_rank>/{error.json,stdout.log,stderr.log}.
+  std::string run_log_dir;
+  // Set OMP_NUM_THREADS=1 in workers when it is unset (torchrun does this when
+  // nproc_per_node > 1).
+  bool set_omp_num_threads = false;
+  // SIGTERM first, SIGKILL after this long when stopping workers.
+  std::chrono::milliseconds stop_grace = std::chrono::seconds(30);
+  // How long an agent whose workers succeeded waits for the other agents.
+  std::chrono::milliseconds exit_barrier_timeout = std::chrono::seconds(300);
+  // This host's name in failure reports.
+  std::string hostname;
+  // The environment workers inherit ("NAME=value" each); the agent adds its own.
+  std::vector<std::string> base_env;
+};
+
+// Replaces "${local_rank}" in `arg` (torchrun's macro substitution).
+std::string substitute_local_rank(const std::string& arg, int local_rank);
+
+// Fills the prefix template.
+std::string format_line_prefix(const std::string& tmpl, const std::string& role, int local_rank,
+                               int rank);
+
+}  // namespace ddp::agent

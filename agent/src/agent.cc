@@ -1,0 +1,560 @@
+#include "ddp/agent/agent.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <csignal>
+#include <exception>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <sstream>
+#include <thread>
+
+#include "ddp/agent/failure_report.h"
+#include "ddp/common/error.h"
+#include "ddp/common/logging.h"
+
+namespace ddp::agent {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Values of "<round prefix>/end", the key that ends a round for every agent:
+//   "restart <group rank> <status>"  a worker on that node failed
+//   "abort <group rank> <signo>"     that agent got a signal and stops the job
+//   "done"                           every agent passed the exit barrier
+struct RoundEnd {
+  enum class Kind { kNone, kRestart, kAbort, kDone } kind = Kind::kNone;
+  int node = -1;
+  int value = 0;
+};
+
+RoundEnd parse_round_end(const std::string& text) {
+  RoundEnd end;
+  std::istringstream in(text);
+  std::string word;
+  in >> word;
+  if (word == "restart") end.kind = RoundEnd::Kind::kRestart;
+  if (word == "abort") end.kind = RoundEnd::Kind::kAbort;
+  if (word == "done") end.kind = RoundEnd::Kind::kDone;
+  in >> end.node >> end.value;
+  return end;
+}
+
+// Waits for the round's end key on its own store handle and wakes the agent.
+// The thread ends when the key appears (every round end sets it) or when
+// the store fails; a watcher still blocked when the agent leaves is detached.
+class RoundWatcher {
+ public:
+  RoundWatcher(std::shared_ptr<Store> store, std::string key, ProcessLauncher& launcher)
+      : state_(std::make_shared<State>()) {
+    auto state = state_;
+    ProcessLauncher* wake = &launcher;
+    thread_ = std::thread([state, store = std::move(store), key = std::move(key), wake] {
+      std::string value;
+      try {
+        // One call that waits and reads: the agent that sets the key may be
+        // the store's host and exit right after, so no second round trip.
+        for (;;) {
+          try {
+            value = store->get(key, std::chrono::hours(1));
+            break;
+          } catch (const TimeoutError&) {
+            if (state->cancelled) return;
+          }
+        }
+      } catch (const std::exception& e) {
+        value = std::string("error ") + e.what();
+      }
+      {
+        std::lock_guard lock(state->mutex);
+        state->value = value;
+        state->done = true;
+      }
+      if (!state->cancelled) wake->wake();
+    });
+  }
+
+  ~RoundWatcher() { finish(); }
+
+  // The end value once the key appeared.
+  std::optional<std::string> value() const {
+    std::lock_guard lock(state_->mutex);
+    if (!state_->done) return std::nullopt;
+    return state_->value;
+  }
+
+  // Joins when the key has appeared; otherwise detaches (the thread ends on
+  // its own when the key appears or the store goes away, and wakes nobody).
+  void finish() {
+    if (!thread_.joinable()) return;
+    bool done;
+    {
+      std::lock_guard lock(state_->mutex);
+      done = state_->done;
+    }
+    state_->cancelled = true;
+    if (done) {
+      thread_.join();
+    } else {
+      thread_.detach();
+    }
+  }
+
+ private:
+  struct State {
+    mutable std::mutex mutex;
+    std::string value;
+    bool done = false;
+    std::atomic<bool> cancelled{false};
+  };
+  std::shared_ptr<State> state_;
+  std::thread thread_;
+};
+
+struct Worker {
+  int local_rank = 0;
+  int rank = 0;
+  int pid = 0;
+  bool running = false;
+  Clock::time_point exited{};
+  std::string error_file;
+};
+
+}  // namespace
+
+class Agent::Impl {
+ public:
+  Impl(AgentOptions options, RendezvousHandler& rendezvous, ProcessLauncher& launcher)
+      : options_(std::move(options)), rdzv_(rendezvous), launcher_(launcher),
+        logger_(log::get("ddprun")) {}
+
+  int run() {
+    for (;;) {
+      RendezvousInfo info;
+      try {
+        if (auto code = next_round(info)) return *code;
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "ddprun: rendezvous failed: %s\n", e.what());
+        return 1;
+      }
+      info_ = info;
+      logger_->info("round {}: group rank {}/{}, ranks {}..{} of {}, master {}:{}", info.round,
+                    info.group_rank, info.group_world_size, info.base_rank,
+                    info.base_rank + options_.spec.local_world_size - 1, info.world_size,
+                    info.master_addr, info.master_port);
+      std::unique_ptr<RoundWatcher> watcher;
+      failures_.clear();
+      workers_.clear();
+      pid_to_worker_.clear();
+      Outcome outcome;
+      try {
+        if (info.group_world_size > 1) {
+          watcher = std::make_unique<RoundWatcher>(rdzv_.open_store(), end_key(), launcher_);
+        }
+        start_workers();
+        outcome = monitor(watcher.get());
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "ddprun: %s\n", e.what());
+        stop_workers(SIGTERM);
+        announce("abort " + std::to_string(info_.group_rank) + " 0");
+        if (watcher) watcher->finish();
+        return 1;
+      }
+      if (watcher) watcher->finish();
+
+      switch (outcome.kind) {
+        case Outcome::Kind::kDone:
+        case Outcome::Kind::kBarrierTimeout:
+          return 0;
+        case Outcome::Kind::kSignal:
+          return 128 + outcome.value;
+        case Outcome::Kind::kAbort:
+          std::fprintf(stderr, "ddprun: the agent of node %d stopped the job (signal %d)\n",
+                       outcome.node, outcome.value);
+          return outcome.value > 0 ? 128 + outcome.value : 1;
+        case Outcome::Kind::kRestart:
+          break;
+      }
+      if (restart_count_ < options_.spec.max_restarts) {
+        ++restart_count_;
+        logger_->warn("restarting the worker group ({}/{} restarts)", restart_count_,
+                      options_.spec.max_restarts);
+        continue;
+      }
+      if (!failures_.empty()) {
+        std::string report = format_report(program_name(), failures_, options_.hostname);
+        std::fputs(report.c_str(), stderr);
+        std::fflush(stderr);
+        return exit_code_for(failures_[root_cause(failures_)].exit_code);
+      }
+      std::fprintf(stderr,
+                   "ddprun: the worker group on node %d failed (exit code %d) and no restarts "
+                   "are left (--max_restarts=%d)\n",
+                   outcome.node, exit_code_for(outcome.value), options_.spec.max_restarts);
+      return exit_code_for(outcome.value);
+    }
+  }
+
+  int restart_count() const { return restart_count_; }
+
+ private:
+  struct Outcome {
+    enum class Kind { kDone, kBarrierTimeout, kRestart, kAbort, kSignal } kind = Kind::kDone;
+    int node = -1;
+    int value = 0;
+  };
+
+  std::string end_key() const { return info_.round_prefix + "/end"; }
+
+  // Rendezvous blocks in the store for up to join_timeout: it runs on a thread
+  // of its own so that a signal (Ctrl-C while waiting for other nodes) is
+  // handled at once. Returns an exit code when a signal came first; the
+  // rendezvous thread is then left behind, blocked, and the caller must exit
+  // the process without destroying the handler (ddprun's main calls _exit).
+  // Rethrows the rendezvous error.
+  std::optional<int> next_round(RendezvousInfo& out) {
+    // A single node never waits for anyone: no thread, no extra wake-up on the
+    // restart path.
+    if (rdzv_.params().max_nodes == 1) {
+      out = rdzv_.next_rendezvous();
+      return std::nullopt;
+    }
+    struct Shared {
+      std::mutex mutex;
+      bool done = false;
+      RendezvousInfo info;
+      std::exception_ptr error;
+    };
+    auto shared = std::make_shared<Shared>();
+    RendezvousHandler* rdzv = &rdzv_;
+    ProcessLauncher* launcher = &launcher_;
+    std::thread thread([shared, rdzv, launcher] {
+      RendezvousInfo info;
+      std::exception_ptr error;
+      try {
+        info = rdzv->next_rendezvous();
+      } catch (...) {
+        error = std::current_exception();
+      }
+      {
+        std::lock_guard lock(shared->mutex);
+        shared->info = std::move(info);
+        shared->error = error;
+        shared->done = true;
+      }
+      launcher->wake();
+    });
+    for (;;) {
+      LauncherEvent event = launcher_.next_event(Clock::time_point::max());
+      if (event.kind == LauncherEvent::Kind::kSignal) {
+        thread.detach();
+        std::fprintf(stderr, "ddprun: received %s while waiting for the other nodes; exiting\n",
+                     signal_name(event.signo).c_str());
+        return 128 + event.signo;
+      }
+      if (event.kind != LauncherEvent::Kind::kWake) continue;
+      std::lock_guard lock(shared->mutex);
+      if (shared->done) break;  // other wakes (an old round's watcher) are spurious here
+    }
+    thread.join();
+    if (shared->error) std::rethrow_exception(shared->error);
+    out = shared->info;
+    return std::nullopt;
+  }
+
+  std::string program_name() const {
+    if (!options_.spec.name.empty()) return options_.spec.name;
+    const auto& argv = options_.spec.argv;
+    return argv.empty() ? "ddprun" : fs::path(argv[0]).filename().string();
+  }
+
+  // Sets the round's end key unless another agent set it first; returns the
+  // value in the store (ours or theirs). A single node skips the round trip.
+  std::string announce(const std::string& value) {
+    if (info_.group_world_size <= 1) return value;  // nobody to tell
+    try {
+      return rdzv_.store()->compare_set(end_key(), "", value);
+    } catch (const std::exception& e) {
+      logger_->warn("cannot reach the rendezvous store to announce '{}': {}", value, e.what());
+      return value;
+    }
+  }
+
+  std::string attempt_dir(int local_rank) const {
+    return options_.run_log_dir + "/attempt_" + std::to_string(restart_count_) + "/" +
+           std::to_string(local_rank);
+  }
+
+  void start_workers() {
+    const WorkerSpec& spec = options_.spec;
+    for (int local_rank = 0; local_rank < spec.local_world_size; ++local_rank) {
+      Worker worker;
+      worker.local_rank = local_rank;
+      worker.rank = info_.base_rank + local_rank;
+      const std::string dir = attempt_dir(local_rank);
+      std::error_code ec;
+      fs::create_directories(dir, ec);
+      if (ec) throw InvalidArgument("agent", "cannot create log directory " + dir + ": " + ec.message());
+      worker.error_file = dir + "/error.json";
+      fs::remove(worker.error_file, ec);  // a stale file from an earlier run
+
+      ProcessSpec process;
+      for (const auto& arg : spec.argv) process.argv.push_back(substitute_local_rank(arg, local_rank));
+      process.env = worker_env(worker);
+      process.local_rank = local_rank;
+      process.prefix = format_line_prefix(spec.line_prefix_template, spec.role, local_rank, worker.rank);
+      const bool on_console = spec.console_ranks.empty() || spec.console_ranks.count(local_rank) > 0;
+      const Std redirect = spec.redirects.of(local_rank);
+      const Std tee = spec.tee.of(local_rank);
+      auto route = [&](Std bit, const char* name) {
+        StreamRoute r;
+        if (has(redirect, bit) || has(tee, bit)) r.file = dir + "/" + name;
+        r.console = on_console && (!has(redirect, bit) || has(tee, bit));
+        return r;
+      };
+      process.out = route(Std::kOut, "stdout.log");
+      process.err = route(Std::kErr, "stderr.log");
+      worker.pid = launcher_.launch(process);
+      worker.running = true;
+      pid_to_worker_[worker.pid] = workers_.size();
+      workers_.push_back(std::move(worker));
+    }
+  }
+
+  std::vector<std::string> worker_env(const Worker& worker) const {
+    const WorkerSpec& spec = options_.spec;
+    std::map<std::string, std::string> env;
+    for (const auto& var : options_.base_env) {
+      auto eq = var.find('=');
+      if (eq != std::string::npos) env[var.substr(0, eq)] = var.substr(eq + 1);
+    }
+    const RendezvousParams& params = rdzv_.params();
+    env["LOCAL_RANK"] = std::to_string(worker.local_rank);
+    env["RANK"] = std::to_string(worker.rank);
+    env["GROUP_RANK"] = std::to_string(info_.group_rank);
+    env["ROLE_RANK"] = std::to_string(worker.rank);
+    env["ROLE_NAME"] = spec.role;
+    env["LOCAL_WORLD_SIZE"] = std::to_string(spec.local_world_size);
+    env["WORLD_SIZE"] = std::to_string(info_.world_size);
+    env["GROUP_WORLD_SIZE"] = std::to_string(info_.group_world_size);
+    env["ROLE_WORLD_SIZE"] = std::to_string(info_.world_size);
+    env["MASTER_ADDR"] = info_.master_addr;
+    env["MASTER_PORT"] = std::to_string(info_.master_port);
+    env["TORCHELASTIC_RESTART_COUNT"] = std::to_string(restart_count_);
+    env["TORCHELASTIC_MAX_RESTARTS"] = std::to_string(spec.max_restarts);
+    env["TORCHELASTIC_RUN_ID"] = params.run_id;
+    env["TORCHELASTIC_USE_AGENT_STORE"] = "False";
+    env["TORCHELASTIC_ERROR_FILE"] = worker.error_file;
+    if (env.find("NCCL_ASYNC_ERROR_HANDLING") == env.end()) env["NCCL_ASYNC_ERROR_HANDLING"] = "1";
+    if (options_.set_omp_num_threads && env.find("OMP_NUM_THREADS") == env.end()) {
+      env["OMP_NUM_THREADS"] = "1";
+    }
+    env["DDP_STORE_ADDR"] = rdzv_.store_host();
+    env["DDP_STORE_PORT"] = std::to_string(rdzv_.store_port());
+    env["DDP_STORE_PREFIX"] = info_.worker_prefix;
+    const std::string token = rdzv_.store_token();
+    if (!token.empty()) {
+      env["DDP_STORE_TOKEN"] = token;
+    } else {
+      env.erase("DDP_STORE_TOKEN");
+    }
+    std::vector<std::string> out;
+    out.reserve(env.size());
+    for (const auto& [name, value] : env) out.push_back(name + "=" + value);
+    return out;
+  }
+
+  std::size_t running_count() const {
+    std::size_t n = 0;
+    for (const auto& w : workers_) n += w.running ? 1 : 0;
+    return n;
+  }
+
+  // Marks the exited worker; returns it (or null when the pid is not ours).
+  Worker* on_exit(const LauncherEvent& event) {
+    auto it = pid_to_worker_.find(event.pid);
+    if (it == pid_to_worker_.end()) return nullptr;
+    Worker& worker = workers_[it->second];
+    worker.running = false;
+    worker.exited = Clock::now();
+    return &worker;
+  }
+
+  void record_failure(const Worker& worker, const LauncherEvent& event) {
+    failures_.push_back(make_failure(worker.local_rank, worker.rank, worker.pid, event.status,
+                                     worker.error_file, event.when));
+    logger_->warn("worker rank {} (local rank {}, pid {}) failed with {}", worker.rank,
+                  worker.local_rank, worker.pid,
+                  event.status < 0 ? signal_name(-event.status) : "exit code " + std::to_string(event.status));
+  }
+
+  Outcome monitor(RoundWatcher* watcher) {
+    while (running_count() > 0) {
+      LauncherEvent event = launcher_.next_event(Clock::time_point::max());
+      switch (event.kind) {
+        case LauncherEvent::Kind::kExited: {
+          Worker* worker = on_exit(event);
+          if (worker == nullptr || event.status == 0) break;
+          record_failure(*worker, event);
+          return fail_round();
+        }
+        case LauncherEvent::Kind::kSignal:
+          return on_signal(event.signo);
+        case LauncherEvent::Kind::kWake: {
+          auto outcome = on_remote_end(watcher);
+          if (outcome) return *outcome;
+          break;
+        }
+        case LauncherEvent::Kind::kTimeout:
+          break;
+      }
+    }
+    return exit_barrier(watcher);
+  }
+
+  // A local worker failed: collect the failures that already happened (several
+  // workers often die of the same cause at once), tell the other agents, stop
+  // the rest. Exits after our SIGTERM are reactions to it, not failures.
+  Outcome fail_round() {
+    std::optional<int> signal;
+    for (;;) {
+      LauncherEvent event = launcher_.next_event(Clock::now());
+      if (event.kind == LauncherEvent::Kind::kTimeout) break;
+      if (event.kind == LauncherEvent::Kind::kSignal && !signal) signal = event.signo;
+      if (event.kind != LauncherEvent::Kind::kExited) continue;
+      Worker* worker = on_exit(event);
+      if (worker != nullptr && event.status != 0) record_failure(*worker, event);
+    }
+    if (signal) return on_signal(*signal);
+    const auto& first = failures_[root_cause(failures_)];
+    announce("restart " + std::to_string(info_.group_rank) + " " + std::to_string(first.exit_code));
+    stop_workers(SIGTERM);
+    return Outcome{Outcome::Kind::kRestart, info_.group_rank, first.exit_code};
+  }
+
+  Outcome on_signal(int signo) {
+    logger_->warn("received {}: stopping the workers", signal_name(signo));
+    announce("abort " + std::to_string(info_.group_rank) + " " + std::to_string(signo));
+    stop_workers(signo);
+    return Outcome{Outcome::Kind::kSignal, info_.group_rank, signo};
+  }
+
+  // The watcher saw the round's end key, set by another agent (or by us).
+  std::optional<Outcome> on_remote_end(RoundWatcher* watcher) {
+    if (watcher == nullptr) return std::nullopt;
+    auto value = watcher->value();
+    if (!value) return std::nullopt;
+    RoundEnd end = parse_round_end(*value);
+    switch (end.kind) {
+      case RoundEnd::Kind::kRestart:
+        logger_->warn("node {} asked for a restart: stopping the workers", end.node);
+        stop_workers(SIGTERM);
+        return Outcome{Outcome::Kind::kRestart, end.node, end.value};
+      case RoundEnd::Kind::kAbort:
+        stop_workers(SIGTERM);
+        return Outcome{Outcome::Kind::kAbort, end.node, end.value};
+      case RoundEnd::Kind::kDone:
+        return std::nullopt;  // only meaningful at the exit barrier
+      case RoundEnd::Kind::kNone:
+        std::fprintf(stderr, "ddprun: lost the rendezvous store: %s\n", value->c_str());
+        stop_workers(SIGTERM);
+        return Outcome{Outcome::Kind::kAbort, -1, 0};
+    }
+    return std::nullopt;
+  }
+
+  Outcome exit_barrier(RoundWatcher* watcher) {
+    const int nodes = info_.group_world_size;
+    if (nodes <= 1) return Outcome{Outcome::Kind::kDone};
+    try {
+      if (rdzv_.store()->add(info_.round_prefix + "/exit_barrier", 1) == nodes) announce("done");
+    } catch (const std::exception& e) {
+      logger_->error("exit barrier: {}", e.what());
+      return Outcome{Outcome::Kind::kBarrierTimeout};
+    }
+    const Deadline deadline(options_.exit_barrier_timeout);
+    for (;;) {
+      if (auto value = watcher ? watcher->value() : std::nullopt) {
+        RoundEnd end = parse_round_end(*value);
+        if (end.kind == RoundEnd::Kind::kDone) return Outcome{Outcome::Kind::kDone};
+        if (end.kind == RoundEnd::Kind::kNone) {
+          // The store went away after we arrived: its host only leaves once
+          // every agent passed the barrier.
+          logger_->info("exit barrier: store gone ({}); the job is done", *value);
+          return Outcome{Outcome::Kind::kDone};
+        }
+        if (auto outcome = on_remote_end(watcher)) return *outcome;
+      }
+      LauncherEvent event = launcher_.next_event(deadline.when());
+      if (event.kind == LauncherEvent::Kind::kTimeout) {
+        logger_->error("exit barrier: not every agent finished within {} s; exiting anyway",
+                       options_.exit_barrier_timeout.count() / 1000.0);
+        return Outcome{Outcome::Kind::kBarrierTimeout};
+      }
+      if (event.kind == LauncherEvent::Kind::kSignal) {
+        announce("abort " + std::to_string(info_.group_rank) + " " + std::to_string(event.signo));
+        return Outcome{Outcome::Kind::kSignal, info_.group_rank, event.signo};
+      }
+    }
+  }
+
+  // Sends `signo` to every running worker's process group, SIGKILL after the
+  // grace, and waits until all have exited. A second handled signal escalates
+  // to SIGKILL at once.
+  void stop_workers(int signo) {
+    for (auto& w : workers_) {
+      if (w.running) launcher_.signal_group(w.pid, signo);
+    }
+    Clock::time_point deadline = Clock::now() + options_.stop_grace;
+    bool killed = false;
+    while (running_count() > 0) {
+      LauncherEvent event = launcher_.next_event(killed ? Clock::time_point::max() : deadline);
+      if (event.kind == LauncherEvent::Kind::kExited) {
+        on_exit(event);
+      } else if (event.kind == LauncherEvent::Kind::kTimeout ||
+                 event.kind == LauncherEvent::Kind::kSignal) {
+        if (!killed) {
+          logger_->warn("workers still running {} after {}: sending SIGKILL",
+                        event.kind == LauncherEvent::Kind::kTimeout ? "after the grace" : "and a second signal",
+                        signal_name(signo));
+        }
+        for (auto& w : workers_) {
+          if (w.running) launcher_.signal_group(w.pid, SIGKILL);
+        }
+        killed = true;
+      }
+    }
+    // Leftovers of the workers' process groups (their own children) go too.
+    // Only groups whose leader exited just now: a group that has been empty
+    // for long may have had its id reused by an unrelated process group.
+    const auto now = Clock::now();
+    for (auto& w : workers_) {
+      if (now - w.exited < kRecentExit) launcher_.signal_group(w.pid, SIGKILL);
+    }
+  }
+
+  static constexpr std::chrono::seconds kRecentExit{2};
+
+  AgentOptions options_;
+  RendezvousHandler& rdzv_;
+  ProcessLauncher& launcher_;
+  std::shared_ptr<spdlog::logger> logger_;
+  RendezvousInfo info_;
+  int restart_count_ = 0;
+  std::vector<Worker> workers_;
+  std::map<int, std::size_t> pid_to_worker_;
+  std::vector<ProcessFailure> failures_;
+};
+
+Agent::Agent(AgentOptions options, RendezvousHandler& rendezvous, ProcessLauncher& launcher)
+    : impl_(std::make_unique<Impl>(std::move(options), rendezvous, launcher)) {}
+Agent::~Agent() = default;
+int Agent::run() { return impl_->run(); }
+int Agent::restart_count() const { return impl_->restart_count(); }
+
+}  // namespace ddp::agent

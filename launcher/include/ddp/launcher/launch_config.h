@@ -1,0 +1,77 @@
+// Everything ddprun's command line says, parsed and validated once
+// (parse_command_line) and then read-only: the launcher turns it into the
+// rendezvous config and the agent's options.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "ddp/agent/worker_spec.h"
+
+namespace ddp::launcher {
+
+struct LaunchConfig {
+  // --nnodes N or MIN:MAX (default 1:1).
+  int min_nodes = 1;
+  int max_nodes = 1;
+  // --nproc_per_node, resolved (cpu/gpu/auto become numbers).
+  int nproc_per_node = 1;
+  bool standalone = false;
+  // --rdzv_backend: "static" (default, like torchrun) or "c10d".
+  std::string rdzv_backend = "static";
+  // The agents' store: --rdzv_endpoint host[:port], or for static without it
+  // --master_addr:--master_port. Port 0 (standalone) picks a free one.
+  std::string rdzv_host = "127.0.0.1";
+  std::uint16_t rdzv_port = 29500;
+  std::string rdzv_id = "none";
+  std::map<std::string, std::string> rdzv_conf;
+  std::chrono::milliseconds join_timeout = std::chrono::seconds(600);
+  std::chrono::milliseconds last_call_timeout = std::chrono::seconds(30);
+  int node_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  std::uint16_t master_port = 29500;
+  // --local_addr: how other nodes reach this one (default: the store address
+  // for node rank 0 of static, else this host's name).
+  std::string local_addr;
+  int max_restarts = 0;
+  // --monitor_interval: accepted for compatibility; exits are event-driven.
+  double monitor_interval = 5.0;
+  std::string role = "default";
+  bool no_python = false;
+  bool module = false;
+  // --log_dir; empty: a temporary directory removed at exit.
+  std::string log_dir;
+  agent::StdSetting redirects;
+  agent::StdSetting tee;
+  std::set<int> local_ranks_filter;
+  // Forwarded to the workers (always SIGINT, SIGTERM, SIGHUP, SIGQUIT, plus
+  // SIGUSR1/SIGUSR2 when named in --signals_to_handle).
+  std::vector<int> signals;
+  std::chrono::milliseconds exit_barrier_timeout = std::chrono::seconds(300);
+  // --stop_grace: SIGTERM first, SIGKILL after this long.
+  std::chrono::milliseconds stop_grace = std::chrono::seconds(30);
+  // The program as typed and its arguments.
+  std::string program;
+  std::vector<std::string> program_args;
+  // The resolved command of every worker (python3 -u ... for Python programs).
+  std::vector<std::string> command;
+};
+
+// Outcome of parsing: a config to run, or a message to print and an exit code
+// (help and version: stdout, 0; errors: one line on stderr, 2).
+struct ParseResult {
+  std::optional<LaunchConfig> config;
+  std::string output;
+  int exit_code = 0;
+};
+
+// Parses argv (argv[0] is the program name) with PET_<NAME> environment
+// fallbacks and validates every value. Never throws for bad input.
+ParseResult parse_command_line(int argc, const char* const* argv);
+
+}  // namespace ddp::launcher

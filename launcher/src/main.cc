@@ -1,0 +1,118 @@
+// ddprun: command line -> LaunchConfig -> rendezvous + agent.
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+
+#include "ddp/agent/agent.h"
+#include "ddp/common/error.h"
+#include "ddp/common/env.h"
+#include "ddp/common/logging.h"
+#include "ddp/launcher/launch_config.h"
+#include "ddp/rendezvous/rendezvous_factory.h"
+
+extern char** environ;
+
+namespace {
+
+std::string host_name() {
+  char buffer[256] = {};
+  if (::gethostname(buffer, sizeof(buffer) - 1) != 0) return "localhost";
+  return buffer;
+}
+
+int run(const ddp::launcher::LaunchConfig& config) {
+  namespace fs = std::filesystem;
+  // First, before any thread exists (the embedded store starts one): block
+  // the handled signals so that only the agent's signalfd sees them.
+  auto launcher = ddp::agent::make_posix_launcher(config.signals);
+
+  ddp::RendezvousConfig rdzv;
+  rdzv.backend = config.rdzv_backend;
+  rdzv.host = config.rdzv_host;
+  rdzv.port = config.rdzv_port;
+  rdzv.is_host = config.rdzv_backend == "static" && config.node_rank == 0;
+  rdzv.host_auto = config.rdzv_backend == "c10d";
+  rdzv.token = ddp::env::get_or("DDP_STORE_TOKEN", "");
+  rdzv.connect_timeout = config.join_timeout;
+  rdzv.params.run_id = config.rdzv_id;
+  rdzv.params.min_nodes = config.min_nodes;
+  rdzv.params.max_nodes = config.max_nodes;
+  rdzv.params.node_rank = config.node_rank;
+  rdzv.params.local_world_size = config.nproc_per_node;
+  rdzv.params.local_addr = config.local_addr;
+  rdzv.params.join_timeout = config.join_timeout;
+  rdzv.params.last_call_timeout = config.last_call_timeout;
+
+  std::unique_ptr<ddp::RendezvousHandler> handler;
+  try {
+    handler = ddp::create_rendezvous(rdzv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ddprun: error: %s\n", e.what());
+    return 1;
+  }
+
+  ddp::agent::AgentOptions options;
+  options.spec.role = config.role;
+  options.spec.local_world_size = config.nproc_per_node;
+  options.spec.argv = config.command;
+  options.spec.name = config.module ? config.program : fs::path(config.program).filename().string();
+  options.spec.max_restarts = config.max_restarts;
+  options.spec.redirects = config.redirects;
+  options.spec.tee = config.tee;
+  options.spec.console_ranks = config.local_ranks_filter;
+  if (auto tmpl = ddp::env::get("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE")) {
+    options.spec.line_prefix_template = *tmpl;
+  }
+  options.set_omp_num_threads = config.nproc_per_node > 1;
+  options.stop_grace = config.stop_grace;
+  options.exit_barrier_timeout = config.exit_barrier_timeout;
+  options.hostname = host_name();
+  for (char** var = environ; *var != nullptr; ++var) options.base_env.emplace_back(*var);
+
+  // Without --log_dir the per-attempt files (error.json) live in a private
+  // temporary directory that is removed at exit.
+  std::string temp_dir;
+  if (config.log_dir.empty()) {
+    std::string pattern = (fs::temp_directory_path() / "ddprun-XXXXXX").string();
+    if (::mkdtemp(pattern.data()) == nullptr) {
+      std::fprintf(stderr, "ddprun: error: cannot create a temporary directory in %s\n",
+                   fs::temp_directory_path().c_str());
+      return 1;
+    }
+    temp_dir = pattern;
+    options.run_log_dir = temp_dir + "/" + config.rdzv_id;
+  } else {
+    options.run_log_dir = config.log_dir + "/" + config.rdzv_id;
+  }
+
+  ddp::agent::Agent agent(std::move(options), *handler, *launcher);
+  const int code = agent.run();
+  if (!temp_dir.empty()) {
+    std::error_code ec;
+    fs::remove_all(temp_dir, ec);
+  }
+  // Leave without destructors: a rendezvous interrupted by a signal leaves a
+  // thread blocked in the handler, and the kernel closes sockets and stops the
+  // embedded store's thread faster than an orderly shutdown would.
+  std::fflush(nullptr);
+  ::_exit(code);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  auto parsed = ddp::launcher::parse_command_line(argc, argv);
+  if (!parsed.config) {
+    std::fputs(parsed.output.c_str(), parsed.exit_code == 0 ? stdout : stderr);
+    return parsed.exit_code;
+  }
+  try {
+    ddp::log::init("ddprun");
+    return run(*parsed.config);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ddprun: error: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,134 @@
+// Rendezvous: how the agents of a job (one per node) find each other, agree on
+// group ranks and world size, and learn where worker rank 0 hosts PyTorch's
+// store (MASTER_ADDR:MASTER_PORT).
+//
+// A job goes through numbered rounds. Round r starts when every agent calls
+// next_rendezvous() for the r-th time (the agents restart together, so the round
+// number equals TORCHELASTIC_RESTART_COUNT for the static and c10d handlers).
+// Every round has its own key prefix in the store; workers get a prefix below it
+// (RendezvousInfo::worker_prefix), so a worker of an old round can never touch
+// the keys of a new one. A later dynamic handler keeps this contract and only
+// changes how membership of a round is decided.
+//
+// Handlers use the Store interface only, so they are tested against MemoryStore.
+// Thread-safety: a handler is driven by one thread (the agent's); store() may be
+// used from other threads (the Store is thread-safe).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ddp/rendezvous/store.h"
+
+namespace ddp {
+
+struct RendezvousParams {
+  // The job's id (--rdzv_id); every key lives under "rdzv/<run_id>/".
+  std::string run_id = "none";
+  int min_nodes = 1;
+  int max_nodes = 1;
+  // This node's rank for the static handler (--node_rank); ignored by c10d
+  // (ranks follow arrival order there).
+  int node_rank = 0;
+  // Workers this node runs in every round (--nproc_per_node); may differ per node.
+  int local_world_size = 1;
+  // The address other nodes reach this node at (for MASTER_ADDR when this node
+  // becomes group rank 0).
+  std::string local_addr = "127.0.0.1";
+  // How long a round waits for every node to join.
+  std::chrono::milliseconds join_timeout = std::chrono::seconds(600);
+  // c10d with min_nodes < max_nodes: once min_nodes have joined, how long the
+  // round stays open for more.
+  std::chrono::milliseconds last_call_timeout = std::chrono::seconds(1);
+  // A fixed MASTER_PORT for workers (0: group rank 0 picks a free port each round).
+  std::uint16_t worker_master_port = 0;
+};
+
+// What one round decided, seen from one node.
+struct RendezvousInfo {
+  int round = 0;
+  int group_rank = 0;
+  int group_world_size = 1;
+  // Global rank of this node's local rank 0 (sum of the local world sizes of the
+  // nodes with a lower group rank).
+  int base_rank = 0;
+  int world_size = 1;
+  // Local world size of every node, by group rank.
+  std::vector<int> local_world_sizes;
+  // Where worker rank 0 may host PyTorch's store (env://).
+  std::string master_addr;
+  std::uint16_t master_port = 0;
+  // The round's key prefix in the store ("rdzv/<run_id>/round_<r>"), and the
+  // prefix workers get as DDP_STORE_PREFIX ("<round prefix>/workers").
+  std::string round_prefix;
+  std::string worker_prefix;
+};
+
+class RendezvousHandler {
+ public:
+  virtual ~RendezvousHandler() = default;
+
+  // Joins the next round and blocks until every node of it has joined.
+  // Throws TimeoutError naming the missing nodes after join_timeout,
+  // InvalidArgument when this node does not fit (node rank out of range, two
+  // nodes with the same rank, round already full), and the store's errors.
+  virtual RendezvousInfo next_rendezvous() = 0;
+
+  // The store the agents meet in (used by the agent's thread).
+  virtual std::shared_ptr<Store> store() = 0;
+
+  // A second handle on the same store for a thread that blocks in wait() (a
+  // TcpStore serializes calls on its one connection, so a blocked wait there
+  // would stall the agent). May return store() for in-process stores.
+  virtual std::shared_ptr<Store> open_store() = 0;
+
+  // Where workers reach that store (DDP_STORE_ADDR/PORT/TOKEN).
+  virtual std::string store_host() const = 0;
+  virtual std::uint16_t store_port() const = 0;
+  virtual std::string store_token() const { return ""; }
+
+  // "static" or "c10d".
+  virtual std::string backend() const = 0;
+  virtual const RendezvousParams& params() const = 0;
+};
+
+// The static handler: node_rank is given, the round is complete when every
+// rank in [0, max_nodes) has joined (min_nodes must equal max_nodes). Takes a
+// store that already exists (the caller hosts or connects to it).
+// Throws InvalidArgument for bad params or neither a store nor an opener.
+// A single-node job (max_nodes == 1) never touches the store.
+// Opens another handle on the agents' store (see open_store()).
+using StoreOpener = std::function<std::shared_ptr<Store>()>;
+
+// Where the agents' store is and how to reach it.
+struct RendezvousStore {
+  // Keeps an embedded server (or anything else) alive as long as the handler;
+  // declared first so it outlives the clients below.
+  std::shared_ptr<void> keep_alive;
+  // May be null when `opener` is given: the handler connects on first use.
+  std::shared_ptr<Store> store;
+  // Null: open_store() returns `store` itself.
+  StoreOpener opener;
+  std::string host;
+  std::uint16_t port = 0;
+  std::string token;
+};
+
+std::unique_ptr<RendezvousHandler> make_static_rendezvous(const RendezvousParams& params,
+                                                          RendezvousStore store);
+
+// The c10d handler: group ranks follow arrival order within a round; the round
+// closes when max_nodes have joined, or min_nodes plus last_call_timeout.
+std::unique_ptr<RendezvousHandler> make_c10d_rendezvous(const RendezvousParams& params,
+                                                        RendezvousStore store);
+
+// A free TCP port on this host (binds port 0 on `host`, reads it, closes).
+// Throws NetworkError when no socket can be bound.
+std::uint16_t find_free_port(const std::string& host = "0.0.0.0");
+
+}  // namespace ddp

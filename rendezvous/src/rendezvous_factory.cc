@@ -1,0 +1,94 @@
+#include "ddp/rendezvous/rendezvous_factory.h"
+
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "ddp/common/error.h"
+#include "ddp/rendezvous/store_server.h"
+#include "ddp/rendezvous/tcp_store.h"
+
+namespace ddp {
+namespace {
+
+// true when `host` names an address of this machine: binding a socket to it
+// (port 0) only succeeds for local addresses.
+bool is_local_address(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* result = nullptr;
+  if (::getaddrinfo(host.c_str(), nullptr, &hints, &result) != 0) return false;
+  bool local = false;
+  for (addrinfo* ai = result; ai != nullptr && !local; ai = ai->ai_next) {
+    int fd = ::socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) continue;
+    local = ::bind(fd, ai->ai_addr, ai->ai_addrlen) == 0;
+    ::close(fd);
+  }
+  ::freeaddrinfo(result);
+  return local;
+}
+
+bool is_loopback(const std::string& host) {
+  return host == "localhost" || host == "127.0.0.1" || host == "::1";
+}
+
+}  // namespace
+
+std::unique_ptr<RendezvousHandler> create_rendezvous(const RendezvousConfig& config) {
+  if (config.backend != "static" && config.backend != "c10d") {
+    throw InvalidArgument("rendezvous", "unknown backend '" + config.backend +
+                                            "' (expected static or c10d)");
+  }
+  bool host_store = config.is_host;
+  if (config.host_auto) host_store = config.port == 0 || is_local_address(config.host);
+
+  RendezvousStore rs;
+  rs.host = config.host;
+  rs.port = config.port;
+  rs.token = config.token;
+  std::shared_ptr<StoreServer> server;
+  if (host_store) {
+    StoreServerOptions options;
+    // A loopback endpoint stays private to this machine; any other address is
+    // served on every interface (what PyTorch's TCPStore does).
+    options.host = is_loopback(config.host) ? "127.0.0.1" : "0.0.0.0";
+    options.port = config.port;
+    options.token = config.token;
+    // Agents (and workers) keep their connection for the whole job and may be
+    // silent for hours while training runs: never close them for idleness.
+    options.idle_timeout = std::chrono::milliseconds(0);  // zero: no idle timeout
+    try {
+      server = std::make_shared<StoreServer>(options);
+    } catch (const NetworkError& e) {
+      // c10d with an automatic choice: somebody else on this machine hosts it.
+      if (!config.host_auto || config.port == 0) {
+        throw NetworkError("rendezvous", "cannot host the rendezvous store on port " +
+                                             std::to_string(config.port) + " (is the port already "
+                                             "in use?): " + e.what());
+      }
+    }
+    if (server) {
+      server->start();
+      rs.port = server->port();
+      if (is_loopback(config.host) || config.host == "0.0.0.0") rs.host = "127.0.0.1";
+    }
+  }
+  TcpStoreOptions client;
+  client.host = server ? "127.0.0.1" : config.host;
+  client.port = rs.port;
+  client.token = config.token;
+  client.connect_timeout = server ? std::chrono::milliseconds(10000) : config.connect_timeout;
+  client.timeout = config.params.join_timeout;
+  // A single node never needs the agents' store itself (only its workers
+  // do): connect lazily, sparing the handshake at startup.
+  if (config.params.max_nodes > 1 || !server) rs.store = std::make_shared<TcpStore>(client);
+  rs.opener = [client]() -> std::shared_ptr<Store> { return std::make_shared<TcpStore>(client); };
+  rs.keep_alive = server;
+  return config.backend == "static" ? make_static_rendezvous(config.params, std::move(rs))
+                                    : make_c10d_rendezvous(config.params, std::move(rs));
+}
+
+}  // namespace ddp

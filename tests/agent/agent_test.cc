@@ -1,0 +1,285 @@
+// The agent's restart, stop and report logic against a fake launcher and an
+// in-memory store (no processes, no sockets).
+#include "ddp/agent/agent.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <filesystem>
+#include <thread>
+
+#include "ddp/rendezvous/memory_store.h"
+#include "fake_launcher.h"
+
+namespace ddp::agent::test {
+namespace {
+
+namespace fs = std::filesystem;
+
+class AgentTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string pattern = (fs::temp_directory_path() / "ddp-agent-test-XXXXXX").string();
+    ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
+    dir_ = pattern;
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  AgentOptions options(int nproc, int max_restarts, int node = 0) const {
+    AgentOptions o;
+    o.spec.local_world_size = nproc;
+    o.spec.argv = {"/bin/worker", "--out=${local_rank}.txt"};
+    o.spec.max_restarts = max_restarts;
+    o.run_log_dir = (dir_ / ("node" + std::to_string(node))).string();
+    o.hostname = "testhost";
+    o.stop_grace = std::chrono::milliseconds(2000);
+    o.exit_barrier_timeout = std::chrono::seconds(5);
+    o.base_env = {"PATH=/usr/bin", "KEEP=me"};
+    o.set_omp_num_threads = nproc > 1;
+    return o;
+  }
+
+  std::unique_ptr<RendezvousHandler> rendezvous(int nodes, int node_rank, int nproc) {
+    RendezvousParams params;
+    params.run_id = "job";
+    params.min_nodes = params.max_nodes = nodes;
+    params.node_rank = node_rank;
+    params.local_world_size = nproc;
+    params.join_timeout = std::chrono::seconds(5);
+    params.worker_master_port = 4321;
+    RendezvousStore rs;
+    rs.store = store_;
+    rs.host = "10.1.2.3";
+    rs.port = 1234;
+    return make_static_rendezvous(params, rs);
+  }
+
+  static int restart_of(const FakeLauncher::Launch& launch) {
+    return std::stoi(launch.env.at("TORCHELASTIC_RESTART_COUNT"));
+  }
+  static int local_rank_of(const FakeLauncher::Launch& launch) {
+    return std::stoi(launch.env.at("LOCAL_RANK"));
+  }
+
+  fs::path dir_;
+  std::shared_ptr<MemoryStore> store_ = std::make_shared<MemoryStore>();
+};
+
+TEST_F(AgentTest, SucceedsAndGivesTheContractEnvironment) {
+  FakeLauncher launcher;
+  launcher.on_launch = [](FakeLauncher& l, const FakeLauncher::Launch& launch) { l.exit(launch.pid, 0); };
+  auto rdzv = rendezvous(1, 0, 2);
+  Agent agent(options(2, 3), *rdzv, launcher);
+  EXPECT_EQ(agent.run(), 0);
+  auto launches = launcher.launches();
+  ASSERT_EQ(launches.size(), 2u);
+  for (int r = 0; r < 2; ++r) {
+    const auto& env = launches[static_cast<std::size_t>(r)].env;
+    EXPECT_EQ(env.at("LOCAL_RANK"), std::to_string(r));
+    EXPECT_EQ(env.at("RANK"), std::to_string(r));
+    EXPECT_EQ(env.at("WORLD_SIZE"), "2");
+    EXPECT_EQ(env.at("MASTER_PORT"), "4321");
+    EXPECT_EQ(env.at("TORCHELASTIC_MAX_RESTARTS"), "3");
+    EXPECT_EQ(env.at("TORCHELASTIC_RUN_ID"), "job");
+    EXPECT_EQ(env.at("DDP_STORE_ADDR"), "10.1.2.3");
+    EXPECT_EQ(env.at("DDP_STORE_PORT"), "1234");
+    EXPECT_EQ(env.at("DDP_STORE_PREFIX"), "rdzv/job/round_0/workers");
+    EXPECT_EQ(env.at("OMP_NUM_THREADS"), "1");
+    EXPECT_EQ(env.at("KEEP"), "me");
+    EXPECT_EQ(env.count("DDP_STORE_TOKEN"), 0u);
+    EXPECT_EQ(env.at("TORCHELASTIC_ERROR_FILE"),
+              (dir_ / "node0" / "attempt_0" / std::to_string(r) / "error.json").string());
+    EXPECT_EQ(launches[static_cast<std::size_t>(r)].spec.argv[1], "--out=" + std::to_string(r) + ".txt");
+    EXPECT_EQ(launches[static_cast<std::size_t>(r)].spec.prefix, "[default" + std::to_string(r) + "]:");
+  }
+  EXPECT_EQ(launcher.stuck(), 0);
+}
+
+TEST_F(AgentTest, FailureRestartsTheGroupInANewRound) {
+  FakeLauncher launcher;
+  // Attempt 0: local rank 1 fails, local rank 0 runs until stopped.
+  // Attempt 1: both succeed.
+  launcher.on_launch = [](FakeLauncher& l, const FakeLauncher::Launch& launch) {
+    if (restart_of(launch) == 1) l.exit(launch.pid, 0);
+    if (restart_of(launch) == 0 && local_rank_of(launch) == 1) l.exit(launch.pid, 3);
+  };
+  auto rdzv = rendezvous(1, 0, 2);
+  Agent agent(options(2, 2), *rdzv, launcher);
+  EXPECT_EQ(agent.run(), 0);
+  EXPECT_EQ(agent.restart_count(), 1);
+  auto launches = launcher.launches();
+  ASSERT_EQ(launches.size(), 4u);
+  EXPECT_EQ(launches[2].env.at("TORCHELASTIC_RESTART_COUNT"), "1");
+  EXPECT_EQ(launches[2].env.at("DDP_STORE_PREFIX"), "rdzv/job/round_1/workers");
+  EXPECT_NE(launches[2].env.at("TORCHELASTIC_ERROR_FILE").find("attempt_1"), std::string::npos);
+  // The survivor of attempt 0 got SIGTERM on its process group.
+  auto signals = launcher.signals();
+  EXPECT_NE(std::find(signals.begin(), signals.end(), std::make_pair(launches[0].pid, SIGTERM)),
+            signals.end());
+  // A single node has nobody to tell: no round trip for the announcement.
+  EXPECT_FALSE(store_->check({"rdzv/job/round_0/end"}));
+}
+
+TEST_F(AgentTest, ExhaustedRestartsReturnTheRootCauseExitCode) {
+  FakeLauncher launcher;
+  launcher.on_launch = [](FakeLauncher& l, const FakeLauncher::Launch& launch) {
+    if (local_rank_of(launch) == 1) l.exit(launch.pid, 3);
+  };
+  auto rdzv = rendezvous(1, 0, 2);
+  Agent agent(options(2, 1), *rdzv, launcher);
+  ::testing::internal::CaptureStderr();
+  int code = agent.run();
+  std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(code, 3);
+  EXPECT_EQ(launcher.launches().size(), 4u);
+  EXPECT_NE(err.find("worker FAILED"), std::string::npos) << err;
+  EXPECT_NE(err.find("exitcode  : 3 (pid: " + std::to_string(launcher.launches()[3].pid) + ")"),
+            std::string::npos) << err;
+  EXPECT_NE(err.find("rank      : 1 (local_rank: 1)"), std::string::npos) << err;
+  EXPECT_NE(err.find("<NO_OTHER_FAILURES>"), std::string::npos) << err;
+}
+
+TEST_F(AgentTest, SimultaneousFailuresAreAllReportedAndTheFirstIsTheRootCause) {
+  FakeLauncher launcher;
+  launcher.on_launch = [](FakeLauncher& l, const FakeLauncher::Launch& launch) {
+    if (local_rank_of(launch) == 0) l.exit(launch.pid, 4);
+    if (local_rank_of(launch) == 2) l.exit(launch.pid, 5);
+  };
+  auto rdzv = rendezvous(1, 0, 3);
+  Agent agent(options(3, 0), *rdzv, launcher);
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(agent.run(), 4);
+  std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(err.find("<NO_OTHER_FAILURES>"), std::string::npos) << err;
+  const auto root = err.find("Root Cause");
+  ASSERT_NE(root, std::string::npos);
+  EXPECT_LT(err.find("exitcode  : 5"), root) << "rank 2 is another failure";
+  EXPECT_GT(err.find("exitcode  : 4"), root) << "rank 0 failed first";
+  // Local rank 1 was stopped by the agent: not a failure.
+  EXPECT_EQ(err.find("local_rank: 1"), std::string::npos) << err;
+}
+
+TEST_F(AgentTest, SignalExitCodeIsAlsoMapped) {
+  FakeLauncher launcher;
+  launcher.on_launch = [](FakeLauncher& l, const FakeLauncher::Launch& launch) {
+    l.exit(launch.pid, -SIGSEGV);
+  };
+  auto rdzv = rendezvous(1, 0, 1);
+  Agent agent(options(1, 0), *rdzv, launcher);
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(agent.run(), 128 + SIGSEGV);
+  std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("Signal 11 (SIGSEGV) received by PID"), std::string::npos) << err;
+}
+
+TEST_F(AgentTest, HandledSignalStopsEveryGroupWithThatSignal) {
+  FakeLauncher launcher;
+  launcher.on_launch = [](FakeLauncher& l, const FakeLauncher::Launch& launch) {
+    if (local_rank_of(launch) == 2) l.signal_agent(SIGHUP);
+  };
+  auto rdzv = rendezvous(1, 0, 3);
+  Agent agent(options(3, 5), *rdzv, launcher);
+  EXPECT_EQ(agent.run(), 128 + SIGHUP);
+  EXPECT_EQ(launcher.launches().size(), 3u) << "a signal does not restart";
+  auto signals = launcher.signals();
+  for (const auto& launch : launcher.launches()) {
+    EXPECT_NE(std::find(signals.begin(), signals.end(), std::make_pair(launch.pid, SIGHUP)),
+              signals.end());
+  }
+}
+
+TEST_F(AgentTest, SigkillAfterTheGraceWhenWorkersIgnoreSigterm) {
+  FakeLauncher launcher;
+  launcher.ignored_signals = {SIGTERM};
+  launcher.on_launch = [](FakeLauncher& l, const FakeLauncher::Launch& launch) {
+    if (local_rank_of(launch) == 0) l.exit(launch.pid, 2);
+  };
+  auto rdzv = rendezvous(1, 0, 2);
+  auto opts = options(2, 0);
+  opts.stop_grace = std::chrono::milliseconds(100);
+  Agent agent(opts, *rdzv, launcher);
+  auto start = Clock::now();
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(agent.run(), 2);
+  ::testing::internal::GetCapturedStderr();
+  EXPECT_GE(Clock::now() - start, std::chrono::milliseconds(100));
+  auto signals = launcher.signals();
+  const int survivor = launcher.launches()[1].pid;
+  auto term = std::find(signals.begin(), signals.end(), std::make_pair(survivor, SIGTERM));
+  auto kill = std::find(signals.begin(), signals.end(), std::make_pair(survivor, SIGKILL));
+  ASSERT_NE(term, signals.end());
+  ASSERT_NE(kill, signals.end());
+  EXPECT_LT(term, kill);
+}
+
+// Two agents sharing one store: node 1's worker fails on attempt 0, node 0's
+// worker would run forever unless its agent restarts it too.
+TEST_F(AgentTest, AllNodesRestartTogether) {
+  auto node_launch = [](int failing_node, int node) {
+    return [=](FakeLauncher& l, const FakeLauncher::Launch& launch) {
+      if (restart_of(launch) == 1) l.exit(launch.pid, 0);
+      if (restart_of(launch) == 0 && node == failing_node) l.exit(launch.pid, 5);
+    };
+  };
+  FakeLauncher l0, l1;
+  l0.on_launch = node_launch(1, 0);
+  l1.on_launch = node_launch(1, 1);
+  auto r0 = rendezvous(2, 0, 1);
+  auto r1 = rendezvous(2, 1, 2);
+  std::atomic<int> c0{-1}, c1{-1};
+  std::thread t0([&] { c0 = Agent(options(1, 1, 0), *r0, l0).run(); });
+  std::thread t1([&] { c1 = Agent(options(2, 1, 1), *r1, l1).run(); });
+  t0.join();
+  t1.join();
+  EXPECT_EQ(c0, 0);
+  EXPECT_EQ(c1, 0);
+  ASSERT_EQ(l0.launches().size(), 2u);
+  ASSERT_EQ(l1.launches().size(), 4u);
+  EXPECT_EQ(l0.launches()[1].env.at("TORCHELASTIC_RESTART_COUNT"), "1");
+  EXPECT_EQ(l1.launches()[3].env.at("RANK"), "2");
+  EXPECT_EQ(l1.launches()[3].env.at("WORLD_SIZE"), "3");
+  EXPECT_EQ(store_->get("rdzv/job/round_0/end"), "restart 1 5");
+  EXPECT_EQ(store_->get("rdzv/job/round_1/end"), "done");
+}
+
+TEST_F(AgentTest, ASignalledAgentStopsTheOtherNodesToo) {
+  FakeLauncher l0, l1;
+  l0.on_launch = [](FakeLauncher& l, const FakeLauncher::Launch&) { l.signal_agent(SIGTERM); };
+  auto r0 = rendezvous(2, 0, 1);
+  auto r1 = rendezvous(2, 1, 1);
+  std::atomic<int> c0{-1}, c1{-1};
+  ::testing::internal::CaptureStderr();
+  std::thread t0([&] { c0 = Agent(options(1, 3, 0), *r0, l0).run(); });
+  std::thread t1([&] { c1 = Agent(options(1, 3, 1), *r1, l1).run(); });
+  t0.join();
+  t1.join();
+  std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(c0, 128 + SIGTERM);
+  EXPECT_EQ(c1, 128 + SIGTERM);
+  EXPECT_EQ(store_->get("rdzv/job/round_0/end"), "abort 0 15");
+  EXPECT_EQ(l1.launches().size(), 1u) << "an abort does not restart";
+  auto signals = l1.signals();
+  EXPECT_NE(std::find(signals.begin(), signals.end(), std::make_pair(l1.launches()[0].pid, SIGTERM)),
+            signals.end());
+  EXPECT_NE(err.find("the agent of node 0 stopped the job"), std::string::npos) << err;
+}
+
+TEST_F(AgentTest, RemoteFailureWithoutRestartsLeftUsesItsExitCode) {
+  FakeLauncher l0, l1;
+  l1.on_launch = [](FakeLauncher& l, const FakeLauncher::Launch& launch) { l.exit(launch.pid, 6); };
+  auto r0 = rendezvous(2, 0, 1);
+  auto r1 = rendezvous(2, 1, 1);
+  std::atomic<int> c0{-1}, c1{-1};
+  ::testing::internal::CaptureStderr();
+  std::thread t0([&] { c0 = Agent(options(1, 0, 0), *r0, l0).run(); });
+  std::thread t1([&] { c1 = Agent(options(1, 0, 1), *r1, l1).run(); });
+  t0.join();
+  t1.join();
+  std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(c0, 6);
+  EXPECT_EQ(c1, 6);
+  EXPECT_NE(err.find("the worker group on node 1 failed (exit code 6)"), std::string::npos) << err;
+}
+
+}  // namespace
+}  // namespace ddp::agent::test

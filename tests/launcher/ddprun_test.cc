@@ -1,0 +1,668 @@
+// End-to-end tests of the ddprun binary: environment, multi-agent rendezvous,
+// restarts, reports, signals, logs, the command line, PyTorch compatibility.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <regex>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "process_util.h"
+
+namespace ddp::test {
+namespace {
+
+std::string ddprun() { return bin_dir() + "/ddprun"; }
+std::string worker() { return bin_dir() + "/ddprun_test_worker"; }
+
+std::vector<std::string> cmd(std::initializer_list<std::string> ddprun_args,
+                             std::initializer_list<std::string> program) {
+  std::vector<std::string> argv{ddprun()};
+  argv.insert(argv.end(), ddprun_args);
+  argv.insert(argv.end(), program);
+  return argv;
+}
+
+nlohmann::json read_json(const fs::path& path) {
+  return nlohmann::json::parse(read_text(path));
+}
+
+// A TCP port that was free a moment ago.
+std::uint16_t free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+class DdprunTest : public ::testing::Test {
+ protected:
+  TempDir dir_;
+};
+
+// ---------------------------------------------------------------- environment
+
+class EnvTest : public DdprunTest, public ::testing::WithParamInterface<int> {};
+
+TEST_P(EnvTest, WorkerEnvironmentIsExactlyTheContract) {
+  const int n = GetParam();
+  auto env = base_env();
+  auto result = run(cmd({"--standalone", "--nproc_per_node=" + std::to_string(n), "--no_python"},
+                        {worker(), "env", dir_.str(), "arg_${local_rank}"}),
+                    env, dir_.path());
+  ASSERT_EQ(result.code, 0) << result.err;
+
+  const std::set<std::string> contract = {
+      "LOCAL_RANK", "RANK", "GROUP_RANK", "ROLE_RANK", "ROLE_NAME", "LOCAL_WORLD_SIZE",
+      "WORLD_SIZE", "GROUP_WORLD_SIZE", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+      "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID",
+      "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ERROR_FILE", "NCCL_ASYNC_ERROR_HANDLING",
+      "DDP_STORE_ADDR", "DDP_STORE_PORT", "DDP_STORE_PREFIX"};
+  std::string run_id;
+  std::string master_port;
+  for (int rank = 0; rank < n; ++rank) {
+    auto path = dir_.path() / ("env_" + std::to_string(rank) + "_0.json");
+    ASSERT_TRUE(fs::exists(path)) << "rank " << rank << " wrote nothing";
+    auto data = read_json(path);
+    auto wenv = data["env"];
+    std::set<std::string> expected_keys = contract;
+    for (const auto& [k, v] : env) expected_keys.insert(k);
+    if (n > 1) expected_keys.insert("OMP_NUM_THREADS");
+    std::set<std::string> keys;
+    for (auto it = wenv.begin(); it != wenv.end(); ++it) keys.insert(it.key());
+    EXPECT_EQ(keys, expected_keys) << "rank " << rank;
+
+    for (const auto& [k, v] : env) EXPECT_EQ(wenv[k], v) << k;
+    const std::string r = std::to_string(rank);
+    EXPECT_EQ(wenv["LOCAL_RANK"], r);
+    EXPECT_EQ(wenv["RANK"], r);
+    EXPECT_EQ(wenv["ROLE_RANK"], r);
+    EXPECT_EQ(wenv["GROUP_RANK"], "0");
+    EXPECT_EQ(wenv["ROLE_NAME"], "default");
+    EXPECT_EQ(wenv["LOCAL_WORLD_SIZE"], std::to_string(n));
+    EXPECT_EQ(wenv["WORLD_SIZE"], std::to_string(n));
+    EXPECT_EQ(wenv["ROLE_WORLD_SIZE"], std::to_string(n));
+    EXPECT_EQ(wenv["GROUP_WORLD_SIZE"], "1");
+    EXPECT_EQ(wenv["MASTER_ADDR"], "127.0.0.1");
+    EXPECT_EQ(wenv["TORCHELASTIC_RESTART_COUNT"], "0");
+    EXPECT_EQ(wenv["TORCHELASTIC_MAX_RESTARTS"], "0");
+    EXPECT_EQ(wenv["TORCHELASTIC_USE_AGENT_STORE"], "False");
+    EXPECT_EQ(wenv["NCCL_ASYNC_ERROR_HANDLING"], "1");
+    EXPECT_EQ(wenv["DDP_STORE_ADDR"], "127.0.0.1");
+    if (n > 1) {
+      EXPECT_EQ(wenv["OMP_NUM_THREADS"], "1");
+    }
+    const std::string error_file = wenv["TORCHELASTIC_ERROR_FILE"];
+    EXPECT_TRUE(error_file.ends_with("/attempt_0/" + r + "/error.json")) << error_file;
+    const std::string prefix = wenv["DDP_STORE_PREFIX"];
+    EXPECT_NE(prefix.find("round_0"), std::string::npos) << prefix;
+    int port = std::stoi(wenv["MASTER_PORT"].get<std::string>());
+    EXPECT_GT(port, 0);
+    EXPECT_LT(port, 65536);
+    EXPECT_GT(std::stoi(wenv["DDP_STORE_PORT"].get<std::string>()), 0);
+    // Same job for everyone.
+    if (rank == 0) {
+      run_id = wenv["TORCHELASTIC_RUN_ID"];
+      master_port = wenv["MASTER_PORT"];
+    }
+    EXPECT_EQ(wenv["TORCHELASTIC_RUN_ID"], run_id);
+    EXPECT_EQ(wenv["MASTER_PORT"], master_port);
+    // ${local_rank} substituted in the arguments.
+    EXPECT_EQ(data["argv"][3], "arg_" + r);
+  }
+  EXPECT_FALSE(run_id.empty());
+  EXPECT_NE(run_id, "none");  // standalone makes up a fresh id
+}
+
+INSTANTIATE_TEST_SUITE_P(Workers, EnvTest, ::testing::Values(1, 3, 4));
+
+TEST_F(DdprunTest, InheritedOmpNumThreadsIsKept) {
+  auto env = base_env();
+  env["OMP_NUM_THREADS"] = "7";
+  auto result = run(cmd({"--standalone", "--nproc_per_node=2", "--no_python"},
+                        {worker(), "env", dir_.str()}),
+                    env, dir_.path());
+  ASSERT_EQ(result.code, 0) << result.err;
+  EXPECT_EQ(read_json(dir_.path() / "env_1_0.json")["env"]["OMP_NUM_THREADS"], "7");
+}
+
+TEST_F(DdprunTest, PetEnvironmentFallback) {
+  auto env = base_env();
+  env["PET_NPROC_PER_NODE"] = "3";
+  env["PET_STANDALONE"] = "1";
+  env["PET_NO_PYTHON"] = "1";
+  auto result = run({ddprun(), worker(), "env", dir_.str()}, env, dir_.path());
+  ASSERT_EQ(result.code, 0) << result.err;
+  EXPECT_TRUE(fs::exists(dir_.path() / "env_2_0.json"));
+  EXPECT_EQ(read_json(dir_.path() / "env_2_0.json")["env"]["WORLD_SIZE"], "3");
+}
+
+// Two agents on loopback (static rendezvous), different --nproc_per_node.
+TEST_F(DdprunTest, TwoAgentsStaticRendezvous) {
+  const std::string port = std::to_string(free_port());
+  auto env = base_env();
+  auto node = [&](int rank, int nproc) {
+    return spawn(cmd({"--nnodes=2", "--node_rank=" + std::to_string(rank),
+                      "--nproc-per-node=" + std::to_string(nproc), "--master_addr=127.0.0.1",
+                      "--master_port=" + port, "--rdzv_id=two", "--no_python"},
+                     {worker(), "env", dir_.str()}),
+                 env, dir_.path(), "node" + std::to_string(rank));
+  };
+  Child n1 = node(1, 2);  // the non-host may start first: it waits for the store
+  Child n0 = node(0, 1);
+  int c0 = wait_child(n0.pid);
+  int c1 = wait_child(n1.pid);
+  ASSERT_EQ(c0, 0) << read_text(n0.err);
+  ASSERT_EQ(c1, 0) << read_text(n1.err);
+  std::set<std::string> master_ports;
+  for (int rank = 0; rank < 3; ++rank) {
+    auto wenv = read_json(dir_.path() / ("env_" + std::to_string(rank) + "_0.json"))["env"];
+    EXPECT_EQ(wenv["WORLD_SIZE"], "3");
+    EXPECT_EQ(wenv["GROUP_WORLD_SIZE"], "2");
+    EXPECT_EQ(wenv["GROUP_RANK"], rank == 0 ? "0" : "1");
+    EXPECT_EQ(wenv["LOCAL_RANK"], rank == 0 ? "0" : std::to_string(rank - 1));
+    EXPECT_EQ(wenv["LOCAL_WORLD_SIZE"], rank == 0 ? "1" : "2");
+    EXPECT_EQ(wenv["TORCHELASTIC_RUN_ID"], "two");
+    EXPECT_EQ(wenv["DDP_STORE_PORT"], port);
+    EXPECT_EQ(wenv["MASTER_ADDR"], "127.0.0.1");
+    EXPECT_NE(wenv["MASTER_PORT"], port);  // worker rank 0's own store, not the agents'
+    master_ports.insert(wenv["MASTER_PORT"]);
+  }
+  EXPECT_EQ(master_ports.size(), 1u);
+}
+
+// c10d: the node whose endpoint address is local and free hosts the store;
+// group ranks follow arrival order.
+TEST_F(DdprunTest, TwoAgentsC10dRendezvous) {
+  const std::string endpoint = "127.0.0.1:" + std::to_string(free_port());
+  auto env = base_env();
+  auto node = [&](int nproc, const std::string& tag) {
+    return spawn(cmd({"--nnodes=2", "--rdzv_backend=c10d", "--rdzv_endpoint=" + endpoint,
+                      "--rdzv_id=c", "--nproc_per_node=" + std::to_string(nproc), "--no_python"},
+                     {worker(), "env", dir_.str()}),
+                 env, dir_.path(), tag);
+  };
+  Child first = node(2, "first");
+  Child second = node(1, "second");
+  ASSERT_EQ(wait_child(first.pid), 0) << read_text(first.err);
+  ASSERT_EQ(wait_child(second.pid), 0) << read_text(second.err);
+  // Whoever arrived first is group rank 0 and owns the lowest global ranks.
+  auto env0 = read_json(dir_.path() / "env_0_0.json")["env"];
+  const int first_size = std::stoi(env0["LOCAL_WORLD_SIZE"].get<std::string>());
+  for (int rank = 0; rank < 3; ++rank) {
+    auto wenv = read_json(dir_.path() / ("env_" + std::to_string(rank) + "_0.json"))["env"];
+    const bool on_first = rank < first_size;
+    EXPECT_EQ(wenv["WORLD_SIZE"], "3");
+    EXPECT_EQ(wenv["GROUP_WORLD_SIZE"], "2");
+    EXPECT_EQ(wenv["GROUP_RANK"], on_first ? "0" : "1");
+    EXPECT_EQ(wenv["LOCAL_RANK"], std::to_string(on_first ? rank : rank - first_size));
+    EXPECT_EQ(wenv["LOCAL_WORLD_SIZE"], std::to_string(on_first ? first_size : 3 - first_size));
+    EXPECT_EQ(wenv["MASTER_ADDR"], "127.0.0.1");  // a loopback endpoint: all on this host
+  }
+}
+
+TEST_F(DdprunTest, RendezvousTimeoutNamesTheMissingNode) {
+  auto result = run(cmd({"--nnodes=2", "--node_rank=0", "--master_port=" + std::to_string(free_port()),
+                         "--rdzv_conf=join_timeout=0.3", "--no_python"},
+                        {worker(), "env", dir_.str()}),
+                    base_env(), dir_.path());
+  EXPECT_EQ(result.code, 1);
+  EXPECT_NE(result.err.find("rendezvous failed"), std::string::npos) << result.err;
+  EXPECT_NE(result.err.find("missing: node_1"), std::string::npos) << result.err;
+  EXPECT_FALSE(fs::exists(dir_.path() / "env_0_0.json"));
+}
+
+TEST_F(DdprunTest, StoreTokenIsUsedAndPassedOn) {
+  auto env = base_env();
+  env["DDP_STORE_TOKEN"] = "s3cret";
+  auto result = run(cmd({"--standalone", "--nproc_per_node=1", "--no_python"},
+                        {worker(), "env", dir_.str()}),
+                    env, dir_.path());
+  ASSERT_EQ(result.code, 0) << result.err;
+  EXPECT_EQ(read_json(dir_.path() / "env_0_0.json")["env"]["DDP_STORE_TOKEN"], "s3cret");
+}
+
+// A failure on one node restarts both nodes in a new round.
+TEST_F(DdprunTest, TwoAgentsRestartTogether) {
+  const std::string port = std::to_string(free_port());
+  auto env = base_env();
+  auto node = [&](int rank, std::vector<std::string> program) {
+    std::vector<std::string> argv{ddprun(), "--nnodes=2", "--node_rank=" + std::to_string(rank),
+                                  "--nproc_per_node=1", "--master_port=" + port,
+                                  "--max_restarts=1", "--no_python"};
+    argv.insert(argv.end(), program.begin(), program.end());
+    return spawn(argv, env, dir_.path(), "node" + std::to_string(rank));
+  };
+  // Node 1's worker fails on attempt 0; node 0's worker would sleep forever
+  // in attempt 0 unless its agent restarts it.
+  Child n0 = node(0, {"/bin/sh", "-c",
+                      "if [ $TORCHELASTIC_RESTART_COUNT = 0 ]; then exec sleep 60; fi; echo "
+                      "\"n0 attempt $TORCHELASTIC_RESTART_COUNT $DDP_STORE_PREFIX\""});
+  Child n1 = node(1, {"/bin/sh", "-c",
+                      "if [ $TORCHELASTIC_RESTART_COUNT = 0 ]; then exit 4; fi; echo "
+                      "\"n1 attempt $TORCHELASTIC_RESTART_COUNT\""});
+  int c0 = wait_child(n0.pid, std::chrono::seconds(20));
+  int c1 = wait_child(n1.pid, std::chrono::seconds(20));
+  EXPECT_EQ(c0, 0) << read_text(n0.err);
+  EXPECT_EQ(c1, 0) << read_text(n1.err);
+  EXPECT_NE(read_text(n0.out).find("n0 attempt 1 rdzv/none/round_1/workers"), std::string::npos)
+      << read_text(n0.out);
+  EXPECT_NE(read_text(n1.out).find("n1 attempt 1"), std::string::npos);
+}
+
+// ---------------------------------------------------------------- restarts, reports
+
+TEST_F(DdprunTest, FailsOnAttemptZeroThenSucceeds) {
+  auto result = run(cmd({"--standalone", "--nproc_per_node=2", "--max_restarts=1", "--no_python"},
+                        {worker(), "fail_on_attempt0", "5"}),
+                    base_env(), dir_.path());
+  EXPECT_EQ(result.code, 0) << result.err;
+  // On attempt 0 the first failure stops the other worker, maybe before it printed.
+  EXPECT_NE(result.out.find(":attempt 0 rank "), std::string::npos) << result.out;
+  EXPECT_NE(result.out.find("[default0]:attempt 1 rank 0"), std::string::npos) << result.out;
+  EXPECT_NE(result.out.find("[default1]:attempt 1 rank 1"), std::string::npos) << result.out;
+  EXPECT_EQ(result.err.find("FAILED"), std::string::npos) << result.err;
+}
+
+TEST_F(DdprunTest, MaxRestartsExhaustedReportsRootCause) {
+  auto result = run(cmd({"--standalone", "--nproc_per_node=2", "--max_restarts=1", "--log_dir",
+                         dir_.str() + "/logs", "--rdzv_id=ignored", "--no_python"},
+                        {worker(), "error_file", "9", "boom at step 3"}),
+                    base_env(), dir_.path());
+  EXPECT_EQ(result.code, 9) << result.err;
+  EXPECT_NE(result.err.find("ddprun_test_worker FAILED"), std::string::npos) << result.err;
+  EXPECT_NE(result.err.find("Root Cause (first observed failure):"), std::string::npos);
+  EXPECT_NE(result.err.find("exitcode  : 9 (pid: "), std::string::npos);
+  EXPECT_NE(result.err.find("traceback : Traceback (most recent call last):"), std::string::npos);
+  EXPECT_NE(result.err.find("RuntimeError: boom at step 3"), std::string::npos);
+  EXPECT_NE(result.err.find("/attempt_1/"), std::string::npos) << "the last attempt's error file";
+  EXPECT_NE(result.err.find("error.json"), std::string::npos);
+  EXPECT_NE(result.err.find("host      : "), std::string::npos);
+  EXPECT_NE(result.err.find("rank      : "), std::string::npos);
+}
+
+TEST_F(DdprunTest, SignalledWorkerReportsSignalName) {
+  auto sig = run(cmd({"--standalone", "--nproc_per_node=1", "--no_python"},
+                     {"/bin/sh", "-c", "kill -SEGV $$"}),
+                 base_env(), dir_.path());
+  EXPECT_EQ(sig.code, 128 + SIGSEGV) << sig.err;
+  EXPECT_NE(sig.err.find("exitcode  : -11"), std::string::npos) << sig.err;
+  EXPECT_NE(sig.err.find("Signal 11 (SIGSEGV) received by PID"), std::string::npos) << sig.err;
+}
+
+TEST_F(DdprunTest, RootCauseIsTheFirstFailure) {
+  // Rank 1 exits 7 after 100 ms; rank 0 sleeps and is stopped by the agent:
+  // only rank 1 is a failure.
+  auto result = run(cmd({"--standalone", "--nproc_per_node=3", "--no_python"},
+                        {worker(), "crash_rank", "1"}),
+                    base_env(), dir_.path());
+  EXPECT_EQ(result.code, 7) << result.err;
+  EXPECT_NE(result.err.find("<NO_OTHER_FAILURES>"), std::string::npos) << result.err;
+  EXPECT_NE(result.err.find("rank      : 1 (local_rank: 1)"), std::string::npos) << result.err;
+}
+
+// ---------------------------------------------------------------- signals
+
+TEST_F(DdprunTest, SigtermLeavesNoDescendant) {
+  Child child = spawn(cmd({"--standalone", "--nproc_per_node=2", "--stop_grace=5", "--no_python"},
+                          {worker(), "family", dir_.str()}),
+                      base_env(), dir_.path());
+  std::vector<pid_t> pids;
+  for (int r = 0; r < 2; ++r) {
+    for (const char* ext : {".pid", ".child"}) {
+      auto path = dir_.path() / (std::to_string(r) + ext);
+      ASSERT_TRUE(wait_for_file(path)) << path;
+      pids.push_back(std::stoi(read_text(path)));
+    }
+  }
+  for (pid_t pid : pids) ASSERT_FALSE(process_dead(pid));
+  ::kill(child.pid, SIGTERM);
+  EXPECT_EQ(wait_child(child.pid, std::chrono::seconds(10)), 128 + SIGTERM) << read_text(child.err);
+  // Workers and their children (all in the workers' process groups) are gone:
+  // the workers were reaped before ddprun exited; the grandchildren got
+  // SIGKILL and die a moment later (they are not ddprun's children).
+  auto gone = [&] {
+    for (pid_t pid : pids) {
+      if (!process_dead(pid)) return false;
+    }
+    return live_members_of_group(pids[0]).empty() && live_members_of_group(pids[2]).empty();
+  };
+  eventually(gone);
+  for (pid_t pid : pids) EXPECT_TRUE(process_dead(pid)) << pid;
+  EXPECT_TRUE(live_members_of_group(pids[0]).empty());
+  EXPECT_TRUE(live_members_of_group(pids[2]).empty());
+}
+
+TEST_F(DdprunTest, SigkilledAgentTakesWorkersWithinOneSecond) {
+  // --log_dir inside the test's directory: a SIGKILLed ddprun cannot remove
+  // its temporary directory.
+  Child child = spawn(cmd({"--standalone", "--nproc_per_node=2", "--log_dir", dir_.str() + "/logs",
+                           "--no_python"},
+                          {worker(), "sleep", dir_.str()}),
+                      base_env(), dir_.path());
+  std::vector<pid_t> pids;
+  for (int r = 0; r < 2; ++r) {
+    auto path = dir_.path() / (std::to_string(r) + ".pid");
+    ASSERT_TRUE(wait_for_file(path));
+    pids.push_back(std::stoi(read_text(path)));
+  }
+  ::kill(child.pid, SIGKILL);
+  EXPECT_EQ(wait_child(child.pid), 128 + SIGKILL);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  bool all_dead = false;
+  while (!all_dead && std::chrono::steady_clock::now() < deadline) {
+    all_dead = process_dead(pids[0]) && process_dead(pids[1]);
+    if (!all_dead) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_TRUE(all_dead);
+}
+
+TEST_F(DdprunTest, SigintIsForwardedAndGivesExitCode130) {
+  Child child = spawn(cmd({"--standalone", "--nproc_per_node=1", "--no_python"},
+                          {"/bin/sh", "-c",
+                           "trap 'echo got INT; exit 0' INT; echo ready > " + dir_.str() +
+                               "/0.pid; while true; do sleep 0.01; done"}),
+                      base_env(), dir_.path());
+  ASSERT_TRUE(wait_for_file(dir_.path() / "0.pid"));
+  ::kill(child.pid, SIGINT);
+  EXPECT_EQ(wait_child(child.pid, std::chrono::seconds(10)), 128 + SIGINT);
+  EXPECT_NE(read_text(child.out).find("[default0]:got INT"), std::string::npos)
+      << read_text(child.out);
+}
+
+TEST_F(DdprunTest, SigusrForwardedOnlyWhenNamed) {
+  Child child = spawn(cmd({"--standalone", "--nproc_per_node=1", "--signals_to_handle=SIGTERM,SIGUSR1",
+                           "--no_python"},
+                          {"/bin/sh", "-c",
+                           "trap 'echo got USR1; exit 0' USR1; echo ready > " + dir_.str() +
+                               "/0.pid; while true; do sleep 0.01; done"}),
+                      base_env(), dir_.path());
+  ASSERT_TRUE(wait_for_file(dir_.path() / "0.pid"));
+  ::kill(child.pid, SIGUSR1);
+  EXPECT_EQ(wait_child(child.pid, std::chrono::seconds(10)), 128 + SIGUSR1);
+  EXPECT_NE(read_text(child.out).find("[default0]:got USR1"), std::string::npos);
+}
+
+TEST_F(DdprunTest, SigkillAfterGraceForWorkersIgnoringSigterm) {
+  Child child = spawn(cmd({"--standalone", "--nproc_per_node=2", "--stop_grace=0.3", "--no_python"},
+                          {"/bin/sh", "-c",
+                           "trap '' TERM; echo $$ > " + dir_.str() +
+                               "/$LOCAL_RANK.pid; while true; do sleep 0.01; done"}),
+                      base_env(), dir_.path());
+  ASSERT_TRUE(wait_for_file(dir_.path() / "0.pid"));
+  ASSERT_TRUE(wait_for_file(dir_.path() / "1.pid"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const pid_t w0 = std::stoi(read_text(dir_.path() / "0.pid"));
+  auto start = std::chrono::steady_clock::now();
+  ::kill(child.pid, SIGTERM);
+  EXPECT_EQ(wait_child(child.pid, std::chrono::seconds(10)), 128 + SIGTERM);
+  auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_GE(took, std::chrono::milliseconds(250));
+  EXPECT_LT(took, std::chrono::seconds(3));
+  EXPECT_TRUE(process_dead(w0)) << "the worker was reaped before ddprun exited";
+  // Its children (sleep) got SIGKILL with the group and die a moment later.
+  EXPECT_TRUE(eventually([&] { return live_members_of_group(w0).empty(); }));
+}
+
+TEST_F(DdprunTest, SignalWhileWaitingForOtherNodesExitsAtOnce) {
+  Child child = spawn(cmd({"--nnodes=2", "--node_rank=0", "--master_port=" + std::to_string(free_port()),
+                           "--no_python"},
+                          {worker(), "env", dir_.str()}),
+                      base_env(), dir_.path());
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // now blocked in rendezvous
+  auto start = std::chrono::steady_clock::now();
+  ::kill(child.pid, SIGINT);
+  EXPECT_EQ(wait_child(child.pid, std::chrono::seconds(10)), 128 + SIGINT);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+  EXPECT_NE(read_text(child.err).find("received SIGINT while waiting for the other nodes"),
+            std::string::npos) << read_text(child.err);
+}
+
+// ---------------------------------------------------------------- logs
+
+TEST_F(DdprunTest, LinesArePrefixedAndNeverInterleaved) {
+  auto result = run(cmd({"--standalone", "--nproc_per_node=4", "--no_python"},
+                        {worker(), "lines", "1500", "300"}),
+                    base_env(), dir_.path());
+  ASSERT_EQ(result.code, 0) << result.err;
+  auto lines = lines_of(result.out);
+  EXPECT_EQ(lines.size(), 4u * 1500u);
+  std::regex line_re(R"(^\[default([0-3])\]:r([0-3]) line ([0-9]+) ([a-d])+$)");
+  std::map<int, int> next;
+  for (const auto& line : lines) {
+    std::smatch m;
+    ASSERT_TRUE(std::regex_match(line, m, line_re)) << "cut line: " << line.substr(0, 120);
+    ASSERT_EQ(m[1], m[2]);
+    int rank = std::stoi(m[1]);
+    EXPECT_EQ(std::stoi(m[3]), next[rank]++) << "lines of a worker stay in order";
+    EXPECT_EQ(line.size(), std::string("[default0]:").size() + 300);
+  }
+  EXPECT_EQ(lines_of(result.err).size(), 4u * 1500u);
+}
+
+TEST_F(DdprunTest, TeeAndRedirectFiles) {
+  const std::string logs = dir_.str() + "/logs";
+  // -t 3 for everyone except local rank 1, which redirects stdout (-r 1:1).
+  auto result = run(cmd({"--standalone", "--nproc_per_node=2", "--rdzv_id=x", "--log-dir", logs,
+                         "-t", "0:3", "-r", "1:1", "--no_python"},
+                        {worker(), "lines", "3", "20"}),
+                    base_env(), dir_.path());
+  ASSERT_EQ(result.code, 0) << result.err;
+  // Standalone makes up a run id: find the one directory.
+  std::vector<fs::path> runs;
+  for (const auto& entry : fs::directory_iterator(logs)) runs.push_back(entry.path());
+  ASSERT_EQ(runs.size(), 1u);
+  const fs::path a0 = runs[0] / "attempt_0";
+  std::string out0 = read_text(a0 / "0" / "stdout.log");
+  std::string err0 = read_text(a0 / "0" / "stderr.log");
+  std::string out1 = read_text(a0 / "1" / "stdout.log");
+  EXPECT_EQ(lines_of(out0).size(), 3u);
+  EXPECT_TRUE(out0.starts_with("r0 line 0 ")) << "files hold raw lines, no prefix: " << out0;
+  EXPECT_EQ(err0, "err 0 0\nerr 0 1\nerr 0 2\n");
+  EXPECT_TRUE(out1.starts_with("r1 line 0 ")) << out1;
+  EXPECT_FALSE(fs::exists(a0 / "1" / "stderr.log"));
+  // Console: tee'd rank 0 stdout with prefix; redirected rank 1 stdout absent.
+  EXPECT_NE(result.out.find("[default0]:r0 line 2"), std::string::npos) << result.out;
+  EXPECT_EQ(result.out.find("r1 line"), std::string::npos) << result.out;
+  EXPECT_NE(result.err.find("[default1]:err 1 0"), std::string::npos) << result.err;
+  EXPECT_NE(result.err.find("[default0]:err 0 0"), std::string::npos) << result.err;
+}
+
+TEST_F(DdprunTest, LocalRanksFilterAndPrefixTemplate) {
+  auto env = base_env();
+  env["TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"] = "<${role_name}|${rank}|${local_rank}> ";
+  auto result = run(cmd({"--standalone", "--nproc_per_node=3", "--role=trainer",
+                         "--local_ranks_filter=1,2", "--no_python"},
+                        {worker(), "lines", "2", "12"}),
+                    env, dir_.path());
+  ASSERT_EQ(result.code, 0) << result.err;
+  EXPECT_EQ(result.out.find("r0 line"), std::string::npos) << result.out;
+  EXPECT_NE(result.out.find("<trainer|1|1> r1 line 0"), std::string::npos) << result.out;
+  EXPECT_NE(result.out.find("<trainer|2|2> r2 line 1"), std::string::npos) << result.out;
+  EXPECT_EQ(lines_of(result.out).size(), 4u);
+}
+
+// ---------------------------------------------------------------- command line
+
+struct BadLine {
+  std::vector<std::string> args;
+  std::string message;
+};
+
+TEST_F(DdprunTest, BadCommandLinesGetOneLineAndExitCode2) {
+  const std::string w = "W";  // expands to: test_worker env <dir>
+  const std::vector<BadLine> cases = {
+      {{"--nproc_per_node=x", w}, "--nproc_per_node: expected a positive integer"},
+      {{"--nproc_per_node=0", w}, "--nproc_per_node: expected a positive integer"},
+      {{"--nnodes=3:2", w}, "--nnodes: expected 0 < MIN <= MAX"},
+      {{"--nnodes=two", w}, "--nnodes: expected N or MIN:MAX"},
+      {{"--nnodes=1:2", w}, "the static backend needs a fixed number of nodes"},
+      {{"--rdzv_backend=zookeeper", w}, "--rdzv_backend: expected static or c10d"},
+      {{"--rdzv_backend=etcd", w}, "not supported yet"},
+      {{"--rdzv_backend=c10d", w}, "needs --rdzv_endpoint"},
+      {{"--rdzv_backend=c10d", "--rdzv_endpoint=host:99999", w}, "--rdzv_endpoint: expected host[:port]"},
+      {{"--rdzv_conf=join_timeout", w}, "--rdzv_conf: expected key=value"},
+      {{"--rdzv_conf=join_timeout=soon", w}, "join_timeout: expected a non-negative number"},
+      {{"--nnodes=2", "--node_rank=2", w}, "--node_rank: expected an integer in [0, 2)"},
+      {{"--master_port=70000", w}, "--master_port: expected a port in 1..65535"},
+      {{"--max_restarts=-1", w}, "--max_restarts: expected a non-negative integer"},
+      {{"--monitor_interval=0", w}, "--monitor_interval: expected a positive number"},
+      {{"-r", "5", w}, "-r/--redirects: expected 0 (none)"},
+      {{"--tee=0:9", w}, "-t/--tee: expected 0 (none)"},
+      {{"--nproc_per_node=2", "-r", "3:1", w}, "local rank 3 does not exist"},
+      {{"--nproc_per_node=2", "--local_ranks_filter=0,2", w}, "--local_ranks_filter: expected comma-separated local ranks in [0, 2)"},
+      {{"--signals_to_handle=SIGKILL", w}, "unknown or unsupported signal 'SIGKILL'"},
+      {{"--exit_barrier_timeout=-3", w}, "--exit_barrier_timeout: expected a non-negative number"},
+      {{"--standalone", "--nnodes=2", w}, "--standalone runs a single node"},
+      {{"--no_python", "-m", "pkg"}, "--no_python and -m/--module cannot be used together"},
+      {{"--role", "", w}, "--role: must not be empty"},
+      {{"--start_method=thread", w}, "--start_method: expected spawn, fork or forkserver"},
+      {{"--bogus", w}, "unrecognized option '--bogus'"},
+      {{"--nproc_per_node"}, "option --nproc_per_node needs a value"},
+      {{}, "missing the program to run"},
+      {{"--no_python", "/nonexistent/prog"}, "program '/nonexistent/prog' not found"},
+      {{"--no_python", "no-such-program-xyz"}, "not found or not executable (searched PATH)"},
+      {{"missing_script.py"}, "program 'missing_script.py' not found"},
+  };
+  for (const auto& c : cases) {
+    std::vector<std::string> argv{ddprun()};
+    for (const auto& arg : c.args) {
+      if (arg == "W") {
+        // If anything started, the worker would write an env file into dir_.
+        argv.insert(argv.end(), {worker(), "env", dir_.str()});
+      } else {
+        argv.push_back(arg);
+      }
+    }
+    std::string shown;
+    for (const auto& a : c.args) shown += a + " ";
+    auto result = run(argv, base_env(), dir_.path());
+    EXPECT_EQ(result.code, 2) << shown << "\n" << result.err;
+    EXPECT_TRUE(result.out.empty()) << shown;
+    EXPECT_EQ(lines_of(result.err).size(), 1u) << shown << "\n" << result.err;
+    EXPECT_TRUE(result.err.starts_with("ddprun: error: ")) << shown << result.err;
+    EXPECT_NE(result.err.find(c.message), std::string::npos)
+        << shown << "\nexpected: " << c.message << "\ngot: " << result.err;
+  }
+  EXPECT_TRUE(fs::is_empty(dir_.path())) << "a worker was started";
+}
+
+TEST_F(DdprunTest, BadPetValueNamesTheVariable) {
+  auto env = base_env();
+  env["PET_MAX_RESTARTS"] = "many";
+  auto result = run({ddprun(), "--no_python", worker(), "exit", "0"}, env, dir_.path());
+  EXPECT_EQ(result.code, 2);
+  EXPECT_NE(result.err.find("--max_restarts (from PET_MAX_RESTARTS)"), std::string::npos) << result.err;
+}
+
+TEST_F(DdprunTest, MasterPortInUseIsAClearError) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(::listen(fd, 1), 0);
+  socklen_t len = sizeof(addr);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  const std::string port = std::to_string(ntohs(addr.sin_port));
+  auto result = run(cmd({"--master_port=" + port, "--no_python"}, {worker(), "env", dir_.str()}),
+                    base_env(), dir_.path());
+  ::close(fd);
+  EXPECT_EQ(result.code, 1);
+  EXPECT_NE(result.err.find("port " + port), std::string::npos) << result.err;
+  EXPECT_NE(result.err.find("in use"), std::string::npos) << result.err;
+  EXPECT_FALSE(fs::exists(dir_.path() / "env_0_0.json"));
+}
+
+TEST_F(DdprunTest, HelpAndVersion) {
+  auto help = run({ddprun(), "--help"}, base_env(), dir_.path());
+  EXPECT_EQ(help.code, 0);
+  for (const char* flag : {"--nnodes", "--nproc_per_node,--nproc-per-node", "--standalone",
+                           "--rdzv_backend", "--rdzv_endpoint", "--rdzv_id", "--rdzv_conf",
+                           "--node_rank", "--master_addr", "--master_port", "--local_addr",
+                           "--max_restarts", "--monitor_interval", "--role", "--no_python",
+                           "-m,--module", "--log_dir", "-r,--redirects", "-t,--tee",
+                           "--local_ranks_filter", "--signals_to_handle",
+                           "--exit_barrier_timeout", "--version", "usage: ddprun"}) {
+    EXPECT_NE(help.out.find(flag), std::string::npos) << flag;
+  }
+  auto version = run({ddprun(), "--version"}, base_env(), dir_.path());
+  EXPECT_EQ(version.code, 0);
+  EXPECT_TRUE(version.out.starts_with("ddprun ")) << version.out;
+}
+
+// ---------------------------------------------------------------- Python
+
+TEST_F(DdprunTest, PythonProgramRunsUnbufferedWithPython3) {
+  // A fake python3 first on PATH shows what ddprun executes.
+  fs::create_directories(dir_.path() / "bin");
+  {
+    std::ofstream fake(dir_.path() / "bin" / "python3");
+    fake << "#!/bin/sh\necho \"python3 $*\"\n";
+  }
+  fs::permissions(dir_.path() / "bin" / "python3", fs::perms::owner_all);
+  std::ofstream(dir_.path() / "train.py") << "print('hi')\n";
+  auto env = base_env();
+  env["PATH"] = dir_.str() + "/bin:" + env["PATH"];
+  auto script = run(cmd({"--standalone"}, {(dir_.path() / "train.py").string(), "--lr", "${local_rank}"}),
+                    env, dir_.path());
+  EXPECT_EQ(script.code, 0) << script.err;
+  EXPECT_EQ(script.out, "[default0]:python3 -u " + (dir_.path() / "train.py").string() + " --lr 0\n");
+  auto module = run(cmd({"--standalone", "-m"}, {"pkg.mod", "x"}), env, dir_.path());
+  EXPECT_EQ(module.code, 0) << module.err;
+  EXPECT_EQ(module.out, "[default0]:python3 -u -m pkg.mod x\n");
+}
+
+TEST_F(DdprunTest, PyTorchGlooAllReduce) {
+  if (std::system("/usr/bin/python3 -c 'import torch.distributed' >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "/usr/bin/python3 cannot import torch";
+  }
+  std::ofstream(dir_.path() / "allreduce.py") <<
+      "import os, torch, torch.distributed as dist\n"
+      "dist.init_process_group('gloo')\n"
+      "t = torch.tensor([float(dist.get_rank() + 1)])\n"
+      "dist.all_reduce(t)\n"
+      "assert t.item() == 3.0, t\n"
+      "print(f'rank {dist.get_rank()}/{dist.get_world_size()} sum {t.item()}')\n"
+      "dist.destroy_process_group()\n";
+  auto env = base_env();
+  env["PYTHON_EXEC"] = "/usr/bin/python3";
+  auto result = run(cmd({"--standalone", "--nproc_per_node=2"},
+                        {(dir_.path() / "allreduce.py").string()}),
+                    env, dir_.path(), std::chrono::seconds(90));
+  EXPECT_EQ(result.code, 0) << result.out << result.err;
+  EXPECT_NE(result.out.find("[default0]:rank 0/2 sum 3.0"), std::string::npos) << result.out;
+  EXPECT_NE(result.out.find("[default1]:rank 1/2 sum 3.0"), std::string::npos) << result.out;
+}
+
+TEST_F(DdprunTest, PyTorchRecordErrorFileReachesTheReport) {
+  if (std::system("/usr/bin/python3 -c 'import torch.distributed' >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "/usr/bin/python3 cannot import torch";
+  }
+  std::ofstream(dir_.path() / "fails.py") <<
+      "from torch.distributed.elastic.multiprocessing.errors import record\n"
+      "@record\n"
+      "def main():\n"
+      "    raise ValueError('bad batch size 7')\n"
+      "main()\n";
+  auto env = base_env();
+  env["PYTHON_EXEC"] = "/usr/bin/python3";
+  auto result = run(cmd({"--standalone", "--nproc_per_node=1"}, {(dir_.path() / "fails.py").string()}),
+                    env, dir_.path(), std::chrono::seconds(90));
+  EXPECT_EQ(result.code, 1) << result.err;
+  EXPECT_NE(result.err.find("fails.py FAILED"), std::string::npos) << result.err;
+  EXPECT_NE(result.err.find("traceback : Traceback (most recent call last):"), std::string::npos)
+      << result.err;
+  EXPECT_NE(result.err.find("ValueError: bad batch size 7"), std::string::npos) << result.err;
+  EXPECT_EQ(result.err.find("error_file: <N/A>"), std::string::npos) << result.err;
+}
+
+}  // namespace
+}  // namespace ddp::test
