@@ -2,6 +2,9 @@
 //
 // Reads frames, runs the handshake, hands operations to the StoreHandler and
 // writes the replies, batching every reply produced by one read into one write.
+// The socket is non-blocking: a reply is written directly when the socket takes
+// it (the common case), through async_write only for what does not fit, so no
+// write completion has to be scheduled per request.
 // A parked request keeps reading (to notice a disconnect) but buffers further
 // frames until it completes. Errors close only this connection: an error reply is
 // flushed, the write side shut down, and the rest of the input drained briefly so

@@ -1,6 +1,7 @@
 #include "store_handler.h"
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 
 #include "ddp/common/error.h"
@@ -62,10 +63,14 @@ bool StoreHandler::handle(const protocol::Request& q, std::string& out, Waiter* 
         std::string key(q.key);
         auto result =
             store_util::add_to_decimal(it == data_.end() ? nullptr : &it->second, q.delta, "", key);
+        // Format in place: a counter's string keeps its capacity (no allocation per add).
+        char digits[24];
+        auto end = std::to_chars(digits, digits + sizeof(digits), result).ptr;
+        std::string_view text(digits, static_cast<std::size_t>(end - digits));
         if (it != data_.end()) {
-          it->second = std::to_string(result);
+          it->second.assign(text);
         } else {
-          data_.emplace(std::move(key), std::to_string(result));
+          data_.emplace(std::move(key), std::string(text));
         }
         wake(q.key);
         protocol::encode_integer(out, result);
@@ -174,9 +179,9 @@ void StoreHandler::wake(std::string_view key) {
       key_waiters_[p.keys[p.next]].push_back(w);
       continue;
     }
-    std::vector<std::string_view> keys(p.keys.begin(), p.keys.end());
+    wake_views_.assign(p.keys.begin(), p.keys.end());
     scratch_.clear();
-    reply_ready(p.op, keys, scratch_);
+    reply_ready(p.op, wake_views_, scratch_);
     parked_.erase(pit);
     w->on_wake(scratch_);
   }

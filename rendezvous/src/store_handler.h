@@ -79,7 +79,8 @@ class StoreHandler {
   std::unordered_map<std::string, std::vector<Waiter*>, Hash, std::equal_to<>> key_waiters_;
   std::unordered_map<const Waiter*, Parked> parked_;
   std::string scratch_;
-  std::vector<std::string_view> views_;
+  std::vector<std::string_view> views_;       // handle(): the keys of a get/wait/multi_get
+  std::vector<std::string_view> wake_views_;  // wake(): the keys of a completed request
 };
 
 }  // namespace ddp

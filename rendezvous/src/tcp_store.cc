@@ -39,6 +39,9 @@ constexpr Store::Duration kForever = std::chrono::hours(24 * 365 * 100);
 constexpr std::size_t kReadChunk = 16 * 1024;
 // A blocking receive wakes up at least this often to look at its deadline.
 constexpr Store::Duration kMaxReceiveTimeout = std::chrono::hours(1);
+// A receive timeout at least this long is not shortened for a call with a
+// later deadline (waking up once a second to re-check costs nothing).
+constexpr Store::Duration kKeptReceiveTimeout = std::chrono::seconds(1);
 
 std::string errno_text(int err) { return std::strerror(err); }
 
@@ -282,13 +285,15 @@ class TcpStore::Connection {
     }
   }
 
-  // Sets SO_RCVTIMEO to the time left, unless the current setting neither
-  // overshoots the deadline nor wakes up much too early (an early wake-up just
-  // re-arms). Most calls thus need no setsockopt at all.
+  // Sets SO_RCVTIMEO to the time left, unless the current setting does not
+  // overshoot the deadline and does not wake up too often: an early wake-up only
+  // loops and re-checks the deadline, so a setting of at least
+  // kKeptReceiveTimeout (or half the time left) is kept. Consecutive calls with
+  // different timeouts (plain calls, blocking gets) thus need no setsockopt.
   void arm_receive_timeout(const Deadline& deadline) {
     auto left = std::clamp(deadline.remaining(), Store::Duration(1), kMaxReceiveTimeout);
     if (receive_timeout_ > Store::Duration(0) && receive_timeout_ <= left + Store::Duration(20) &&
-        receive_timeout_ >= left / 2) {
+        (receive_timeout_ >= left / 2 || receive_timeout_ >= kKeptReceiveTimeout)) {
       return;
     }
     timeval tv{};
