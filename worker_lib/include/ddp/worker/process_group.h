@@ -20,9 +20,13 @@
 #include <exception>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace ddp {
+
+struct Half;      // half.h
+struct BFloat16;  // half.h
 
 enum class DType : std::uint8_t { kFloat32, kFloat64, kFloat16, kBFloat16, kInt32, kInt64, kUInt8 };
 
@@ -119,6 +123,8 @@ template <> constexpr DType dtype_of<double>() { return DType::kFloat64; }
 template <> constexpr DType dtype_of<std::int32_t>() { return DType::kInt32; }
 template <> constexpr DType dtype_of<std::int64_t>() { return DType::kInt64; }
 template <> constexpr DType dtype_of<std::uint8_t>() { return DType::kUInt8; }
+template <> constexpr DType dtype_of<Half>() { return DType::kFloat16; }
+template <> constexpr DType dtype_of<BFloat16>() { return DType::kBFloat16; }
 }  // namespace detail
 
 template <typename T>

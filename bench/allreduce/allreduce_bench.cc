@@ -1,0 +1,121 @@
+// allreduce_bench: float32 SUM allreduce over ddp's Gloo backend, sizes 4 KiB
+// to 256 MiB, with nccl-tests' figures: time per op, algbw = bytes / time,
+// busbw = algbw * 2(n-1)/n. Run it under ddprun (or env://) with 2+ ranks.
+//
+//   ddprun --standalone --nproc_per_node=2 allreduce_bench [--min 4K] [--max 256M]
+//          [--algorithm auto|ring|bcube|direct] [--json out.jsonl]
+//
+// Rank 0 prints the table (and writes one JSON object per size with --json).
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "ddp/worker/init.h"
+
+namespace {
+
+std::size_t parse_size(const std::string& text) {
+  std::size_t value = std::stoull(text);
+  char unit = text.empty() ? ' ' : text.back();
+  if (unit == 'K' || unit == 'k') value *= 1024;
+  if (unit == 'M' || unit == 'm') value *= 1024 * 1024;
+  if (unit == 'G' || unit == 'g') value *= 1024ull * 1024 * 1024;
+  return value;
+}
+
+std::string human(std::size_t bytes) {
+  if (bytes >= 1024 * 1024) return fmt::format("{}M", bytes / (1024 * 1024));
+  if (bytes >= 1024) return fmt::format("{}K", bytes / 1024);
+  return fmt::format("{}", bytes);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"ddp allreduce benchmark"};
+  std::string min_text = "4K", max_text = "256M", algorithm = "auto", json_path;
+  double seconds_per_size = 1.0;
+  app.add_option("--min", min_text, "smallest message (bytes, K/M suffix)");
+  app.add_option("--max", max_text, "largest message");
+  app.add_option("--algorithm", algorithm, "auto, ring, bcube or direct");
+  app.add_option("--seconds", seconds_per_size, "approximate time budget per size");
+  app.add_option("--json", json_path, "write one JSON object per size (rank 0)");
+  std::string segment_text;
+  app.add_option("--segment", segment_text, "Gloo ring segment size (default: GlooOptions' 1M)");
+  std::string direct_text;
+  app.add_option("--direct-max", direct_text, "largest message of the direct algorithm under auto");
+  CLI11_PARSE(app, argc, argv);
+
+  ddp::InitOptions options;
+  if (algorithm == "ring") options.gloo.allreduce_algorithm = ddp::AllreduceAlgorithm::kRing;
+  else if (algorithm == "bcube") options.gloo.allreduce_algorithm = ddp::AllreduceAlgorithm::kBcube;
+  else if (algorithm == "direct") options.gloo.allreduce_algorithm = ddp::AllreduceAlgorithm::kDirect;
+  else if (algorithm != "auto") {
+    std::fprintf(stderr, "unknown --algorithm %s\n", algorithm.c_str());
+    return 2;
+  }
+  if (!segment_text.empty()) options.gloo.max_segment_bytes = parse_size(segment_text);
+  if (!direct_text.empty()) options.gloo.direct_max_bytes = parse_size(direct_text);
+  ddp::init_process_group(options);
+  auto pg = ddp::default_group();
+  const int n = pg->size();
+  const std::size_t min_bytes = parse_size(min_text), max_bytes = parse_size(max_text);
+  std::ofstream json;
+  if (pg->rank() == 0 && !json_path.empty()) json.open(json_path);
+  if (pg->rank() == 0) {
+    std::printf("# ddp gloo allreduce, float32 sum, %d ranks, algorithm %s\n", n, algorithm.c_str());
+    std::printf("%10s %8s %12s %12s %12s %12s\n", "size", "iters", "time_us", "median_us",
+                "algbw_GB/s", "busbw_GB/s");
+  }
+  std::vector<float> buf(max_bytes / sizeof(float), 1.0f);
+  for (std::size_t bytes = min_bytes; bytes <= max_bytes; bytes *= 2) {
+    const std::size_t count = bytes / sizeof(float);
+    auto view = ddp::Buffer::of(buf.data(), count);
+    // Warm up, then estimate the time of one op to size the timed loop.
+    for (int i = 0; i < 3; ++i) pg->allreduce(view)->wait();
+    auto t0 = std::chrono::steady_clock::now();
+    pg->allreduce(view)->wait();
+    double one = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    // All ranks must agree on the iteration count: take rank 0's.
+    std::vector<std::int64_t> iters_v = {std::clamp<std::int64_t>(
+        static_cast<std::int64_t>(seconds_per_size / std::max(one, 1e-6)), 3, 2000)};
+    pg->broadcast(ddp::Buffer::of(iters_v), 0)->wait();
+    const auto iters = iters_v[0];
+    pg->barrier()->wait();
+    std::vector<double> each(static_cast<std::size_t>(iters));
+    auto start = std::chrono::steady_clock::now();
+    for (std::int64_t i = 0; i < iters; ++i) {
+      auto t = std::chrono::steady_clock::now();
+      pg->allreduce(view)->wait();
+      each[static_cast<std::size_t>(i)] =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+    }
+    std::vector<double> elapsed = {
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()};
+    pg->allreduce(ddp::Buffer::of(elapsed), ddp::ReduceOp::kMax)->wait();
+    double seconds = elapsed[0] / static_cast<double>(iters);
+    std::sort(each.begin(), each.end());
+    double median = each[each.size() / 2];
+    double algbw = static_cast<double>(bytes) / seconds / 1e9;
+    double busbw = algbw * 2.0 * (n - 1) / n;
+    if (pg->rank() == 0) {
+      std::printf("%10s %8lld %12.1f %12.1f %12.3f %12.3f\n", human(bytes).c_str(),
+                  static_cast<long long>(iters), seconds * 1e6, median * 1e6, algbw, busbw);
+      std::fflush(stdout);
+      if (json.is_open()) {
+        json << fmt::format(R"({{"impl": "ddp", "bytes": {}, "iters": {}, "time_us": {:.2f}, "median_us": {:.2f}, "algbw": {:.4f}, "busbw": {:.4f}}})",
+                            bytes, iters, seconds * 1e6, median * 1e6, algbw, busbw)
+             << "\n";
+      }
+    }
+    if (bytes > max_bytes / 2) break;  // avoid overflow of the doubling at the top
+  }
+  ddp::destroy_process_group();
+  return 0;
+}

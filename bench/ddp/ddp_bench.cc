@@ -1,0 +1,391 @@
+// ddp_bench: data-parallel training throughput on 2 local ranks, side by side:
+//   - ddp::torch::DistributedDataParallel (libtorch adapter) vs PyTorch's
+//     DistributedDataParallel (/usr/bin/python3, torch 1.13, gloo): same MLP,
+//     same batch, same bucket cap, synthetic data;
+//   - the share of all-reduce time hidden behind the backward pass, with
+//     buckets and with one whole-model bucket:
+//       hidden = 1 - (step_time_ddp - step_time_without_comm) / allreduce_time
+//     where allreduce_time is a blocking all-reduce of all gradients (same size);
+//   - the plain C++ path (OpenBLAS MLP + ddp::DistributedDataParallel).
+// Every configuration runs as 2 processes of this binary (or of the Python
+// script) started with env:// variables; rank 0 reports one RESULT line.
+//
+//   ddp_bench [--layers 784,1024,1024,1024,1024,10] [--batch 64] [--steps 30] [--bucket-cap-mb 4]
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cblas.h>
+
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "ddp/worker/ddp.h"
+#include "ddp/worker/init.h"
+#include "mlp.h"
+#ifdef DDP_WITH_TORCH
+#include <torch/torch.h>
+
+#include "ddp/worker/torch/distributed_data_parallel.h"
+#endif
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Args {
+  std::string layers = "784,1024,1024,1024,1024,10";
+  int batch = 64;
+  int steps = 30;
+  int warmup = 3;
+  double bucket_cap_mb = 4;
+  std::string mode;  // worker mode; empty: the driver
+  std::string python = "/usr/bin/python3";
+  int repeat = 3;
+};
+
+std::vector<int> parse_layers(const std::string& s) {
+  std::vector<int> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) out.push_back(std::stoi(item));
+  if (out.size() < 2) throw std::runtime_error("--layers needs at least 2 widths");
+  return out;
+}
+
+std::size_t param_count(const std::vector<int>& l) {
+  std::size_t n = 0;
+  for (std::size_t i = 0; i + 1 < l.size(); ++i) n += static_cast<std::size_t>(l[i]) * l[i + 1] + l[i + 1];
+  return n;
+}
+
+// Times `steps` calls of step() between barriers; rank 0 prints the RESULT line.
+// `extra` (optional) adds fields to the RESULT line after the timed loop.
+template <typename Step>
+void timed(const Args& a, ddp::ProcessGroup& pg, Step&& step,
+           const std::function<std::string()>& extra = {}) {
+  for (int i = 0; i < a.warmup; ++i) step();
+  pg.barrier()->wait();
+  const auto t0 = Clock::now();
+  for (int i = 0; i < a.steps; ++i) step();
+  pg.barrier()->wait();
+  const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (pg.rank() == 0) {
+    std::printf("RESULT samples_per_s=%.1f step_ms=%.3f %s\n",
+                static_cast<double>(a.steps) * a.batch * pg.size() / secs, 1000.0 * secs / a.steps,
+                extra ? extra().c_str() : "");
+    std::fflush(stdout);
+  }
+}
+
+// Means of the Reducer's own per-step statistics over the timed steps.
+struct StatSum {
+  double comm = 0, exposed = 0, backward = 0;
+  int n = 0;
+  void add(const ddp::ReducerStats& s) {
+    comm += s.comm_ms;
+    exposed += s.exposed_comm_ms;
+    backward += s.backward_ms;
+    ++n;
+  }
+  std::string str() const {
+    char buf[256];
+    std::snprintf(buf, sizeof buf, "reducer_comm_ms=%.3f reducer_exposed_ms=%.3f reducer_backward_ms=%.3f",
+                  n ? comm / n : 0.0, n ? exposed / n : 0.0, n ? backward / n : 0.0);
+    return buf;
+  }
+};
+
+ddp::ReducerOptions reducer_options(const Args& a, bool single_bucket) {
+  ddp::ReducerOptions o;
+  const double cap = single_bucket ? 1e6 : a.bucket_cap_mb;
+  o.bucket_cap_bytes = static_cast<std::size_t>(cap * ddp::kMiB);
+  o.first_bucket_cap_bytes = single_bucket ? o.bucket_cap_bytes : std::min<std::size_t>(ddp::kMiB, o.bucket_cap_bytes);
+  return o;
+}
+
+void run_worker(const Args& a) {
+  ddp::init_process_group();
+  auto pg = ddp::default_group();
+  const auto layers = parse_layers(a.layers);
+  const std::string& m = a.mode;
+  if (m == "allreduce") {
+    std::vector<float> grads(param_count(layers), 1.0f);
+    timed(a, *pg, [&] { pg->allreduce(ddp::Buffer::of(grads))->wait(); });
+  } else if (m == "cpp" || m == "cpp-single" || m == "cpp-local") {
+    openblas_set_num_threads(1);
+    ddp::examples::Mlp model(layers, 1);
+    std::vector<float> x(static_cast<std::size_t>(a.batch) * layers[0], 0.5f);
+    std::vector<std::uint8_t> y(static_cast<std::size_t>(a.batch));
+    for (int i = 0; i < a.batch; ++i) {
+      x[static_cast<std::size_t>(i) * layers[0] + static_cast<std::size_t>(i) % layers[0]] = 2.0f;
+      y[static_cast<std::size_t>(i)] = static_cast<std::uint8_t>(i % layers.back());
+    }
+    if (m == "cpp-local") {
+      timed(a, *pg, [&] {
+        model.forward_loss(x.data(), y.data(), a.batch);
+        model.backward(1.0f, {});
+        model.sgd_step(0.01f, 0.0f, 0.0f);
+      });
+    } else {
+      std::vector<ddp::Parameter> params;
+      for (std::size_t i = 0; i < model.num_params(); ++i) {
+        params.push_back({model.name(i), model.shape(i), ddp::Buffer::of(model.value(i)),
+                          ddp::Buffer::of(model.own_grad(i).data(), model.own_grad(i).size())});
+      }
+      ddp::DdpOptions o;
+      o.reducer = reducer_options(a, m == "cpp-single");
+      ddp::DistributedDataParallel d(pg, params, {}, o);
+      StatSum stats;
+      timed(a, *pg, [&] {
+        d.begin_forward();
+        model.forward_loss(x.data(), y.data(), a.batch);
+        d.begin_backward();
+        model.backward(1.0f, [&](std::size_t i) { d.grad_ready(i); });
+        d.finalize();
+        stats.add(d.stats().reducer);
+        model.sgd_step(0.01f, 0.0f, 0.0f);
+      }, [&] { return stats.str(); });
+    }
+#ifdef DDP_WITH_TORCH
+  } else if (m == "torch" || m == "torch-single" || m == "torch-local" || m == "torch-fp16") {
+    torch::set_num_threads(1);
+    torch::manual_seed(0);
+    torch::nn::Sequential net;
+    for (std::size_t i = 0; i + 1 < layers.size(); ++i) {
+      net->push_back(torch::nn::Linear(layers[i], layers[i + 1]));
+      if (i + 2 < layers.size()) net->push_back(torch::nn::ReLU());
+    }
+    torch::manual_seed(1 + pg->rank());
+    auto x = torch::randn({a.batch, layers[0]});
+    auto y = torch::randint(0, layers.back(), {a.batch}, torch::kLong);
+    torch::optim::SGD opt(net->parameters(), 0.01);
+    if (m == "torch-local") {
+      timed(a, *pg, [&] {
+        opt.zero_grad();
+        torch::cross_entropy_loss(net->forward(x), y).backward();
+        opt.step();
+      });
+    } else {
+      ddp::torch::DistributedDataParallelOptions o;
+      o.reducer = reducer_options(a, m == "torch-single");
+      if (m == "torch-fp16") o.reducer.comm_hook = ddp::fp16_compress_hook();
+      ddp::torch::DistributedDataParallel model(net, pg, o);
+      StatSum stats;
+      timed(a, *pg, [&] {
+        opt.zero_grad();
+        torch::cross_entropy_loss(model.forward(x), y).backward();
+        stats.add(model.stats());
+        opt.step();
+      }, [&] { return stats.str(); });
+    }
+#endif
+  } else {
+    throw std::runtime_error("unknown --mode " + m);
+  }
+  ddp::destroy_process_group();
+}
+
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof addr;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    ::close(fd);
+    throw std::runtime_error("cannot find a free port");
+  }
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+// Runs `argv` as 2 ranks; returns rank 0's RESULT fields.
+std::map<std::string, double> run_pair(const std::vector<std::string>& argv) {
+  const int port = free_port();
+  int pipe_fds[2];
+  if (::pipe(pipe_fds) != 0) throw std::runtime_error("pipe failed");
+  std::vector<pid_t> pids;
+  for (int rank = 0; rank < 2; ++rank) {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      ::setenv("MASTER_ADDR", "127.0.0.1", 1);
+      ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+      ::setenv("RANK", std::to_string(rank).c_str(), 1);
+      ::setenv("LOCAL_RANK", std::to_string(rank).c_str(), 1);
+      ::setenv("WORLD_SIZE", "2", 1);
+      ::setenv("LOCAL_WORLD_SIZE", "2", 1);
+      ::setenv("OMP_NUM_THREADS", "1", 1);
+      ::unsetenv("DDP_STORE_ADDR");
+      if (rank == 0) ::dup2(pipe_fds[1], 1);
+      ::close(pipe_fds[0]);
+      ::close(pipe_fds[1]);
+      std::vector<char*> args;
+      for (const auto& s : argv) args.push_back(const_cast<char*>(s.c_str()));
+      args.push_back(nullptr);
+      ::execv(args[0], args.data());
+      ::_exit(127);
+    }
+    pids.push_back(pid);
+  }
+  ::close(pipe_fds[1]);
+  std::string out;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::read(pipe_fds[0], buf, sizeof buf)) > 0) out.append(buf, static_cast<std::size_t>(n));
+  ::close(pipe_fds[0]);
+  bool ok = true;
+  for (pid_t pid : pids) {
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    ok = ok && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  }
+  std::map<std::string, double> fields;
+  const auto pos = out.find("RESULT ");
+  if (!ok || pos == std::string::npos) {
+    std::fprintf(stderr, "ddp_bench: %s failed:\n%s\n", argv[0].c_str(), out.c_str());
+    return fields;
+  }
+  std::stringstream ss(out.substr(pos + 7, out.find('\n', pos) - pos - 7));
+  std::string kv;
+  while (ss >> kv) {
+    const auto eq = kv.find('=');
+    if (eq != std::string::npos) fields[kv.substr(0, eq)] = std::stod(kv.substr(eq + 1));
+  }
+  return fields;
+}
+
+int run_driver(const Args& a, const std::string& self) {
+  const auto layers = parse_layers(a.layers);
+  const std::vector<std::string> common = {"--layers", a.layers, "--batch", std::to_string(a.batch),
+                                           "--steps", std::to_string(a.steps), "--warmup",
+                                           std::to_string(a.warmup), "--bucket-cap-mb",
+                                           std::to_string(a.bucket_cap_mb)};
+  // The machine may be shared: each configuration runs `repeat` times and the
+  // fastest run counts (the least disturbed one).
+  auto best_of = [&](const std::vector<std::string>& argv) {
+    std::map<std::string, double> best;
+    for (int i = 0; i < std::max(a.repeat, 1); ++i) {
+      auto r = run_pair(argv);
+      if (!r.empty() && (best.empty() || r["samples_per_s"] > best["samples_per_s"])) best = r;
+    }
+    return best;
+  };
+  auto mode = [&](const std::string& m) {
+    std::vector<std::string> v = {self, "--mode", m};
+    v.insert(v.end(), common.begin(), common.end());
+    return best_of(v);
+  };
+  std::printf("ddp_bench: 2 ranks on this machine, MLP %s (%.1f M params, %.1f MiB of gradients), "
+              "batch %d per rank, %d steps, bucket cap %.1f MiB, best of %d runs\n",
+              a.layers.c_str(), static_cast<double>(param_count(layers)) / 1e6,
+              static_cast<double>(param_count(layers)) * 4 / static_cast<double>(ddp::kMiB), a.batch,
+              a.steps, a.bucket_cap_mb, a.repeat);
+  std::fflush(stdout);
+  auto allreduce = mode("allreduce");
+  std::vector<std::string> py = {a.python, std::string(DDP_BENCH_DIR) + "/torch_ddp_bench.py", "--layers",
+                                 a.layers, "--batch", std::to_string(a.batch), "--steps",
+                                 std::to_string(a.steps), "--warmup", std::to_string(a.warmup),
+                                 "--bucket-cap-mb", std::to_string(a.bucket_cap_mb)};
+  auto pytorch = best_of(py);
+  auto hidden = [&](std::map<std::string, double>& ddp, std::map<std::string, double>& local) {
+    if (ddp.empty() || local.empty() || allreduce.empty()) return -1.0;
+    const double exposed = ddp["step_ms"] - local["step_ms"];
+    return std::max(0.0, std::min(1.0, 1.0 - exposed / allreduce["step_ms"]));
+  };
+  std::printf("\n%-44s %12s %10s\n", "configuration", "samples/s", "step ms");
+  auto row = [](const char* name, std::map<std::string, double>& r) {
+    if (r.empty()) {
+      std::printf("%-44s %12s %10s\n", name, "failed", "-");
+    } else {
+      std::printf("%-44s %12.1f %10.2f\n", name, r["samples_per_s"], r["step_ms"]);
+    }
+  };
+  row("blocking all-reduce of all gradients", allreduce);
+  row("PyTorch DDP (python3, torch 1.13, gloo)", pytorch);
+#ifdef DDP_WITH_TORCH
+  auto torch_ddp = mode("torch");
+  auto torch_single = mode("torch-single");
+  auto torch_local = mode("torch-local");
+  auto torch_fp16 = mode("torch-fp16");
+  row("ddp::torch adapter, buckets", torch_ddp);
+  row("ddp::torch adapter, buckets, fp16 hook", torch_fp16);
+  row("ddp::torch adapter, one whole-model bucket", torch_single);
+  row("libtorch without communication", torch_local);
+#endif
+  auto cpp = mode("cpp");
+  auto cpp_single = mode("cpp-single");
+  auto cpp_local = mode("cpp-local");
+  row("plain C++ (OpenBLAS MLP + ddp::DDP), buckets", cpp);
+  row("plain C++, one whole-model bucket", cpp_single);
+  row("plain C++ without communication", cpp_local);
+
+  std::printf("\nReducer's own view (mean per step): all-reduce span from first launch to last completion, "
+              "and the part of it after backward ended (exposed)\n");
+  auto rstats = [](const char* name, std::map<std::string, double>& r) {
+    if (r.empty()) return;
+    std::printf("%-44s backward %.2f ms, all-reduce %.2f ms, exposed %.2f ms (%.0f%% hidden)\n", name,
+                r["reducer_backward_ms"], r["reducer_comm_ms"], r["reducer_exposed_ms"],
+                r["reducer_comm_ms"] > 0 ? 100.0 * std::max(0.0, 1.0 - r["reducer_exposed_ms"] / r["reducer_comm_ms"]) : 0.0);
+  };
+#ifdef DDP_WITH_TORCH
+  rstats("ddp::torch adapter, buckets", torch_ddp);
+  rstats("ddp::torch adapter, one whole-model bucket", torch_single);
+  rstats("ddp::torch adapter, buckets, fp16 hook", torch_fp16);
+#endif
+  rstats("plain C++, buckets", cpp);
+  rstats("plain C++, one whole-model bucket", cpp_single);
+  std::printf("\n");
+#ifdef DDP_WITH_TORCH
+  if (!torch_ddp.empty() && !pytorch.empty()) {
+    std::printf("libtorch adapter / PyTorch DDP samples/s: %.2fx (target >= 1.2x)\n",
+                torch_ddp["samples_per_s"] / pytorch["samples_per_s"]);
+  }
+  std::printf("all-reduce hidden behind backward, libtorch adapter: buckets %.0f%%, one bucket %.0f%% (target >= 60%%)\n",
+              100 * hidden(torch_ddp, torch_local), 100 * hidden(torch_single, torch_local));
+#endif
+  std::printf("all-reduce hidden behind backward, plain C++: buckets %.0f%%, one bucket %.0f%%\n",
+              100 * hidden(cpp, cpp_local), 100 * hidden(cpp_single, cpp_local));
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a;
+  CLI::App app{"ddp_bench: ddp's DDP vs PyTorch DDP on 2 local ranks"};
+  app.add_option("--layers", a.layers, "MLP widths, comma-separated")->capture_default_str();
+  app.add_option("--batch", a.batch, "samples per rank and step")->capture_default_str();
+  app.add_option("--steps", a.steps, "timed steps")->capture_default_str();
+  app.add_option("--warmup", a.warmup, "untimed steps first")->capture_default_str();
+  app.add_option("--bucket-cap-mb", a.bucket_cap_mb, "bucket cap (MiB) for both DDPs")->capture_default_str();
+  app.add_option("--python", a.python, "Python with torch 1.13")->capture_default_str();
+  app.add_option("--repeat", a.repeat, "runs per configuration; the fastest counts")->capture_default_str();
+  app.add_option("--mode", a.mode, "internal: run as one rank of a configuration");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    if (!a.mode.empty()) {
+      run_worker(a);
+      return 0;
+    }
+    char self[4096];
+    const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0) throw std::runtime_error("cannot locate /proc/self/exe");
+    self[n] = '\0';
+    return run_driver(a, self);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ddp_bench: error: %s\n", e.what());
+    return 1;
+  }
+}

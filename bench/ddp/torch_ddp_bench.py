@@ -1,0 +1,61 @@
+"""PyTorch's side of ddp_bench: the same MLP, batch and bucket cap under
+torch.nn.parallel.DistributedDataParallel with the gloo backend. Started by
+ddp_bench as 2 processes with RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT set;
+rank 0 prints one line "RESULT samples_per_s=<x> step_ms=<y>".
+
+Usage: /usr/bin/python3 torch_ddp_bench.py --layers 784,1024,1024,10 --batch 64 --steps 50 --warmup 5 --bucket-cap-mb 25
+"""
+import argparse
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--layers", default="784,1024,1024,10")
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--steps", type=int, default=50)
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--bucket-cap-mb", type=float, default=25.0)
+    a = p.parse_args()
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    widths = [int(w) for w in a.layers.split(",")]
+    mods = []
+    for i in range(len(widths) - 1):
+        mods.append(nn.Linear(widths[i], widths[i + 1]))
+        if i + 2 < len(widths):
+            mods.append(nn.ReLU())
+    torch.manual_seed(0)
+    model = nn.parallel.DistributedDataParallel(nn.Sequential(*mods), bucket_cap_mb=a.bucket_cap_mb)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    g = torch.Generator().manual_seed(1 + dist.get_rank())
+    x = torch.randn(a.batch, widths[0], generator=g)
+    y = torch.randint(0, widths[-1], (a.batch,), generator=g)
+    loss_fn = nn.CrossEntropyLoss()
+
+    def step():
+        opt.zero_grad()
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+
+    for _ in range(a.warmup):
+        step()
+    dist.barrier()
+    t0 = time.perf_counter()
+    for _ in range(a.steps):
+        step()
+    dist.barrier()
+    secs = time.perf_counter() - t0
+    if dist.get_rank() == 0:
+        sps = a.steps * a.batch * dist.get_world_size() / secs
+        print(f"RESULT samples_per_s={sps:.1f} step_ms={1000 * secs / a.steps:.3f}", flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

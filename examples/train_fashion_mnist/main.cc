@@ -1,0 +1,330 @@
+// Fashion-MNIST MLP trained data-parallel with ddp: one process per rank
+// (ddprun --nproc_per_node=N build/bin/train_fashion_mnist), the Gloo process
+// group, DistributedDataParallel with bucketed all-reduce overlapped with the
+// backward pass, and the DistributedSampler. Without a launcher's environment
+// it trains alone (world size 1).
+//
+// Rank 0 prints a progress line (epoch, step, loss, samples/s) and the test
+// accuracy after every epoch. With --checkpoint, rank 0 saves parameters,
+// optimizer state and the sampler position atomically; every rank loads the
+// file at start, so a restarted run continues where it stopped.
+#include <cblas.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <exception>
+#include <sstream>
+#include <thread>
+
+#include <CLI/CLI.hpp>
+
+#include "checkpoint.h"
+#include "ddp/common/env.h"
+#include "ddp/common/error.h"
+#include "ddp/rendezvous/memory_store.h"
+#include "ddp/worker/ddp.h"
+#include "ddp/worker/distributed_sampler.h"
+#include "ddp/worker/init.h"
+#include "fashion_mnist.h"
+#include "mlp.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using ddp::examples::Checkpoint;
+using ddp::examples::Dataset;
+using ddp::examples::Mlp;
+
+struct Flags {
+  std::string data_dir = "/usr/share/datasets/fashion-mnist";
+  int epochs = 3;
+  int batch_size = 64;
+  float lr = 0.05f;
+  float momentum = 0.9f;
+  float weight_decay = 0.0f;
+  std::string hidden = "256,128";
+  std::uint64_t seed = 0;
+  std::size_t train_limit = 0;
+  std::size_t test_limit = 0;
+  std::string checkpoint;
+  int checkpoint_every = 200;
+  int log_every = 50;
+  double bucket_cap_mb = 25;
+  double first_bucket_mb = 1;
+  std::string comm_hook = "allreduce";
+  bool grad_as_bucket_view = false;
+  int accumulate = 1;
+  std::int64_t max_steps = 0;
+  int throttle_ms = 0;
+};
+
+std::vector<int> parse_layers(const std::string& hidden, int in, int out) {
+  std::vector<int> layers = {in};
+  std::stringstream ss(hidden);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (item.empty()) continue;
+    const auto v = ddp::env::parse_int(item, "--hidden");
+    if (v <= 0 || v > 65536) throw ddp::InvalidArgument("--hidden", "layer width out of range: " + item);
+    layers.push_back(static_cast<int>(v));
+  }
+  layers.push_back(out);
+  return layers;
+}
+
+// Correct predictions and samples of this rank's contiguous shard of `test`,
+// summed over all ranks.
+double evaluate(Mlp& model, const Dataset& test, ddp::ProcessGroup& pg) {
+  const std::size_t begin = test.size * static_cast<std::size_t>(pg.rank()) / static_cast<std::size_t>(pg.size());
+  const std::size_t end = test.size * static_cast<std::size_t>(pg.rank() + 1) / static_cast<std::size_t>(pg.size());
+  std::vector<std::int64_t> counts = {0, static_cast<std::int64_t>(end - begin)};
+  std::vector<float> logits;
+  constexpr std::size_t kChunk = 500;
+  for (std::size_t s = begin; s < end; s += kChunk) {
+    const int n = static_cast<int>(std::min(kChunk, end - s));
+    model.forward(&test.images[s * test.features], n, logits);
+    for (int k = 0; k < n; ++k) {
+      const float* z = &logits[static_cast<std::size_t>(k) * 10];
+      const auto pred = std::max_element(z, z + 10) - z;
+      if (pred == test.labels[s + static_cast<std::size_t>(k)]) ++counts[0];
+    }
+  }
+  pg.allreduce(ddp::Buffer::of(counts), ddp::ReduceOp::kSum)->wait();
+  return counts[1] > 0 ? 100.0 * static_cast<double>(counts[0]) / static_cast<double>(counts[1]) : 0.0;
+}
+
+int run(const Flags& flags) {
+  // One BLAS thread per rank: the ranks already occupy the cores.
+  openblas_set_num_threads(1);
+
+  const bool launched = ddp::env::get("RANK").has_value() || ddp::env::get("DDP_STORE_ADDR").has_value();
+  ddp::InitOptions init;
+  if (!launched) {  // alone: a world of one over an in-process store
+    init.rank = 0;
+    init.world_size = 1;
+    init.store = std::make_shared<ddp::MemoryStore>();
+  }
+  ddp::init_process_group(init);
+  auto pg = ddp::default_group();
+  const int rank = pg->rank();
+  const int world = pg->size();
+  const bool lead = rank == 0;
+
+  const Dataset train = ddp::examples::load_fashion_mnist(flags.data_dir, "train", flags.train_limit);
+  const Dataset test = ddp::examples::load_fashion_mnist(flags.data_dir, "t10k", flags.test_limit);
+
+  // Rank 0's initialization wins anyway (DDP broadcasts it at construction).
+  Mlp model(parse_layers(flags.hidden, static_cast<int>(train.features), 10),
+            rank == 0 ? flags.seed + 1 : flags.seed + 1000 + static_cast<std::uint64_t>(rank));
+
+  Checkpoint resume;
+  if (!flags.checkpoint.empty()) {
+    if (auto ckpt = ddp::examples::load_checkpoint(flags.checkpoint)) {
+      if (ckpt->tensors.size() != 2 * model.num_params()) {
+        throw ddp::InvalidArgument("--checkpoint", flags.checkpoint + " was written for a different model");
+      }
+      for (std::size_t i = 0; i < model.num_params(); ++i) {
+        if (ckpt->tensors[i].size() != model.value(i).size()) {
+          throw ddp::InvalidArgument("--checkpoint", flags.checkpoint + " was written for a different model");
+        }
+        model.value(i) = ckpt->tensors[i];
+        model.momentum(i) = ckpt->tensors[model.num_params() + i];
+      }
+      resume = *ckpt;
+      if (resume.world_size != static_cast<std::uint64_t>(world)) {
+        // The sampler's shards depend on the world size: restart the epoch.
+        if (lead) std::printf("checkpoint from world size %llu: restarting epoch %llu from its beginning\n",
+                              static_cast<unsigned long long>(resume.world_size),
+                              static_cast<unsigned long long>(resume.epoch));
+        resume.step = 0;
+      }
+      if (lead) {
+        std::printf("resumed from checkpoint %s at epoch %llu step %llu (global step %llu)\n",
+                    flags.checkpoint.c_str(), static_cast<unsigned long long>(resume.epoch + 1),
+                    static_cast<unsigned long long>(resume.step),
+                    static_cast<unsigned long long>(resume.global_step));
+      }
+    }
+  }
+
+  ddp::DdpOptions options;
+  options.reducer.bucket_cap_bytes = static_cast<std::size_t>(flags.bucket_cap_mb * ddp::kMiB);
+  options.reducer.first_bucket_cap_bytes = static_cast<std::size_t>(flags.first_bucket_mb * ddp::kMiB);
+  options.reducer.comm_hook = ddp::make_comm_hook(flags.comm_hook);
+  options.reducer.gradient_as_bucket_view = flags.grad_as_bucket_view;
+  std::vector<ddp::Parameter> params;
+  for (std::size_t i = 0; i < model.num_params(); ++i) {
+    params.push_back({model.name(i), model.shape(i), ddp::Buffer::of(model.value(i)),
+                      ddp::Buffer::of(model.own_grad(i).data(), model.own_grad(i).size())});
+  }
+  // The optimizer state is part of the replicated state too: broadcast it as buffers
+  // once (it stays identical because every rank applies the same averaged gradients).
+  std::vector<ddp::ModuleBuffer> state;
+  for (std::size_t i = 0; i < model.num_params(); ++i) {
+    state.push_back({model.name(i) + ".momentum", ddp::Buffer::of(model.momentum(i))});
+  }
+  options.broadcast_buffers = false;
+  ddp::DistributedDataParallel ddp_model(pg, params, state, options);
+  auto refresh_grads = [&] {
+    if (!flags.grad_as_bucket_view) return;
+    for (std::size_t i = 0; i < model.num_params(); ++i) model.grad(i) = static_cast<float*>(ddp_model.grad(i).data);
+  };
+  refresh_grads();
+
+  ddp::DistributedSampler sampler(train.size, world, rank, /*shuffle=*/true, flags.seed);
+  const int micro = std::max(flags.accumulate, 1);
+  const std::size_t per_step = static_cast<std::size_t>(flags.batch_size) * micro;
+  const std::size_t steps_per_epoch = sampler.size() / per_step;
+  if (steps_per_epoch == 0) {
+    throw ddp::InvalidArgument("--batch-size", "larger than this rank's share of the training set");
+  }
+  if (lead) {
+    std::printf("training %s on %zu samples (%d ranks x batch %d x %d micro-batches, %zu steps/epoch), "
+                "comm hook %s\n",
+                flags.hidden.c_str(), train.size, world, flags.batch_size, micro, steps_per_epoch,
+                flags.comm_hook.c_str());
+    std::fflush(stdout);
+  }
+
+  const std::uint64_t total_steps = static_cast<std::uint64_t>(flags.epochs) * steps_per_epoch;
+  const bool tty = ::isatty(STDOUT_FILENO) != 0;
+  std::vector<float> xb(static_cast<std::size_t>(flags.batch_size) * train.features);
+  std::vector<std::uint8_t> yb(static_cast<std::size_t>(flags.batch_size));
+  std::uint64_t global_step = resume.global_step;
+  double accuracy = 0;
+  bool stop = false;
+  const auto t_start = Clock::now();
+  double comm_ms = 0, exposed_ms = 0, backward_ms = 0;
+  std::uint64_t synced = 0;
+
+  for (std::uint64_t epoch = resume.epoch; epoch < static_cast<std::uint64_t>(flags.epochs) && !stop; ++epoch) {
+    sampler.set_epoch(epoch);
+    const auto indices = sampler.indices();
+    const std::size_t first_step = epoch == resume.epoch ? resume.step : 0;
+    auto t_window = Clock::now();
+    std::size_t window_samples = 0;
+    double loss_avg = 0;
+    for (std::size_t step = first_step; step < steps_per_epoch; ++step) {
+      float loss = 0;
+      for (int k = 0; k < micro; ++k) {
+        const std::size_t base = step * per_step + static_cast<std::size_t>(k) * flags.batch_size;
+        for (int s = 0; s < flags.batch_size; ++s) {
+          const auto idx = static_cast<std::size_t>(indices[base + static_cast<std::size_t>(s)]);
+          std::copy_n(&train.images[idx * train.features], train.features, &xb[static_cast<std::size_t>(s) * train.features]);
+          yb[static_cast<std::size_t>(s)] = train.labels[idx];
+        }
+        auto one = [&] {
+          ddp_model.begin_forward();
+          loss += model.forward_loss(xb.data(), yb.data(), flags.batch_size) / static_cast<float>(micro);
+          ddp_model.begin_backward();
+          model.backward(1.0f / static_cast<float>(micro), [&](std::size_t i) { ddp_model.grad_ready(i); });
+          ddp_model.finalize();
+        };
+        if (k + 1 < micro) {
+          auto guard = ddp_model.no_sync();
+          one();
+        } else {
+          one();
+        }
+      }
+      refresh_grads();
+      // Cosine decay of the learning rate over the whole run (a function of the
+      // global step, so a resumed run follows the same schedule).
+      const double progress = static_cast<double>(global_step) / static_cast<double>(total_steps);
+      const auto lr = static_cast<float>(flags.lr * 0.5 * (1.0 + std::cos(3.141592653589793 * std::min(progress, 1.0))));
+      model.sgd_step(lr, flags.momentum, flags.weight_decay);
+      ++global_step;
+      const auto& st = ddp_model.stats().reducer;
+      comm_ms += st.comm_ms;
+      exposed_ms += st.exposed_comm_ms;
+      backward_ms += st.backward_ms;
+      ++synced;
+      window_samples += per_step * static_cast<std::size_t>(world);
+      loss_avg = (step == first_step) ? loss : 0.9 * loss_avg + 0.1 * loss;
+      if (flags.throttle_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(flags.throttle_ms));
+
+      const bool last = step + 1 == steps_per_epoch;
+      if (lead && ((step + 1) % static_cast<std::size_t>(std::max(flags.log_every, 1)) == 0 || last)) {
+        const double secs = std::chrono::duration<double>(Clock::now() - t_window).count();
+        std::printf("%sepoch %llu/%d step %zu/%zu loss %.4f %.0f samples/s%s", tty ? "\r" : "",
+                    static_cast<unsigned long long>(epoch + 1), flags.epochs, step + 1, steps_per_epoch,
+                    loss_avg, secs > 0 ? static_cast<double>(window_samples) / secs : 0.0, tty ? "" : "\n");
+        std::fflush(stdout);
+        t_window = Clock::now();
+        window_samples = 0;
+      }
+      if (flags.max_steps > 0 && global_step >= static_cast<std::uint64_t>(flags.max_steps)) stop = true;
+      const bool save_now = !flags.checkpoint.empty() &&
+                            ((flags.checkpoint_every > 0 && global_step % static_cast<std::uint64_t>(flags.checkpoint_every) == 0) ||
+                             last || stop);
+      if (lead && save_now) {
+        Checkpoint c;
+        c.epoch = last ? epoch + 1 : epoch;
+        c.step = last ? 0 : step + 1;
+        c.global_step = global_step;
+        c.world_size = static_cast<std::uint64_t>(world);
+        for (std::size_t i = 0; i < model.num_params(); ++i) c.tensors.push_back(model.value(i));
+        for (std::size_t i = 0; i < model.num_params(); ++i) c.tensors.push_back(model.momentum(i));
+        ddp::examples::save_checkpoint(flags.checkpoint, c);
+      }
+      if (stop) break;
+    }
+    accuracy = evaluate(model, test, *pg);
+    if (lead) {
+      std::printf("%sepoch %llu/%d: test accuracy %.2f%% (%.1f s elapsed)\n", tty ? "\n" : "",
+                  static_cast<unsigned long long>(epoch + 1), flags.epochs, accuracy,
+                  std::chrono::duration<double>(Clock::now() - t_start).count());
+      std::fflush(stdout);
+    }
+  }
+  if (synced == 0) accuracy = evaluate(model, test, *pg);  // nothing left to train
+  if (lead) {
+    if (synced > 0) {
+      std::printf("ddp: %llu steps, mean backward %.2f ms, all-reduce %.2f ms of which exposed %.2f ms "
+                  "(%.0f%% overlapped)\n",
+                  static_cast<unsigned long long>(synced), backward_ms / synced, comm_ms / synced,
+                  exposed_ms / synced, comm_ms > 0 ? 100.0 * std::max(0.0, 1.0 - exposed_ms / comm_ms) : 0.0);
+    }
+    std::printf("final test accuracy: %.2f%% (%.1f s)\n", accuracy,
+                std::chrono::duration<double>(Clock::now() - t_start).count());
+    std::fflush(stdout);
+  }
+  ddp::destroy_process_group();
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Flags f;
+  CLI::App app{"Fashion-MNIST MLP trained with ddp (DistributedDataParallel + DistributedSampler)"};
+  app.add_option("--data-dir", f.data_dir, "folder with the gzip IDX files")->capture_default_str();
+  app.add_option("--epochs", f.epochs, "epochs to train")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--batch-size", f.batch_size, "samples per rank and step")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--lr", f.lr, "peak learning rate (cosine decay to 0 over the run)")->capture_default_str();
+  app.add_option("--momentum", f.momentum, "SGD momentum")->capture_default_str();
+  app.add_option("--weight-decay", f.weight_decay, "L2 penalty on weights")->capture_default_str();
+  app.add_option("--hidden", f.hidden, "hidden layer widths, comma-separated")->capture_default_str();
+  app.add_option("--seed", f.seed, "initialization and shuffling seed")->capture_default_str();
+  app.add_option("--train-limit", f.train_limit, "use only the first N training samples (0: all)")->capture_default_str();
+  app.add_option("--test-limit", f.test_limit, "use only the first N test samples (0: all)")->capture_default_str();
+  app.add_option("--checkpoint", f.checkpoint, "checkpoint file: loaded at start when present, saved by rank 0");
+  app.add_option("--checkpoint-every", f.checkpoint_every, "save every N steps (and at each epoch end)")->capture_default_str();
+  app.add_option("--log-every", f.log_every, "progress line every N steps")->capture_default_str();
+  app.add_option("--bucket-cap-mb", f.bucket_cap_mb, "DDP bucket cap in MiB")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--first-bucket-mb", f.first_bucket_mb, "DDP first bucket cap in MiB")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--comm-hook", f.comm_hook, "allreduce, fp16 or bf16")->capture_default_str()->check(CLI::IsMember({"allreduce", "fp16", "bf16"}));
+  app.add_flag("--grad-as-bucket-view", f.grad_as_bucket_view, "gradients live in DDP's buckets");
+  app.add_option("--accumulate", f.accumulate, "micro-batches per step (all but the last under no_sync)")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--max-steps", f.max_steps, "stop after N steps in total (0: no limit)")->capture_default_str();
+  app.add_option("--throttle-ms", f.throttle_ms, "sleep after each step (to watch or interrupt a run)")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  try {
+    return run(f);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "train_fashion_mnist: error: %s\n", e.what());
+    return 1;
+  }
+}

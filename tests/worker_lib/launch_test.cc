@@ -1,0 +1,148 @@
+// The worker library in real processes: joined by hand through env://
+// (MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE, rank 0 hosting the store), through
+// ddprun's DDP_STORE_* variables, and under the real launcher `ddprun`.
+// The worker program is ddp_worker_smoke (tests/worker_lib/worker_smoke_main.cc).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "ddp/common/error.h"
+#include "ddp/rendezvous/prefix_store.h"
+#include "ddp/rendezvous/store_server.h"
+#include "ddp/rendezvous/tcp_store.h"
+#include "process_util.h"
+
+namespace ddp::test {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string smoke() { return (build_bin() / "ddp_worker_smoke").string(); }
+
+std::vector<Result> run_env(int world, const std::string& mode,
+                            std::map<std::string, std::string> extra = {},
+                            std::chrono::seconds timeout = std::chrono::seconds(60)) {
+  const int port = free_port();
+  std::vector<Spawned> procs;
+  for (int r = 0; r < world; ++r) {
+    auto env = extra;
+    env["MASTER_ADDR"] = "127.0.0.1";
+    env["MASTER_PORT"] = std::to_string(port);
+    env["RANK"] = std::to_string(r);
+    env["WORLD_SIZE"] = std::to_string(world);
+    env["LOCAL_RANK"] = std::to_string(r);
+    env.erase("DDP_STORE_ADDR");
+    procs.push_back(spawn({smoke(), mode}, env));
+  }
+  return wait_all(procs, timeout);
+}
+
+TEST(EnvInit, EveryCollectiveAcrossThreeProcesses) {
+  auto results = run_env(3, "all", {{"DDP_TIMEOUT", "30"}});
+  for (std::size_t r = 0; r < results.size(); ++r) {
+    EXPECT_EQ(results[r].exit_code, 0) << results[r].output;
+    EXPECT_THAT(results[r].output, HasSubstr("SMOKE OK rank " + std::to_string(r) + "/3"));
+  }
+}
+
+TEST(EnvInit, RankThatNeverArrivesIsNamedInTheTimeout) {
+  auto results = run_env(3, "missing", {{"DDP_TIMEOUT", "2"}});
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(results[r].exit_code, 0) << results[r].output;
+    EXPECT_THAT(results[r].output, HasSubstr("ranks that did not arrive: [2]"));
+    EXPECT_THAT(results[r].output, HasSubstr("seq 0"));
+  }
+}
+
+TEST(EnvInit, SizeMismatchUnderDebugDetailIsAClearError) {
+  auto results = run_env(3, "mismatch", {{"DDP_TIMEOUT", "20"}, {"DDP_DEBUG", "DETAIL"}});
+  for (const auto& result : results) {
+    EXPECT_EQ(result.exit_code, 0) << result.output;
+    EXPECT_THAT(result.output, HasSubstr("ranks [1] called allreduce(seq=0, count=20"));
+  }
+}
+
+TEST(EnvInit, MissingVariablesAreNamed) {
+  std::vector<Spawned> procs;
+  procs.push_back(spawn({smoke(), "all"}, {{"RANK", "0"}, {"WORLD_SIZE", "2"}}));
+  auto results = wait_all(procs, std::chrono::seconds(20));
+  EXPECT_EQ(results[0].exit_code, 2);
+  EXPECT_THAT(results[0].output, HasSubstr("MASTER_ADDR"));
+}
+
+// Store-prefix isolation across restarts: the agent's store serves round k and
+// round k+1 under different DDP_STORE_PREFIX values. Round k+1's workers form
+// their group; a straggler of round k using the same rank numbers cannot join
+// it or read its keys, and fails with a timeout instead.
+TEST(DdpStoreInit, StaleRoundCannotSeeTheNextRoundsKeys) {
+  StoreServer server(StoreServerOptions{});
+  server.start();
+  std::map<std::string, std::string> common = {{"DDP_STORE_ADDR", "127.0.0.1"},
+                                               {"DDP_STORE_PORT", std::to_string(server.port())},
+                                               {"MASTER_ADDR", "127.0.0.1"},
+                                               {"MASTER_PORT", "1"},  // must not be used
+                                               {"WORLD_SIZE", "2"}};
+  std::vector<Spawned> procs;
+  for (int r = 0; r < 2; ++r) {
+    auto env = common;
+    env["RANK"] = std::to_string(r);
+    env["DDP_STORE_PREFIX"] = "job/round_1";
+    env["DDP_TIMEOUT"] = "30";
+    procs.push_back(spawn({smoke(), "all"}, env));
+  }
+  auto stale_env = common;
+  stale_env["RANK"] = "1";
+  stale_env["DDP_STORE_PREFIX"] = "job/round_0";
+  stale_env["DDP_TIMEOUT"] = "3";
+  procs.push_back(spawn({smoke(), "all"}, stale_env));
+  auto results = wait_all(procs, std::chrono::seconds(60));
+  EXPECT_EQ(results[0].exit_code, 0) << results[0].output;
+  EXPECT_EQ(results[1].exit_code, 0) << results[1].output;
+  EXPECT_EQ(results[2].exit_code, 2) << results[2].output;
+  EXPECT_THAT(results[2].output, HasSubstr("SMOKE ERROR"));
+
+  TcpStoreOptions options;
+  options.port = server.port();
+  auto base = std::make_shared<TcpStore>(options);
+  PrefixStore round0("job/round_0", base), round1("job/round_1", base);
+  // Both round-1 workers counted themselves out under their prefix; the same key
+  // is invisible from round 0 (whose straggler never got that far).
+  EXPECT_EQ(round1.get("destroyed", std::chrono::milliseconds(1000)), "2");
+  EXPECT_FALSE(round0.check({"destroyed"}));
+  EXPECT_THROW(round0.get("destroyed", std::chrono::milliseconds(200)), TimeoutError);
+  server.stop();
+}
+
+// Under the real launcher (built by the agent helper): 2 and 4 workers.
+class UnderDdprun : public ::testing::TestWithParam<int> {};
+
+TEST_P(UnderDdprun, EveryCollective) {
+  auto ddprun = build_bin() / "ddprun";
+  if (!std::filesystem::exists(ddprun)) GTEST_SKIP() << ddprun << " is not built";
+  const int n = GetParam();
+  std::vector<Spawned> procs;
+  procs.push_back(spawn({ddprun.string(), "--standalone", "--nproc_per_node=" + std::to_string(n),
+                         smoke(), "all"},
+                        {{"DDP_TIMEOUT", "60"}}));
+  auto results = wait_all(procs, std::chrono::seconds(120));
+  EXPECT_EQ(results[0].exit_code, 0) << results[0].output;
+  for (int r = 0; r < n; ++r) {
+    EXPECT_THAT(results[0].output,
+                HasSubstr("SMOKE OK rank " + std::to_string(r) + "/" + std::to_string(n)));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Workers, UnderDdprun, ::testing::Values(2, 4));
+
+TEST(UnderDdprunFailures, MissingRankIsNamed) {
+  auto ddprun = build_bin() / "ddprun";
+  if (!std::filesystem::exists(ddprun)) GTEST_SKIP() << ddprun << " is not built";
+  std::vector<Spawned> procs;
+  procs.push_back(spawn({ddprun.string(), "--standalone", "--nproc_per_node=3", smoke(), "missing"},
+                        {{"DDP_TIMEOUT", "2"}}));
+  auto results = wait_all(procs, std::chrono::seconds(60));
+  EXPECT_EQ(results[0].exit_code, 0) << results[0].output;
+  EXPECT_THAT(results[0].output, HasSubstr("ranks that did not arrive: [2]"));
+}
+
+}  // namespace
+}  // namespace ddp::test

@@ -1,0 +1,77 @@
+// The Gloo backend: CPU collectives over Gloo's TCP transport, full mesh.
+//
+// make_gloo_process_group() blocks until every rank of the group has exchanged
+// its address through `store` and connected (at most options.timeout), then
+// returns a ProcessGroup whose collectives run, in issue order, on the group's
+// own worker thread. Buffers must be CPU buffers.
+//
+// Every collective supports float32, float64, float16, bfloat16, int32, int64
+// and uint8, and the reductions SUM, AVG, MIN, MAX, PRODUCT (float16/bfloat16
+// reduce in float and round once per step; integer AVG truncates toward zero;
+// integer SUM/PRODUCT wrap like PyTorch's).
+//
+// Failures: a collective that does not complete within options.timeout fails
+// its Work with TimeoutError("ProcessGroupGloo::<op>", "... seq N ... ranks that
+// did not arrive: [..]"); a peer whose connection broke gives NetworkError with
+// the same details. After such a failure the group is unusable: every later
+// operation fails with BackendError (create a new group). With debug_detail,
+// ranks calling different collectives / sizes / dtypes get InvalidArgument
+// naming each rank's call, and the group stays usable.
+//
+// Sequence numbers: collectives are numbered 0, 1, 2, ... per group; send/recv
+// are numbered separately (they are not collectives: only two ranks take part).
+//
+// Destruction fails queued operations with ShutdownError and waits for the one
+// in flight (bounded by options.timeout).
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "ddp/worker/process_group.h"
+
+namespace ddp {
+
+class Store;
+
+enum class AllreduceAlgorithm : std::uint8_t {
+  kAuto,    // kDirect while bytes x (size - 1) <= GlooOptions::direct_max_bytes, else kRing
+  kRing,    // Gloo's ring (reduce-scatter + allgather), bandwidth-optimal
+  kBcube,   // Gloo's bcube (recursive halving/doubling)
+  kDirect,  // every rank sends its buffer to every other, one round trip, latency-optimal
+};
+const char* to_string(AllreduceAlgorithm algorithm);
+
+struct GlooOptions {
+  // Bound of the connection setup and of every collective.
+  std::chrono::milliseconds timeout = std::chrono::minutes(30);
+  // Address the TCP transport binds and advertises to peers. Empty hostname and
+  // iface: Gloo looks up this host's name. `iface` (e.g. "eth0", like
+  // GLOO_SOCKET_IFNAME) takes precedence over hostname.
+  std::string hostname;
+  std::string iface;
+  // The DDP_DEBUG=DETAIL consistency check before each collective.
+  // nullopt: on when the environment has DDP_DEBUG=DETAIL.
+  std::optional<bool> debug_detail;
+  AllreduceAlgorithm allreduce_algorithm = AllreduceAlgorithm::kAuto;
+  // With kAuto, kDirect is used while buffer bytes x (size - 1) (what each rank
+  // sends) is at most this: on loopback with 2 ranks one round trip beats the
+  // ring's two up to about 512 KiB (bench/allreduce).
+  std::size_t direct_max_bytes = 512 * 1024;
+  // Largest send/recv of Gloo's ring (two are in flight per peer). Gloo's default is 1 MiB.
+  std::size_t max_segment_bytes = 1024 * 1024;
+  // Name used in logs and error messages.
+  std::string name = "default";
+};
+
+// Creates the group: `store` is this group's own namespace (a PrefixStore per
+// group), shared by all its ranks. Throws InvalidArgument for a bad rank/size,
+// TimeoutError when the peers do not all show up within options.timeout,
+// NetworkError/BackendError when the transport cannot be set up.
+std::shared_ptr<ProcessGroup> make_gloo_process_group(std::shared_ptr<Store> store, int rank,
+                                                      int size, GlooOptions options = {});
+
+}  // namespace ddp

@@ -1,0 +1,297 @@
+#include "ddp/worker/init.h"
+
+#include <algorithm>
+#include <mutex>
+#include <thread>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "ddp/common/env.h"
+#include "ddp/common/error.h"
+#include "ddp/common/logging.h"
+#include "ddp/common/time.h"
+#include "ddp/rendezvous/prefix_store.h"
+#include "ddp/rendezvous/store_server.h"
+#include "ddp/rendezvous/tcp_store.h"
+#include "ddp/worker/process_group_nccl.h"
+
+namespace ddp {
+
+namespace {
+
+struct State {
+  std::mutex mutex;
+  bool initialized = false;
+  InitOptions options;
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  int local_world_size = 1;
+  std::unique_ptr<StoreServer> server;  // env:// on rank 0
+  std::shared_ptr<Store> store;         // the job's store, prefixed
+  std::shared_ptr<ProcessGroup> group;
+  std::vector<std::shared_ptr<ProcessGroup>> subgroups;
+  int next_group = 0;
+  std::shared_ptr<spdlog::logger> logger;
+};
+
+State& state() {
+  static State s;
+  return s;
+}
+
+int require_int(const char* name, std::int64_t min, std::int64_t max) {
+  auto value = env::get_int(name);
+  if (!value) {
+    throw InvalidArgument("init_process_group",
+                          fmt::format("environment variable {} is not set (expected by env:// and "
+                                      "ddprun; or pass InitOptions)", name));
+  }
+  if (*value < min || *value > max) {
+    throw InvalidArgument("init_process_group", fmt::format("environment variable {}={} is outside "
+                                                            "[{}, {}]", name, *value, min, max));
+  }
+  return static_cast<int>(*value);
+}
+
+std::string require_str(const char* name) {
+  auto value = env::get(name);
+  if (!value || value->empty()) {
+    throw InvalidArgument("init_process_group",
+                          fmt::format("environment variable {} is not set", name));
+  }
+  return *value;
+}
+
+bool is_loopback(const std::string& host) {
+  return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
+}
+
+std::shared_ptr<ProcessGroup> make_group(const std::string& backend, std::shared_ptr<Store> store,
+                                         int rank, int size, const InitOptions& options,
+                                         int local_rank, const std::string& name) {
+  if (backend == "gloo") {
+    GlooOptions gloo = options.gloo;
+    gloo.timeout = options.timeout;
+    gloo.name = name;
+    return make_gloo_process_group(std::move(store), rank, size, gloo);
+  }
+  if (backend == "nccl") {
+    NcclOptions nccl;
+    nccl.device = local_rank;
+    nccl.timeout = options.timeout;
+    nccl.name = name;
+    return make_nccl_process_group(std::move(store), rank, size, nccl);
+  }
+  throw InvalidArgument("init_process_group",
+                        fmt::format("unknown backend '{}' (expected gloo or nccl)", backend));
+}
+
+State& initialized_state(const char* what) {
+  auto& s = state();
+  if (!s.initialized) {
+    throw InvalidArgument(what, "the process group is not initialized (call init_process_group)");
+  }
+  return s;
+}
+
+}  // namespace
+
+void init_process_group(InitOptions options) {
+  auto& s = state();
+  std::lock_guard lock(s.mutex);
+  const char* origin = "init_process_group";
+  if (s.initialized) throw InvalidArgument(origin, "the process group is already initialized");
+  if (options.backend != "gloo" && options.backend != "nccl") {
+    throw InvalidArgument(origin, fmt::format("unknown backend '{}' (expected gloo or nccl)",
+                                              options.backend));
+  }
+  if (auto text = env::get("DDP_TIMEOUT"); text && !text->empty()) {
+    options.timeout = env::parse_seconds(*text, "environment variable DDP_TIMEOUT");
+  }
+  if (options.timeout.count() <= 0) {
+    throw InvalidArgument(origin, fmt::format("timeout {} ms must be positive", options.timeout.count()));
+  }
+  const int world = options.world_size ? *options.world_size : require_int("WORLD_SIZE", 1, 1 << 20);
+  const int rank = options.rank ? *options.rank : require_int("RANK", 0, world - 1);
+  if (world < 1 || rank < 0 || rank >= world) {
+    throw InvalidArgument(origin, fmt::format("rank {} is outside [0, {})", rank, world));
+  }
+  const int local_rank = static_cast<int>(env::get_int("LOCAL_RANK").value_or(0));
+  const int local_world = static_cast<int>(env::get_int("LOCAL_WORLD_SIZE").value_or(1));
+
+  std::unique_ptr<StoreServer> server;
+  std::shared_ptr<Store> store = options.store;
+  std::string store_host;
+  if (!store) {
+    if (auto addr = env::get("DDP_STORE_ADDR"); addr && !addr->empty()) {
+      // ddprun: the agent's store, namespaced per rendezvous round and restart.
+      TcpStoreOptions tcp;
+      tcp.host = *addr;
+      tcp.port = static_cast<std::uint16_t>(require_int("DDP_STORE_PORT", 1, 65535));
+      tcp.token = env::get_or("DDP_STORE_TOKEN", "");
+      tcp.connect_timeout = options.timeout;
+      tcp.timeout = options.timeout;
+      store_host = tcp.host;
+      std::shared_ptr<Store> base = std::make_shared<TcpStore>(tcp);
+      auto prefix = env::get_or("DDP_STORE_PREFIX", "");
+      store = prefix.empty() ? base : std::make_shared<PrefixStore>(prefix, base);
+    } else {
+      // env://: rank 0 hosts the store on MASTER_PORT.
+      TcpStoreOptions tcp;
+      tcp.host = require_str("MASTER_ADDR");
+      tcp.port = static_cast<std::uint16_t>(require_int("MASTER_PORT", 1, 65535));
+      tcp.connect_timeout = options.timeout;
+      tcp.timeout = options.timeout;
+      store_host = tcp.host;
+      if (rank == 0) {
+        StoreServerOptions server_options;
+        server_options.host = is_loopback(tcp.host) ? "127.0.0.1" : "0.0.0.0";
+        server_options.port = tcp.port;
+        server = std::make_unique<StoreServer>(server_options);
+        server->start();
+      }
+      std::shared_ptr<Store> base = std::make_shared<TcpStore>(tcp);
+      // The restart count keeps a restarted job away from a previous attempt's keys
+      // when the same MASTER_PORT store outlives it.
+      store = std::make_shared<PrefixStore>(
+          fmt::format("env/{}", env::get_or("TORCHELASTIC_RESTART_COUNT", "0")), base);
+    }
+  }
+  if (options.gloo.iface.empty() && options.gloo.hostname.empty()) {
+    if (auto iface = env::get("GLOO_SOCKET_IFNAME"); iface && !iface->empty()) {
+      options.gloo.iface = *iface;
+    } else if (auto host = env::get("DDP_GLOO_HOSTNAME"); host && !host->empty()) {
+      options.gloo.hostname = *host;
+    } else if (store_host.empty() || is_loopback(store_host)) {
+      options.gloo.hostname = "127.0.0.1";  // single node: stay on loopback
+    }
+  }
+  auto group = make_group(options.backend, std::make_shared<PrefixStore>("pg/default", store), rank,
+                          world, options, local_rank, "default");
+
+  s.options = options;
+  s.rank = rank;
+  s.world_size = world;
+  s.local_rank = local_rank;
+  s.local_world_size = local_world;
+  s.server = std::move(server);
+  s.store = std::move(store);
+  s.group = std::move(group);
+  s.next_group = 0;
+  s.logger = log::init(fmt::format("rank {}", rank), spdlog::level::info);
+  s.initialized = true;
+  s.logger->debug("joined: rank {}/{} local {}/{} backend {}", rank, world, local_rank, local_world,
+                  options.backend);
+}
+
+void destroy_process_group() {
+  auto& s = state();
+  std::lock_guard lock(s.mutex);
+  if (!s.initialized) return;
+  s.subgroups.clear();
+  s.group.reset();
+  if (s.server) {
+    // Keep hosting the store until every rank has left, so no rank loses it mid-call.
+    try {
+      s.store->add("destroyed", 1);
+      Deadline deadline(std::min<std::chrono::milliseconds>(s.options.timeout, std::chrono::seconds(60)));
+      while (!deadline.expired() && s.store->add("destroyed", 0) < s.world_size) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+    } catch (const std::exception& e) {
+      s.logger->warn("destroy_process_group: {}", e.what());
+    }
+  } else {
+    try {
+      s.store->add("destroyed", 1);
+    } catch (const std::exception&) {
+      // The host may already be gone; nothing else to clean up.
+    }
+  }
+  s.store.reset();
+  if (s.server) s.server->stop();
+  s.server.reset();
+  s.initialized = false;
+}
+
+bool is_initialized() {
+  auto& s = state();
+  std::lock_guard lock(s.mutex);
+  return s.initialized;
+}
+
+int rank() {
+  auto& s = state();
+  std::lock_guard lock(s.mutex);
+  return initialized_state("ddp::rank").rank;
+}
+
+int world_size() {
+  auto& s = state();
+  std::lock_guard lock(s.mutex);
+  return initialized_state("ddp::world_size").world_size;
+}
+
+int local_rank() {
+  auto& s = state();
+  std::lock_guard lock(s.mutex);
+  return initialized_state("ddp::local_rank").local_rank;
+}
+
+int local_world_size() {
+  auto& s = state();
+  std::lock_guard lock(s.mutex);
+  return initialized_state("ddp::local_world_size").local_world_size;
+}
+
+std::shared_ptr<ProcessGroup> default_group() {
+  auto& s = state();
+  std::lock_guard lock(s.mutex);
+  return initialized_state("ddp::default_group").group;
+}
+
+std::shared_ptr<Store> job_store() {
+  auto& s = state();
+  std::lock_guard lock(s.mutex);
+  return initialized_state("ddp::job_store").store;
+}
+
+std::shared_ptr<ProcessGroup> new_group(const std::vector<int>& ranks, const std::string& backend) {
+  auto& s = state();
+  std::lock_guard lock(s.mutex);
+  initialized_state("ddp::new_group");
+  std::vector<int> members = ranks;
+  if (members.empty()) {
+    for (int r = 0; r < s.world_size; ++r) members.push_back(r);
+  }
+  std::vector<int> sorted = members;
+  std::sort(sorted.begin(), sorted.end());
+  if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end() || sorted.front() < 0 ||
+      sorted.back() >= s.world_size) {
+    throw InvalidArgument("ddp::new_group",
+                          fmt::format("ranks [{}] must be distinct ranks in [0, {})",
+                                      fmt::join(members, ","), s.world_size));
+  }
+  const int index = s.next_group++;
+  auto it = std::find(members.begin(), members.end(), s.rank);
+  if (it == members.end()) return nullptr;
+  const int group_rank = static_cast<int>(it - members.begin());
+  auto name = fmt::format("{}", index);
+  auto group = make_group(backend.empty() ? s.options.backend : backend,
+                          std::make_shared<PrefixStore>(fmt::format("pg/{}", index), s.store),
+                          group_rank, static_cast<int>(members.size()), s.options, s.local_rank,
+                          name);
+  s.subgroups.push_back(group);
+  return group;
+}
+
+std::shared_ptr<spdlog::logger> logger() {
+  auto& s = state();
+  std::lock_guard lock(s.mutex);
+  if (s.logger) return s.logger;
+  return log::get("ddp");
+}
+
+}  // namespace ddp

@@ -1,0 +1,304 @@
+#include "nccl/process_group_nccl.h"
+
+#include <cstring>
+#include <thread>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "ddp/common/error.h"
+#include "ddp/rendezvous/store.h"
+
+namespace ddp {
+
+bool nccl_available() {
+  int count = 0;
+  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+}
+
+std::shared_ptr<ProcessGroup> make_nccl_process_group(std::shared_ptr<Store> store, int rank,
+                                                      int size, NcclOptions options) {
+  return std::make_shared<detail::ProcessGroupNccl>(std::move(store), rank, size,
+                                                    std::move(options));
+}
+
+namespace detail {
+
+namespace {
+
+void check_cuda(cudaError_t status, const std::string& origin, const char* call) {
+  if (status != cudaSuccess) {
+    throw BackendError(origin, fmt::format("{} failed: {} ({})", call, cudaGetErrorString(status),
+                                           static_cast<int>(status)));
+  }
+}
+
+void check_nccl(ncclResult_t status, const std::string& origin, const char* call) {
+  if (status != ncclSuccess && status != ncclInProgress) {
+    throw BackendError(origin, fmt::format("{} failed: {} ({})", call, ncclGetErrorString(status),
+                                           static_cast<int>(status)));
+  }
+}
+
+ncclDataType_t nccl_type(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32: return ncclFloat32;
+    case DType::kFloat64: return ncclFloat64;
+    case DType::kFloat16: return ncclFloat16;
+    case DType::kBFloat16: return ncclBfloat16;
+    case DType::kInt32: return ncclInt32;
+    case DType::kInt64: return ncclInt64;
+    case DType::kUInt8: return ncclUint8;
+  }
+  throw InvalidArgument("ProcessGroupNccl", fmt::format("unknown dtype {}", static_cast<int>(dtype)));
+}
+
+ncclRedOp_t nccl_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return ncclSum;
+    case ReduceOp::kAvg: return ncclAvg;
+    case ReduceOp::kMin: return ncclMin;
+    case ReduceOp::kMax: return ncclMax;
+    case ReduceOp::kProduct: return ncclProd;
+  }
+  throw InvalidArgument("ProcessGroupNccl", fmt::format("unknown reduce op {}", static_cast<int>(op)));
+}
+
+// A Work whose completion is a CUDA event: wait() polls the event itself (so it
+// does not depend on the watchdog's interval) and the watchdog polls it too.
+class NcclWork final : public WorkImpl {
+ public:
+  NcclWork(std::uint64_t seq, std::string op, std::chrono::milliseconds timeout, cudaEvent_t event)
+      : WorkImpl(seq, std::move(op), timeout), event_(event) {}
+  ~NcclWork() override { cudaEventDestroy(event_); }
+
+  // true once the event fired; throws BackendError when CUDA reports a failure.
+  bool query() {
+    auto status = cudaEventQuery(event_);
+    if (status == cudaSuccess) return true;
+    if (status == cudaErrorNotReady) return false;
+    throw BackendError("ProcessGroupNccl", fmt::format("cudaEventQuery: {}", cudaGetErrorString(status)));
+  }
+
+  bool wait(std::chrono::milliseconds timeout) override {
+    auto limit = std::chrono::steady_clock::now() + (timeout.count() > 0 ? timeout : wait_limit());
+    while (!is_completed()) {
+      try {
+        if (query()) break;  // the watchdog completes it too; either is fine
+      } catch (...) {
+        fail(std::current_exception());
+        break;
+      }
+      if (std::chrono::steady_clock::now() >= limit) return false;
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+    if (!is_completed()) complete();
+    return WorkImpl::wait(std::chrono::milliseconds(1));
+  }
+
+ private:
+  std::chrono::milliseconds wait_limit() const { return std::chrono::hours(24); }
+  cudaEvent_t event_;
+};
+
+}  // namespace
+
+ProcessGroupNccl::ProcessGroupNccl(std::shared_ptr<Store> store, int rank, int size,
+                                   NcclOptions options)
+    : ProcessGroup(rank, size), store_(std::move(store)), options_(std::move(options)) {
+  const std::string origin = "ProcessGroupNccl";
+  if (!store_) throw InvalidArgument(origin, "store is null");
+  if (size < 1 || rank < 0 || rank >= size) {
+    throw InvalidArgument(origin, fmt::format("rank {} is outside [0, {})", rank, size));
+  }
+  int devices = 0;
+  check_cuda(cudaGetDeviceCount(&devices), origin, "cudaGetDeviceCount");
+  if (options_.device < 0 || options_.device >= devices) {
+    throw InvalidArgument(origin, fmt::format("CUDA device {} does not exist ({} devices)",
+                                              options_.device, devices));
+  }
+  check_cuda(cudaSetDevice(options_.device), origin, "cudaSetDevice");
+  auto id_bytes = exchange_unique_id(
+      *store_, rank,
+      [&] {
+        ncclUniqueId id;
+        check_nccl(ncclGetUniqueId(&id), origin, "ncclGetUniqueId");
+        return std::string(id.internal, sizeof(id.internal));
+      },
+      options_.timeout);
+  ncclUniqueId id;
+  if (id_bytes.size() != sizeof(id.internal)) {
+    throw ProtocolError(origin, fmt::format("NCCL unique id has {} bytes, expected {}",
+                                            id_bytes.size(), sizeof(id.internal)));
+  }
+  std::memcpy(id.internal, id_bytes.data(), sizeof(id.internal));
+  check_nccl(ncclCommInitRank(&comm_, size, id, rank), origin, "ncclCommInitRank");
+  check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), origin, "cudaStreamCreate");
+  check_cuda(cudaMalloc(&barrier_scratch_, sizeof(float)), origin, "cudaMalloc");
+  arrivals_ = std::make_shared<ArrivalTracker>(store_, rank, size);
+  WorkTracker::Hooks hooks;
+  hooks.async_error = [this]() -> std::optional<std::string> {
+    std::lock_guard lock(mutex_);
+    if (!comm_) return std::nullopt;
+    ncclResult_t async = ncclSuccess;
+    if (ncclCommGetAsyncError(comm_, &async) != ncclSuccess) return std::nullopt;
+    if (async == ncclSuccess || async == ncclInProgress) return std::nullopt;
+    return fmt::format("{} ({})", ncclGetErrorString(async), static_cast<int>(async));
+  };
+  hooks.abort = [this] { abort_comm(); };
+  tracker_ = std::make_unique<WorkTracker>(
+      fmt::format("ProcessGroupNccl[{}] rank {}/{}", options_.name, rank, size), options_.timeout,
+      arrivals_, std::move(hooks));
+  tracker_->start_watchdog(options_.watchdog_interval);
+}
+
+ProcessGroupNccl::~ProcessGroupNccl() {
+  bool pending = tracker_ && tracker_->outstanding() > 0;
+  tracker_.reset();  // stops the watchdog
+  {
+    std::lock_guard lock(mutex_);
+    if (comm_) {
+      if (pending) {
+        ncclCommAbort(comm_);
+      } else {
+        ncclCommDestroy(comm_);
+      }
+      comm_ = nullptr;
+    }
+  }
+  if (barrier_scratch_) cudaFree(barrier_scratch_);
+  if (stream_) cudaStreamDestroy(stream_);
+}
+
+void ProcessGroupNccl::abort_comm() {
+  std::lock_guard lock(mutex_);
+  if (comm_) {
+    ncclCommAbort(comm_);
+    comm_ = nullptr;
+  }
+}
+
+void ProcessGroupNccl::check_device(const Buffer& buffer, const char* what) const {
+  if (!buffer.device.is_cuda() || buffer.device.index != options_.device) {
+    throw InvalidArgument(fmt::format("ProcessGroupNccl::{}", what),
+                          fmt::format("buffer is on {}; this group runs on cuda:{}",
+                                      buffer.device.str(), options_.device));
+  }
+}
+
+WorkPtr ProcessGroupNccl::enqueue(const char* op, bool collective,
+                                  const std::function<ncclResult_t()>& launch) {
+  const std::string origin = fmt::format("ProcessGroupNccl::{}", op);
+  tracker_->throw_if_broken();
+  std::lock_guard lock(mutex_);
+  if (!comm_) throw BackendError(origin, "the communicator was aborted");
+  check_cuda(cudaSetDevice(options_.device), origin, "cudaSetDevice");
+  std::uint64_t seq = collective ? next_seq_++ : next_p2p_seq_++;
+  if (collective) arrivals_->entered(seq);
+  check_nccl(launch(), origin, op);
+  cudaEvent_t event;
+  check_cuda(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), origin, "cudaEventCreate");
+  auto status = cudaEventRecord(event, stream_);
+  if (status != cudaSuccess) cudaEventDestroy(event);
+  check_cuda(status, origin, "cudaEventRecord");
+  auto work = std::make_shared<NcclWork>(seq, op, options_.timeout + std::chrono::seconds(10), event);
+  std::optional<std::uint64_t> collective_seq;
+  if (collective) collective_seq = seq;
+  tracker_->add(work, collective_seq, [work] { return work->query(); });
+  return work;
+}
+
+WorkPtr ProcessGroupNccl::allreduce(Buffer buffer, ReduceOp op) {
+  check_device(buffer, "allreduce");
+  auto type = nccl_type(buffer.dtype);
+  auto red = nccl_op(op);
+  return enqueue("allreduce", true, [&] {
+    return ncclAllReduce(buffer.data, buffer.data, buffer.count, type, red, comm_, stream_);
+  });
+}
+
+WorkPtr ProcessGroupNccl::broadcast(Buffer buffer, int root) {
+  check_device(buffer, "broadcast");
+  if (root < 0 || root >= size()) {
+    throw InvalidArgument("ProcessGroupNccl::broadcast", fmt::format("root {} is outside [0, {})", root, size()));
+  }
+  auto type = nccl_type(buffer.dtype);
+  return enqueue("broadcast", true, [&] {
+    return ncclBroadcast(buffer.data, buffer.data, buffer.count, type, root, comm_, stream_);
+  });
+}
+
+WorkPtr ProcessGroupNccl::allgather(Buffer output, Buffer input) {
+  check_device(output, "allgather");
+  check_device(input, "allgather");
+  if (output.dtype != input.dtype || output.count != input.count * static_cast<std::size_t>(size())) {
+    throw InvalidArgument("ProcessGroupNccl::allgather",
+                          fmt::format("output ({} x {}) must be input ({} x {}) times size {}",
+                                      output.count, to_string(output.dtype), input.count,
+                                      to_string(input.dtype), size()));
+  }
+  auto type = nccl_type(input.dtype);
+  return enqueue("allgather", true, [&] {
+    return ncclAllGather(input.data, output.data, input.count, type, comm_, stream_);
+  });
+}
+
+WorkPtr ProcessGroupNccl::reduce_scatter(Buffer output, Buffer input, ReduceOp op) {
+  check_device(output, "reduce_scatter");
+  check_device(input, "reduce_scatter");
+  if (output.dtype != input.dtype || input.count != output.count * static_cast<std::size_t>(size())) {
+    throw InvalidArgument("ProcessGroupNccl::reduce_scatter",
+                          fmt::format("input ({} x {}) must be output ({} x {}) times size {}",
+                                      input.count, to_string(input.dtype), output.count,
+                                      to_string(output.dtype), size()));
+  }
+  auto type = nccl_type(input.dtype);
+  auto red = nccl_op(op);
+  return enqueue("reduce_scatter", true, [&] {
+    return ncclReduceScatter(input.data, output.data, output.count, type, red, comm_, stream_);
+  });
+}
+
+WorkPtr ProcessGroupNccl::reduce(Buffer buffer, int root, ReduceOp op) {
+  check_device(buffer, "reduce");
+  if (root < 0 || root >= size()) {
+    throw InvalidArgument("ProcessGroupNccl::reduce", fmt::format("root {} is outside [0, {})", root, size()));
+  }
+  auto type = nccl_type(buffer.dtype);
+  auto red = nccl_op(op);
+  return enqueue("reduce", true, [&] {
+    return ncclReduce(buffer.data, buffer.data, buffer.count, type, red, root, comm_, stream_);
+  });
+}
+
+WorkPtr ProcessGroupNccl::barrier() {
+  return enqueue("barrier", true, [&] {
+    return ncclAllReduce(barrier_scratch_, barrier_scratch_, 1, ncclFloat32, ncclSum, comm_, stream_);
+  });
+}
+
+WorkPtr ProcessGroupNccl::send(Buffer buffer, int dst, int /*tag*/) {
+  // NCCL has no tags: sends and receives between two ranks match in issue order.
+  check_device(buffer, "send");
+  if (dst < 0 || dst >= size() || dst == rank()) {
+    throw InvalidArgument("ProcessGroupNccl::send", fmt::format("destination {} must be another rank", dst));
+  }
+  auto type = nccl_type(buffer.dtype);
+  return enqueue("send", false, [&] {
+    return ncclSend(buffer.data, buffer.count, type, dst, comm_, stream_);
+  });
+}
+
+WorkPtr ProcessGroupNccl::recv(Buffer buffer, int src, int /*tag*/) {
+  check_device(buffer, "recv");
+  if (src < 0 || src >= size() || src == rank()) {
+    throw InvalidArgument("ProcessGroupNccl::recv", fmt::format("source {} must be another rank", src));
+  }
+  auto type = nccl_type(buffer.dtype);
+  return enqueue("recv", false, [&] {
+    return ncclRecv(buffer.data, buffer.count, type, src, comm_, stream_);
+  });
+}
+
+}  // namespace detail
+}  // namespace ddp

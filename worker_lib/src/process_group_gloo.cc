@@ -1,0 +1,612 @@
+#include "process_group_gloo.h"
+
+#include <cstring>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <gloo/allgather.h>
+#include <gloo/allreduce.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/common/error.h>
+#include <gloo/common/logging.h>
+#include <gloo/reduce.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/transport/tcp/device.h>
+#include <spdlog/spdlog.h>
+
+#include "ddp/common/env.h"
+#include "ddp/common/error.h"
+#include "ddp/rendezvous/store.h"
+#include "gloo_store.h"
+#include "reduce_functions.h"
+
+namespace ddp {
+
+const char* to_string(AllreduceAlgorithm algorithm) {
+  switch (algorithm) {
+    case AllreduceAlgorithm::kAuto: return "auto";
+    case AllreduceAlgorithm::kRing: return "ring";
+    case AllreduceAlgorithm::kBcube: return "bcube";
+    case AllreduceAlgorithm::kDirect: return "direct";
+  }
+  return "unknown";
+}
+
+std::shared_ptr<ProcessGroup> make_gloo_process_group(std::shared_ptr<Store> store, int rank,
+                                                      int size, GlooOptions options) {
+  return std::make_shared<detail::ProcessGroupGloo>(std::move(store), rank, size,
+                                                    std::move(options));
+}
+
+namespace detail {
+
+namespace {
+
+// Slots of our own point-to-point traffic; Gloo's algorithms use prefixes 0x01-0x08.
+constexpr std::uint64_t kDirectSlotPrefix = 0xd1ull << 56;
+constexpr std::uint64_t kP2pSlotPrefix = 0xd2ull << 56;
+
+// Gloo's templated options only use sizeof(T): pick an unsigned type of the element size.
+template <typename F>
+void with_element_type(DType dtype, F&& f) {
+  switch (element_size(dtype)) {
+    case 1: return f(std::uint8_t{});
+    case 2: return f(std::uint16_t{});
+    case 4: return f(std::uint32_t{});
+    default: return f(std::uint64_t{});
+  }
+}
+
+bool debug_detail_from_env() {
+  auto value = env::get("DDP_DEBUG");
+  if (!value) return false;
+  std::string v = *value;
+  for (auto& c : v) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return v == "DETAIL";
+}
+
+}  // namespace
+
+ProcessGroupGloo::ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int size,
+                                   GlooOptions options)
+    : ProcessGroup(rank, size), store_(std::move(store)), options_(std::move(options)) {
+  const char* origin = "ProcessGroupGloo";
+  if (!store_) throw InvalidArgument(origin, "store is null");
+  if (size < 1) throw InvalidArgument(origin, fmt::format("world size {} must be >= 1", size));
+  if (rank < 0 || rank >= size) {
+    throw InvalidArgument(origin, fmt::format("rank {} is outside [0, {})", rank, size));
+  }
+  if (options_.timeout.count() <= 0) {
+    throw InvalidArgument(origin, fmt::format("timeout {} ms must be positive",
+                                              options_.timeout.count()));
+  }
+  if (options_.max_segment_bytes < 1024) {
+    throw InvalidArgument(origin, fmt::format("max_segment_bytes {} must be >= 1024",
+                                              options_.max_segment_bytes));
+  }
+  debug_detail_ = options_.debug_detail.value_or(debug_detail_from_env());
+
+  try {
+    gloo::transport::tcp::attr attr;
+    if (!options_.iface.empty()) {
+      attr.iface = options_.iface;
+    } else {
+      attr.hostname = options_.hostname;
+    }
+    device_ = gloo::transport::tcp::CreateDevice(attr);
+    auto context = std::make_shared<gloo::rendezvous::Context>(rank, size);
+    context->setTimeout(options_.timeout);
+    GlooStore gloo_store(store_, options_.timeout);
+    context->connectFullMesh(gloo_store, device_);
+    context_ = std::move(context);
+  } catch (const ddp::Error&) {
+    throw;
+  } catch (const gloo::IoException& e) {
+    throw NetworkError(origin, fmt::format("group '{}' rank {}/{}: connecting the full mesh failed: {}",
+                                           options_.name, rank, size, e.what()));
+  } catch (const std::exception& e) {
+    throw BackendError(origin, fmt::format("group '{}' rank {}/{}: setting up Gloo failed: {}",
+                                           options_.name, rank, size, e.what()));
+  }
+  tracker_ = std::make_unique<ArrivalTracker>(store_, rank, size);
+  worker_ = std::thread([this] { worker_loop(); });
+  p2p_worker_ = std::thread([this] { p2p_loop(); });
+  spdlog::debug("ProcessGroupGloo '{}': rank {}/{} connected ({}, debug_detail={})", options_.name,
+                rank, size, device_->str(), debug_detail_);
+}
+
+ProcessGroupGloo::~ProcessGroupGloo() {
+  std::deque<Task> dropped;
+  {
+    std::lock_guard lock(mutex_);
+    stop_ = true;
+    dropped.swap(queue_);
+    queued_.store(0);
+  }
+  cv_.notify_all();
+  for (auto& task : dropped) {
+    task.work->fail(std::make_exception_ptr(ShutdownError(
+        "ProcessGroupGloo", fmt::format("{} #{} cancelled: the group was destroyed",
+                                        task.work->op(), task.work->sequence_number()))));
+  }
+  worker_.join();
+  std::deque<PendingP2p> unfinished;
+  {
+    std::lock_guard lock(p2p_mutex_);
+    p2p_stop_ = true;
+    unfinished.swap(p2p_queue_);
+    // Unblock the wait in flight; it then fails its Work with ShutdownError.
+    if (p2p_current_ != nullptr) {
+      if (p2p_current_is_send_) {
+        p2p_current_->abortWaitSend();
+      } else {
+        p2p_current_->abortWaitRecv();
+      }
+    }
+  }
+  p2p_cv_.notify_all();
+  p2p_worker_.join();
+  for (auto& pending : unfinished) {
+    pending.work->fail(std::make_exception_ptr(ShutdownError(
+        "ProcessGroupGloo", fmt::format("{} #{} cancelled: the group was destroyed",
+                                        pending.is_send ? "send" : "recv",
+                                        pending.work->sequence_number()))));
+  }
+  tracker_.reset();
+  context_.reset();
+  device_.reset();
+}
+
+void ProcessGroupGloo::check_cpu(const Buffer& buffer, const char* what) const {
+  if (buffer.device.is_cuda()) {
+    throw InvalidArgument(fmt::format("ProcessGroupGloo::{}", what),
+                          fmt::format("buffer is on {}; the Gloo backend takes CPU buffers",
+                                      buffer.device.str()));
+  }
+  if (buffer.data == nullptr && buffer.count > 0) {
+    throw InvalidArgument(fmt::format("ProcessGroupGloo::{}", what), "buffer data is null");
+  }
+  (void)element_size(buffer.dtype);  // throws for an unknown dtype
+}
+
+WorkPtr ProcessGroupGloo::enqueue_collective(CollectiveDescriptor desc,
+                                             std::function<void(std::uint32_t)> run) {
+  std::shared_ptr<WorkImpl> work;
+  {
+    std::lock_guard lock(mutex_);
+    if (stop_) throw ShutdownError("ProcessGroupGloo", "the group is being destroyed");
+    desc.seq = next_seq_++;
+    work = std::make_shared<WorkImpl>(desc.seq, to_string(desc.op),
+                                      options_.timeout + std::chrono::seconds(10));
+    queue_.push_back(Task{work, desc, [run = std::move(run)](std::uint32_t tag,
+                                                             const std::shared_ptr<WorkImpl>&) {
+                            run(tag);
+                          }});
+    queued_.fetch_add(1, std::memory_order_release);
+  }
+  cv_.notify_one();
+  return work;
+}
+
+WorkPtr ProcessGroupGloo::enqueue_p2p(
+    const char* op, std::function<void(std::uint32_t, const std::shared_ptr<WorkImpl>&)> run) {
+  std::shared_ptr<WorkImpl> work;
+  {
+    std::lock_guard lock(mutex_);
+    if (stop_) throw ShutdownError("ProcessGroupGloo", "the group is being destroyed");
+    work = std::make_shared<WorkImpl>(next_p2p_seq_++, op,
+                                      options_.timeout + std::chrono::seconds(10));
+    queue_.push_back(Task{work, std::nullopt, std::move(run)});
+    queued_.fetch_add(1, std::memory_order_release);
+  }
+  cv_.notify_one();
+  return work;
+}
+
+void ProcessGroupGloo::worker_loop() {
+  while (true) {
+    Task task;
+    {
+      std::unique_lock lock(mutex_);
+      if (queue_.empty() && !stop_) {
+        // A training loop issues the next collective right after the previous
+        // one: look for it briefly before sleeping (saves a wake-up per op).
+        lock.unlock();
+        const auto spin_until = std::chrono::steady_clock::now() + std::chrono::microseconds(50);
+        while (std::chrono::steady_clock::now() < spin_until) {
+          std::this_thread::yield();
+          if (queued_.load(std::memory_order_acquire) > 0) break;
+        }
+        lock.lock();
+      }
+      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stop_ and drained
+      task = std::move(queue_.front());
+      queue_.pop_front();
+      queued_.fetch_sub(1, std::memory_order_release);
+    }
+    run_task(task);
+  }
+}
+
+void ProcessGroupGloo::run_task(Task& task) {
+  const auto seq = task.work->sequence_number();
+  const std::string origin = fmt::format("ProcessGroupGloo::{}", task.work->op());
+  if (broken_) {
+    task.work->fail(std::make_exception_ptr(BackendError(
+        origin, fmt::format("group '{}': {} #{} not run: the group failed earlier ({})",
+                            options_.name, task.work->op(), seq, broken_what_))));
+    return;
+  }
+  if (!task.collective) {  // send/recv: posted here in issue order, completed by p2p_loop
+    try {
+      task.run(0, task.work);
+    } catch (const ddp::Error&) {
+      task.work->fail(std::current_exception());
+    } catch (const std::exception& e) {
+      task.work->fail(std::make_exception_ptr(BackendError(origin, e.what())));
+    }
+    return;
+  }
+  const auto& desc = *task.collective;
+  tracker_->entered(seq);
+  // Tags: 2*seq for the DETAIL check, 2*seq+1 for the collective (unique while in flight).
+  try {
+    if (debug_detail_) check_consistency(desc);
+    task.run(static_cast<std::uint32_t>(2 * seq + 1), task.work);
+    task.work->complete();
+  } catch (const InvalidArgument&) {
+    // A DETAIL mismatch: every rank saw the same descriptors and skipped the
+    // collective, so the group stays consistent and usable.
+    task.work->fail(std::current_exception());
+  } catch (const std::exception& e) {
+    auto error = translate(e, desc);
+    try {
+      std::rethrow_exception(error);
+    } catch (const std::exception& translated) {
+      broken_what_ = translated.what();
+    }
+    broken_ = error;
+    spdlog::error("{}", broken_what_);
+    task.work->fail(error);
+  }
+}
+
+void ProcessGroupGloo::check_consistency(const CollectiveDescriptor& desc) {
+  const auto n = static_cast<std::size_t>(size());
+  auto mine = desc.encode();
+  std::vector<std::uint8_t> all(n * CollectiveDescriptor::kEncodedSize);
+  gloo::AllgatherOptions opts(context_);
+  opts.setInput(mine.data(), mine.size());
+  opts.setOutput(all.data(), all.size());
+  opts.setTag(static_cast<std::uint32_t>(2 * desc.seq));
+  opts.setTimeout(options_.timeout);
+  gloo::allgather(opts);
+  std::vector<CollectiveDescriptor> per_rank;
+  for (std::size_t r = 0; r < n; ++r) {
+    per_rank.push_back(CollectiveDescriptor::decode(all.data() + r * CollectiveDescriptor::kEncodedSize));
+  }
+  auto mismatch = find_mismatch(per_rank);
+  if (!mismatch.empty()) {
+    throw InvalidArgument(fmt::format("ProcessGroupGloo::{}", to_string(desc.op)),
+                          fmt::format("group '{}' collective #{} (DDP_DEBUG=DETAIL): {}",
+                                      options_.name, desc.seq, mismatch));
+  }
+}
+
+std::exception_ptr ProcessGroupGloo::translate(const std::exception& error,
+                                               const CollectiveDescriptor& desc) {
+  const std::string origin = fmt::format("ProcessGroupGloo::{}", to_string(desc.op));
+  if (auto* own = dynamic_cast<const ddp::Error*>(&error)) {
+    if (own->kind() != ErrorKind::kTimeout && own->kind() != ErrorKind::kNetwork) {
+      return std::make_exception_ptr(*own);
+    }
+  }
+  std::string what = error.what();
+  const bool timed_out = what.find("imed out") != std::string::npos ||
+                         dynamic_cast<const TimeoutError*>(&error) != nullptr;
+  // Give the other ranks' progress publisher a moment, then ask who never entered.
+  auto settle = std::min<std::chrono::milliseconds>(std::chrono::milliseconds(500), options_.timeout / 2);
+  auto missing = tracker_->missing(desc.seq, settle);
+  auto message = fmt::format(
+      "group '{}' rank {}/{}: {} (collective seq {}) {} after {} ms; ranks that did not arrive: [{}]; "
+      "backend: {}",
+      options_.name, rank(), size(), desc.describe(), desc.seq,
+      timed_out ? "timed out" : "failed", options_.timeout.count(), fmt::join(missing, ", "), what);
+  if (timed_out) return std::make_exception_ptr(TimeoutError(origin, message));
+  if (dynamic_cast<const gloo::IoException*>(&error) || dynamic_cast<const NetworkError*>(&error)) {
+    return std::make_exception_ptr(NetworkError(origin, message));
+  }
+  return std::make_exception_ptr(BackendError(origin, message));
+}
+
+// ---- collectives -------------------------------------------------------------
+
+WorkPtr ProcessGroupGloo::allreduce(Buffer buffer, ReduceOp op) {
+  check_cpu(buffer, "allreduce");
+  auto fn = reduce_function(buffer.dtype, op);  // validates op
+  CollectiveDescriptor desc{CollectiveOp::kAllreduce, buffer.dtype, op, -1, 0, buffer.count};
+  return enqueue_collective(desc, [this, buffer, op, fn](std::uint32_t tag) {
+    if (buffer.count == 0) return;
+    auto algorithm = options_.allreduce_algorithm;
+    if (algorithm == AllreduceAlgorithm::kAuto) {
+      algorithm = use_direct(buffer.nbytes()) ? AllreduceAlgorithm::kDirect
+                                              : AllreduceAlgorithm::kRing;
+    }
+    if (size() == 1) {
+      // nothing to exchange
+    } else if (algorithm == AllreduceAlgorithm::kDirect) {
+      allreduce_direct(buffer.data, buffer.count, buffer.dtype, op, tag);
+    } else {
+      gloo::AllreduceOptions opts(context_);
+      with_element_type(buffer.dtype, [&](auto t) {
+        using T = decltype(t);
+        opts.setOutput<T>(context_->createUnboundBuffer(buffer.data, buffer.nbytes()));
+      });
+      opts.setAlgorithm(algorithm == AllreduceAlgorithm::kBcube
+                            ? gloo::AllreduceOptions::Algorithm::BCUBE
+                            : gloo::AllreduceOptions::Algorithm::RING);
+      opts.setReduceFunction(fn);
+      opts.setTag(tag);
+      opts.setTimeout(options_.timeout);
+      opts.setMaxSegmentSize(options_.max_segment_bytes);
+      gloo::allreduce(opts);
+    }
+    if (op == ReduceOp::kAvg) divide_by(buffer.data, buffer.count, buffer.dtype, size());
+  });
+}
+
+bool ProcessGroupGloo::use_direct(std::size_t nbytes) const {
+  return nbytes * static_cast<std::size_t>(size() - 1) <= options_.direct_max_bytes;
+}
+
+void ProcessGroupGloo::allreduce_direct(void* data, std::size_t count, DType dtype, ReduceOp op,
+                                        std::uint32_t tag) {
+  // One round trip: every rank sends its whole buffer to every other rank and
+  // reduces all contributions in rank order, so every rank computes bit-identical
+  // results (the same order of floating-point operations).
+  const auto n = static_cast<std::size_t>(size());
+  const auto nbytes = count * element_size(dtype);
+  const auto me = static_cast<std::size_t>(rank());
+  // Reused across calls (only this worker thread touches it): a fresh buffer per
+  // call would be zero-filled and, above malloc's mmap threshold, mapped and
+  // unmapped every time (page faults plus TLB shootdowns on every op).
+  if (direct_scratch_.size() < n * nbytes) direct_scratch_.resize(n * nbytes);
+  std::uint8_t* gathered = direct_scratch_.data();
+  std::memcpy(gathered + me * nbytes, data, nbytes);
+  const std::uint64_t slot = kDirectSlotPrefix | tag;
+  auto send_buf = context_->createUnboundBuffer(data, nbytes);
+  auto recv_buf = context_->createUnboundBuffer(gathered, n * nbytes);
+  for (std::size_t peer = 0; peer < n; ++peer) {
+    if (peer == me) continue;
+    recv_buf->recv(static_cast<int>(peer), slot, peer * nbytes, nbytes);
+  }
+  for (std::size_t i = 1; i < n; ++i) {
+    auto peer = (me + i) % n;  // stagger so not every rank hits rank 0 first
+    send_buf->send(static_cast<int>(peer), slot);
+  }
+  for (std::size_t i = 1; i < n; ++i) recv_buf->waitRecv(options_.timeout);
+  for (std::size_t i = 1; i < n; ++i) send_buf->waitSend(options_.timeout);
+  auto fn = reduce_function(dtype, op);
+  fn(data, gathered, gathered + nbytes, count);
+  for (std::size_t r = 2; r < n; ++r) fn(data, data, gathered + r * nbytes, count);
+}
+
+WorkPtr ProcessGroupGloo::broadcast(Buffer buffer, int root) {
+  check_cpu(buffer, "broadcast");
+  if (root < 0 || root >= size()) {
+    throw InvalidArgument("ProcessGroupGloo::broadcast",
+                          fmt::format("root {} is outside [0, {})", root, size()));
+  }
+  CollectiveDescriptor desc{CollectiveOp::kBroadcast, buffer.dtype, ReduceOp::kSum, root, 0,
+                            buffer.count};
+  return enqueue_collective(desc, [this, buffer, root](std::uint32_t tag) {
+    if (buffer.count == 0 || size() == 1) return;
+    gloo::BroadcastOptions opts(context_);
+    opts.setOutput(static_cast<std::uint8_t*>(buffer.data), buffer.nbytes());
+    opts.setRoot(root);
+    opts.setTag(tag);
+    opts.setTimeout(options_.timeout);
+    gloo::broadcast(opts);
+  });
+}
+
+WorkPtr ProcessGroupGloo::allgather(Buffer output, Buffer input) {
+  check_cpu(output, "allgather");
+  check_cpu(input, "allgather");
+  if (output.dtype != input.dtype) {
+    throw InvalidArgument("ProcessGroupGloo::allgather",
+                          fmt::format("output dtype {} differs from input dtype {}",
+                                      to_string(output.dtype), to_string(input.dtype)));
+  }
+  if (output.count != input.count * static_cast<std::size_t>(size())) {
+    throw InvalidArgument("ProcessGroupGloo::allgather",
+                          fmt::format("output has {} elements; expected input count {} x size {} = {}",
+                                      output.count, input.count, size(),
+                                      input.count * static_cast<std::size_t>(size())));
+  }
+  CollectiveDescriptor desc{CollectiveOp::kAllgather, input.dtype, ReduceOp::kSum, -1, 0,
+                            input.count};
+  return enqueue_collective(desc, [this, output, input](std::uint32_t tag) {
+    if (input.count == 0) return;
+    if (size() == 1) {
+      if (output.data != input.data) std::memmove(output.data, input.data, input.nbytes());
+      return;
+    }
+    gloo::AllgatherOptions opts(context_);
+    opts.setInput(static_cast<std::uint8_t*>(input.data), input.nbytes());
+    opts.setOutput(static_cast<std::uint8_t*>(output.data), output.nbytes());
+    opts.setTag(tag);
+    opts.setTimeout(options_.timeout);
+    gloo::allgather(opts);
+  });
+}
+
+WorkPtr ProcessGroupGloo::reduce_scatter(Buffer output, Buffer input, ReduceOp op) {
+  check_cpu(output, "reduce_scatter");
+  check_cpu(input, "reduce_scatter");
+  auto fn = reduce_function(input.dtype, op);
+  if (output.dtype != input.dtype) {
+    throw InvalidArgument("ProcessGroupGloo::reduce_scatter",
+                          fmt::format("output dtype {} differs from input dtype {}",
+                                      to_string(output.dtype), to_string(input.dtype)));
+  }
+  if (input.count != output.count * static_cast<std::size_t>(size())) {
+    throw InvalidArgument("ProcessGroupGloo::reduce_scatter",
+                          fmt::format("input has {} elements; expected output count {} x size {} = {}",
+                                      input.count, output.count, size(),
+                                      output.count * static_cast<std::size_t>(size())));
+  }
+  CollectiveDescriptor desc{CollectiveOp::kReduceScatter, input.dtype, op, -1, 0, input.count};
+  return enqueue_collective(desc, [this, output, input, op, fn](std::uint32_t tag) {
+    if (output.count == 0) return;
+    // Gloo has no standalone reduce-scatter in its new-style API: allreduce a
+    // scratch copy (the input stays untouched) and keep this rank's chunk.
+    std::vector<std::uint8_t> scratch(input.nbytes());
+    std::memcpy(scratch.data(), input.data, input.nbytes());
+    if (size() > 1) {
+      if (use_direct(input.nbytes())) {
+        allreduce_direct(scratch.data(), input.count, input.dtype, op, tag);
+      } else {
+        gloo::AllreduceOptions opts(context_);
+        with_element_type(input.dtype, [&](auto t) {
+          using T = decltype(t);
+          opts.setOutput<T>(context_->createUnboundBuffer(scratch.data(), scratch.size()));
+        });
+        opts.setReduceFunction(fn);
+        opts.setTag(tag);
+        opts.setTimeout(options_.timeout);
+        opts.setMaxSegmentSize(options_.max_segment_bytes);
+        gloo::allreduce(opts);
+      }
+    }
+    std::memcpy(output.data, scratch.data() + static_cast<std::size_t>(rank()) * output.nbytes(),
+                output.nbytes());
+    if (op == ReduceOp::kAvg) divide_by(output.data, output.count, output.dtype, size());
+  });
+}
+
+WorkPtr ProcessGroupGloo::reduce(Buffer buffer, int root, ReduceOp op) {
+  check_cpu(buffer, "reduce");
+  auto fn = reduce_function(buffer.dtype, op);
+  if (root < 0 || root >= size()) {
+    throw InvalidArgument("ProcessGroupGloo::reduce",
+                          fmt::format("root {} is outside [0, {})", root, size()));
+  }
+  CollectiveDescriptor desc{CollectiveOp::kReduce, buffer.dtype, op, root, 0, buffer.count};
+  return enqueue_collective(desc, [this, buffer, root, op, fn](std::uint32_t tag) {
+    if (buffer.count == 0) return;
+    if (size() > 1) {
+      gloo::ReduceOptions opts(context_);
+      with_element_type(buffer.dtype, [&](auto t) {
+        using T = decltype(t);
+        opts.setOutput<T>(context_->createUnboundBuffer(buffer.data, buffer.nbytes()));
+      });
+      opts.setRoot(root);
+      opts.setReduceFunction(fn);
+      opts.setTag(tag);
+      opts.setTimeout(options_.timeout);
+      opts.setMaxSegmentSize(options_.max_segment_bytes);
+      gloo::reduce(opts);
+    }
+    if (op == ReduceOp::kAvg && rank() == root) {
+      divide_by(buffer.data, buffer.count, buffer.dtype, size());
+    }
+  });
+}
+
+WorkPtr ProcessGroupGloo::barrier() {
+  CollectiveDescriptor desc{CollectiveOp::kBarrier, DType::kUInt8, ReduceOp::kSum, -1, 0, 0};
+  return enqueue_collective(desc, [this](std::uint32_t tag) {
+    if (size() == 1) return;
+    gloo::BarrierOptions opts(context_);
+    opts.setTag(tag);
+    opts.setTimeout(options_.timeout);
+    gloo::barrier(opts);
+  });
+}
+
+// ---- point to point ---------------------------------------------------------
+
+WorkPtr ProcessGroupGloo::send(Buffer buffer, int dst, int tag) {
+  check_cpu(buffer, "send");
+  if (dst < 0 || dst >= size() || dst == rank()) {
+    throw InvalidArgument("ProcessGroupGloo::send",
+                          fmt::format("destination {} must be another rank in [0, {})", dst, size()));
+  }
+  if (tag < 0) throw InvalidArgument("ProcessGroupGloo::send", fmt::format("tag {} < 0", tag));
+  return enqueue_p2p("send", [this, buffer, dst, tag](std::uint32_t,
+                                                 const std::shared_ptr<WorkImpl>& work) {
+    auto ub = context_->createUnboundBuffer(buffer.data, buffer.nbytes());
+    ub->send(dst, kP2pSlotPrefix | static_cast<std::uint32_t>(tag));
+    {
+      std::lock_guard lock(p2p_mutex_);
+      p2p_queue_.push_back(PendingP2p{work, std::move(ub), true, dst, tag});
+    }
+    p2p_cv_.notify_one();
+  });
+}
+
+WorkPtr ProcessGroupGloo::recv(Buffer buffer, int src, int tag) {
+  check_cpu(buffer, "recv");
+  if (src < 0 || src >= size() || src == rank()) {
+    throw InvalidArgument("ProcessGroupGloo::recv",
+                          fmt::format("source {} must be another rank in [0, {})", src, size()));
+  }
+  if (tag < 0) throw InvalidArgument("ProcessGroupGloo::recv", fmt::format("tag {} < 0", tag));
+  return enqueue_p2p("recv", [this, buffer, src, tag](std::uint32_t,
+                                                 const std::shared_ptr<WorkImpl>& work) {
+    auto ub = context_->createUnboundBuffer(buffer.data, buffer.nbytes());
+    ub->recv(src, kP2pSlotPrefix | static_cast<std::uint32_t>(tag));
+    {
+      std::lock_guard lock(p2p_mutex_);
+      p2p_queue_.push_back(PendingP2p{work, std::move(ub), false, src, tag});
+    }
+    p2p_cv_.notify_one();
+  });
+}
+
+void ProcessGroupGloo::p2p_loop() {
+  while (true) {
+    PendingP2p pending;
+    {
+      std::unique_lock lock(p2p_mutex_);
+      p2p_cv_.wait(lock, [&] { return p2p_stop_ || !p2p_queue_.empty(); });
+      if (p2p_queue_.empty()) return;
+      pending = std::move(p2p_queue_.front());
+      p2p_queue_.pop_front();
+      p2p_current_ = pending.buffer.get();
+      p2p_current_is_send_ = pending.is_send;
+    }
+    const char* op = pending.is_send ? "send" : "recv";
+    try {
+      bool ok = pending.is_send ? pending.buffer->waitSend(options_.timeout)
+                                : pending.buffer->waitRecv(options_.timeout);
+      if (!ok) throw ShutdownError(fmt::format("ProcessGroupGloo::{}", op), "aborted");
+      pending.work->complete();
+      std::lock_guard lock(p2p_mutex_);
+      p2p_current_ = nullptr;
+    } catch (const std::exception& e) {
+      std::string what = e.what();
+      auto message = fmt::format("group '{}' rank {}: {} #{} {} rank {} (tag {}) failed: {}",
+                                 options_.name, rank(), op, pending.work->sequence_number(),
+                                 pending.is_send ? "to" : "from", pending.peer, pending.tag, what);
+      auto origin = fmt::format("ProcessGroupGloo::{}", op);
+      {
+        std::lock_guard lock(p2p_mutex_);
+        p2p_current_ = nullptr;
+      }
+      if (dynamic_cast<const ShutdownError*>(&e)) {
+        pending.work->fail(std::make_exception_ptr(ShutdownError(origin, message)));
+      } else if (what.find("imed out") != std::string::npos) {
+        pending.work->fail(std::make_exception_ptr(TimeoutError(origin, message)));
+      } else {
+        pending.work->fail(std::make_exception_ptr(NetworkError(origin, message)));
+      }
+    }
+  }
+}
+
+}  // namespace detail
+}  // namespace ddp

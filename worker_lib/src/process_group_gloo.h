@@ -1,0 +1,94 @@
+// ProcessGroupGloo: see ddp/worker/process_group_gloo.h for the contract.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include <gloo/context.h>
+#include <gloo/transport/device.h>
+#include <gloo/transport/unbound_buffer.h>
+
+#include "arrival_tracker.h"
+#include "collective_check.h"
+#include "ddp/worker/process_group_gloo.h"
+#include "work_impl.h"
+
+namespace ddp::detail {
+
+class ProcessGroupGloo final : public ProcessGroup {
+ public:
+  ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int size, GlooOptions options);
+  ~ProcessGroupGloo() override;
+
+  std::string backend_name() const override { return "gloo"; }
+
+  WorkPtr allreduce(Buffer buffer, ReduceOp op) override;
+  WorkPtr broadcast(Buffer buffer, int root) override;
+  WorkPtr allgather(Buffer output, Buffer input) override;
+  WorkPtr reduce_scatter(Buffer output, Buffer input, ReduceOp op) override;
+  WorkPtr reduce(Buffer buffer, int root, ReduceOp op) override;
+  WorkPtr barrier() override;
+  WorkPtr send(Buffer buffer, int dst, int tag) override;
+  WorkPtr recv(Buffer buffer, int src, int tag) override;
+
+ private:
+  struct Task {
+    std::shared_ptr<WorkImpl> work;
+    std::optional<CollectiveDescriptor> collective;  // nullopt for send/recv
+    std::function<void(std::uint32_t tag, const std::shared_ptr<WorkImpl>&)> run;  // throws
+  };
+  struct PendingP2p {
+    std::shared_ptr<WorkImpl> work;
+    std::unique_ptr<gloo::transport::UnboundBuffer> buffer;
+    bool is_send;
+    int peer;
+    int tag;
+  };
+
+  WorkPtr enqueue_collective(CollectiveDescriptor desc, std::function<void(std::uint32_t)> run);
+  WorkPtr enqueue_p2p(const char* op,
+                      std::function<void(std::uint32_t, const std::shared_ptr<WorkImpl>&)> run);
+  void worker_loop();
+  void p2p_loop();
+  void run_task(Task& task);
+  void check_consistency(const CollectiveDescriptor& desc);
+  std::exception_ptr translate(const std::exception& error, const CollectiveDescriptor& desc);
+  void allreduce_direct(void* data, std::size_t count, DType dtype, ReduceOp op, std::uint32_t tag);
+  void check_cpu(const Buffer& buffer, const char* what) const;
+  bool use_direct(std::size_t nbytes) const;
+
+  std::shared_ptr<Store> store_;
+  GlooOptions options_;
+  bool debug_detail_ = false;
+  std::shared_ptr<gloo::transport::Device> device_;
+  std::shared_ptr<gloo::Context> context_;
+  std::unique_ptr<ArrivalTracker> tracker_;
+
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<Task> queue_;
+  std::atomic<int> queued_{0};  // queue_.size(), readable without the lock
+  bool stop_ = false;
+  std::uint64_t next_seq_ = 0;
+  std::uint64_t next_p2p_seq_ = 0;
+  std::vector<std::uint8_t> direct_scratch_;  // worker thread only
+  std::exception_ptr broken_;  // touched by the worker thread only
+  std::string broken_what_;
+
+  std::mutex p2p_mutex_;
+  std::condition_variable p2p_cv_;
+  std::deque<PendingP2p> p2p_queue_;
+  bool p2p_stop_ = false;
+  gloo::transport::UnboundBuffer* p2p_current_ = nullptr;  // being waited on; guarded by p2p_mutex_
+  bool p2p_current_is_send_ = false;
+
+  std::thread worker_;
+  std::thread p2p_worker_;
+};
+
+}  // namespace ddp::detail

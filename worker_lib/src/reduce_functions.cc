@@ -1,0 +1,144 @@
+#include "reduce_functions.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <type_traits>
+
+#include <fmt/format.h>
+
+#include "ddp/common/error.h"
+#include "ddp/worker/half.h"
+
+namespace ddp::detail {
+
+namespace {
+
+struct Sum {
+  template <typename T>
+  static T apply(T a, T b) { return static_cast<T>(a + b); }
+};
+struct Prod {
+  template <typename T>
+  static T apply(T a, T b) { return static_cast<T>(a * b); }
+};
+struct Min {
+  template <typename T>
+  static T apply(T a, T b) { return std::min(a, b); }
+};
+struct Max {
+  template <typename T>
+  static T apply(T a, T b) { return std::max(a, b); }
+};
+
+template <typename T, typename Op>
+void kernel(void* out_, const void* a_, const void* b_, std::size_t n) {
+  auto* out = static_cast<T*>(out_);
+  const auto* a = static_cast<const T*>(a_);
+  const auto* b = static_cast<const T*>(b_);
+  for (std::size_t i = 0; i < n; ++i) out[i] = Op::apply(a[i], b[i]);
+}
+
+// 16-bit floats reduce in float and round once, like PyTorch's CPU kernels.
+template <typename H, typename Op>
+void kernel16(void* out_, const void* a_, const void* b_, std::size_t n) {
+  auto* out = static_cast<std::uint16_t*>(out_);
+  const auto* a = static_cast<const std::uint16_t*>(a_);
+  const auto* b = static_cast<const std::uint16_t*>(b_);
+  for (std::size_t i = 0; i < n; ++i) {
+    float r = Op::apply(H::to_float(a[i]), H::to_float(b[i]));
+    out[i] = H::from_float(r);
+  }
+}
+
+template <typename Op>
+ReduceFn for_dtype(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32: return &kernel<float, Op>;
+    case DType::kFloat64: return &kernel<double, Op>;
+    case DType::kInt32: return &kernel<std::int32_t, Op>;
+    case DType::kInt64: return &kernel<std::int64_t, Op>;
+    case DType::kUInt8: return &kernel<std::uint8_t, Op>;
+    case DType::kFloat16: return &kernel16<Half, Op>;
+    case DType::kBFloat16: return &kernel16<BFloat16, Op>;
+  }
+  throw InvalidArgument("reduce_function", fmt::format("unknown dtype {}", static_cast<int>(dtype)));
+}
+
+// Integer SUM/PRODUCT wrap (as in PyTorch); computed in unsigned arithmetic so
+// overflow is defined behaviour.
+template <typename T>
+void wrap_sum(void* out_, const void* a_, const void* b_, std::size_t n) {
+  using U = std::make_unsigned_t<T>;
+  auto* out = static_cast<T*>(out_);
+  const auto* a = static_cast<const T*>(a_);
+  const auto* b = static_cast<const T*>(b_);
+  for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<T>(static_cast<U>(a[i]) + static_cast<U>(b[i]));
+}
+template <typename T>
+void wrap_prod(void* out_, const void* a_, const void* b_, std::size_t n) {
+  using U = std::make_unsigned_t<T>;
+  auto* out = static_cast<T*>(out_);
+  const auto* a = static_cast<const T*>(a_);
+  const auto* b = static_cast<const T*>(b_);
+  for (std::size_t i = 0; i < n; ++i) {
+    // uint8 promotes to int; widen to a type where the product cannot overflow int.
+    using W = std::conditional_t<(sizeof(U) < sizeof(unsigned)), unsigned, U>;
+    out[i] = static_cast<T>(static_cast<U>(static_cast<W>(static_cast<U>(a[i])) *
+                                           static_cast<W>(static_cast<U>(b[i]))));
+  }
+}
+
+}  // namespace
+
+ReduceFn reduce_function(DType dtype, ReduceOp op) {
+  const bool integral = dtype == DType::kInt32 || dtype == DType::kInt64 || dtype == DType::kUInt8;
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAvg:
+      if (integral) {
+        if (dtype == DType::kInt32) return &wrap_sum<std::int32_t>;
+        if (dtype == DType::kInt64) return &wrap_sum<std::int64_t>;
+        return &wrap_sum<std::uint8_t>;
+      }
+      return for_dtype<Sum>(dtype);
+    case ReduceOp::kProduct:
+      if (integral) {
+        if (dtype == DType::kInt32) return &wrap_prod<std::int32_t>;
+        if (dtype == DType::kInt64) return &wrap_prod<std::int64_t>;
+        return &wrap_prod<std::uint8_t>;
+      }
+      return for_dtype<Prod>(dtype);
+    case ReduceOp::kMin: return for_dtype<Min>(dtype);
+    case ReduceOp::kMax: return for_dtype<Max>(dtype);
+  }
+  throw InvalidArgument("reduce_function", fmt::format("unknown reduce op {}", static_cast<int>(op)));
+}
+
+namespace {
+template <typename T>
+void divide(void* data_, std::size_t n, int divisor) {
+  auto* data = static_cast<T*>(data_);
+  for (std::size_t i = 0; i < n; ++i) data[i] = static_cast<T>(data[i] / static_cast<T>(divisor));
+}
+template <typename H>
+void divide16(void* data_, std::size_t n, int divisor) {
+  auto* data = static_cast<std::uint16_t*>(data_);
+  for (std::size_t i = 0; i < n; ++i) {
+    data[i] = H::from_float(H::to_float(data[i]) / static_cast<float>(divisor));
+  }
+}
+}  // namespace
+
+void divide_by(void* data, std::size_t count, DType dtype, int divisor) {
+  switch (dtype) {
+    case DType::kFloat32: return divide<float>(data, count, divisor);
+    case DType::kFloat64: return divide<double>(data, count, divisor);
+    case DType::kInt32: return divide<std::int32_t>(data, count, divisor);
+    case DType::kInt64: return divide<std::int64_t>(data, count, divisor);
+    case DType::kUInt8: return divide<std::uint8_t>(data, count, divisor);
+    case DType::kFloat16: return divide16<Half>(data, count, divisor);
+    case DType::kBFloat16: return divide16<BFloat16>(data, count, divisor);
+  }
+}
+
+}  // namespace ddp::detail
