@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "net_util.h"
 #include "process_util.h"
 
 namespace ddp::test {
@@ -29,18 +30,6 @@ nlohmann::json read_json(const fs::path& path) {
   return nlohmann::json::parse(read_text(path));
 }
 
-// A TCP port that was free a moment ago.
-std::uint16_t free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
 
 class DdprunTest : public ::testing::Test {
  protected:

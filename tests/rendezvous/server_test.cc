@@ -4,6 +4,8 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
+
+#include "net_util.h"
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -611,21 +613,9 @@ TEST(StoreServer, BadOptionsAreInvalidArgument) {
   EXPECT_THROW(StoreServer{options}, InvalidArgument);
 }
 
-// A port nothing listens on (bound, then released).
-std::uint16_t free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
 
 TEST(TcpStoreClient, DeadServerIsNetworkErrorWithinTheConnectTimeout) {
-  auto options = client_options(free_port());
+  auto options = client_options(test::free_port());
   options.connect_timeout = 500ms;
   auto start = Clock::now();
   try {

@@ -19,6 +19,8 @@
 #include <thread>
 #include <vector>
 
+#include "net_util.h"
+
 namespace ddp::test {
 
 // The directory of the built executables (ctest sets DDP_BUILD_BIN).
@@ -27,21 +29,6 @@ inline std::filesystem::path build_bin() {
   return std::filesystem::canonical("/proc/self/exe").parent_path();
 }
 
-// A port that was free a moment ago (for env:// MASTER_PORT, which must be chosen
-// before the processes start).
-inline int free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  int port = ntohs(addr.sin_port);
-  ::close(fd);
-  return port;
-}
 
 struct Spawned {
   pid_t pid = -1;

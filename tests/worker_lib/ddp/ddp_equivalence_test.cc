@@ -42,7 +42,7 @@ std::vector<Mlp> train_ddp(Backend backend, const Data& data, const RunConfig& c
   std::vector<Mlp> models;
   for (int r = 0; r < cfg.world; ++r) models.emplace_back(kLayers, r == 0 ? 1u : 100u + r);
   if (assignments) assignments->assign(cfg.world, {});
-  run_ranks(cfg.world, [&](int r) {
+  run_threads(cfg.world, [&](int r) {
     Mlp& m = models[r];
     std::vector<Parameter> params;
     for (std::size_t i = 0; i < m.num_params(); ++i) {
@@ -179,7 +179,7 @@ TEST_P(DdpEquivalence, ConstructionCopiesRankZerosParametersAndBuffers) {
   std::vector<std::vector<float>> weights = {{1, 2, 3}, {9, 9, 9}};
   std::vector<std::vector<float>> grads(2, std::vector<float>(3, 0.0f));
   std::vector<std::vector<std::int64_t>> running = {{5, 6}, {0, 0}};
-  run_ranks(2, [&](int r) {
+  run_threads(2, [&](int r) {
     DistributedDataParallel model(groups[r], {{"w", {3}, Buffer::of(weights[r]), Buffer::of(grads[r])}},
                                   {{"running", Buffer::of(running[r])}});
     EXPECT_EQ(weights[r], (std::vector<float>{1, 2, 3}));
@@ -196,7 +196,7 @@ TEST_P(DdpEquivalence, ShapeMismatchAcrossRanksFailsOnEveryRankNamingTheParamete
   auto groups = make_groups(GetParam(), 2);
   std::vector<float> a(6), ga(6), b(4), gb(4);
   std::vector<std::string> messages(2);
-  run_ranks(2, [&](int r) {
+  run_threads(2, [&](int r) {
     std::vector<Parameter> params = {{"fc.bias", {4}, Buffer::of(b), Buffer::of(gb)}};
     if (r == 0) {
       params.insert(params.begin(), {"fc.weight", {2, 3}, Buffer::of(a), Buffer::of(ga)});
@@ -216,7 +216,7 @@ TEST_P(DdpEquivalence, ShapeMismatchAcrossRanksFailsOnEveryRankNamingTheParamete
       << messages[1];
 
   // A different number of parameters.
-  run_ranks(2, [&](int r) {
+  run_threads(2, [&](int r) {
     std::vector<Parameter> params = {{"fc.weight", {6}, Buffer::of(a), Buffer::of(ga)}};
     if (r == 1) params.push_back({"extra", {4}, Buffer::of(b), Buffer::of(gb)});
     try {

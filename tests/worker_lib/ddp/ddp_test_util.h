@@ -17,6 +17,7 @@
 #include "ddp/rendezvous/memory_store.h"
 #include "ddp/worker/process_group.h"
 #include "ddp/worker/process_group_gloo.h"
+#include "../test_util.h"
 #include "thread_process_group.h"
 
 namespace ddp::testing {
@@ -25,24 +26,7 @@ enum class Backend { kThread, kGloo };
 
 inline std::string backend_name(Backend b) { return b == Backend::kThread ? "thread" : "gloo"; }
 
-// Runs fn(rank) on n threads; rethrows the first exception after all joined.
-inline void run_ranks(int n, const std::function<void(int)>& fn) {
-  std::vector<std::thread> threads;
-  std::mutex mutex;
-  std::exception_ptr first;
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        fn(r);
-      } catch (...) {
-        std::lock_guard lock(mutex);
-        if (!first) first = std::current_exception();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  if (first) std::rethrow_exception(first);
-}
+using ::ddp::test::run_threads;
 
 inline std::vector<std::shared_ptr<ProcessGroup>> make_groups(
     Backend backend, int n, std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
@@ -56,7 +40,7 @@ inline std::vector<std::shared_ptr<ProcessGroup>> make_groups(
   GlooOptions options;
   options.hostname = "127.0.0.1";
   options.timeout = timeout;
-  run_ranks(n, [&](int r) { groups[r] = make_gloo_process_group(store, r, n, options); });
+  run_threads(n, [&](int r) { groups[r] = make_gloo_process_group(store, r, n, options); });
   return groups;
 }
 

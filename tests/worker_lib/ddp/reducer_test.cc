@@ -67,7 +67,7 @@ TEST(ReducerBuckets, TensorLargerThanCapGetsItsOwnBucket) {
   const std::vector<std::size_t> sizes = {10, 1000, 10, 10};
   std::vector<Grads> g = {make_grads(sizes, 0), make_grads(sizes, 1)};
   std::vector<std::vector<std::vector<std::size_t>>> assignment(2);
-  run_ranks(2, [&](int r) {
+  run_threads(2, [&](int r) {
     ReducerOptions o;
     o.first_bucket_cap_bytes = 256;
     o.bucket_cap_bytes = 256;
@@ -172,7 +172,7 @@ TEST_P(ReducerBackends, UnusedParametersContributeZerosAndGloballyUnusedAreUntou
   std::vector<Grads> g = {make_grads(sizes, 0), make_grads(sizes, 1)};
   for (auto& v : g[1].data[1]) v = 1234.0f;  // rank 1 does not use gradient 1
   for (int r = 0; r < 2; ++r) std::fill(g[r].data[3].begin(), g[r].data[3].end(), -7.0f);  // nobody uses 3
-  run_ranks(2, [&](int r) {
+  run_threads(2, [&](int r) {
     ReducerOptions o;
     o.find_unused_parameters = true;
     o.bucket_cap_bytes = 40;
@@ -196,7 +196,7 @@ TEST_P(ReducerBackends, MissingGradientWithoutFindUnusedNamesTheParameter) {
   auto groups = make_groups(GetParam(), 2);
   std::vector<Grads> g = {make_grads({3, 3, 3, 3}, 0), make_grads({3, 3, 3, 3}, 1)};
   std::vector<std::string> messages(2);
-  run_ranks(2, [&](int r) {
+  run_threads(2, [&](int r) {
     Reducer reducer(groups[r], g[r].specs());
     reducer.mark_grad_ready(3);
     reducer.mark_grad_ready(1);
@@ -217,7 +217,7 @@ TEST(ReducerUnused, OneRankMissingAGradientErrorsThereAndTimesOutElsewhere) {
   auto groups = make_groups(Backend::kThread, 2, std::chrono::milliseconds(300));
   std::vector<Grads> g = {make_grads({3, 3}, 0), make_grads({3, 3}, 1)};
   std::vector<std::string> errors(2);
-  run_ranks(2, [&](int r) {
+  run_threads(2, [&](int r) {
     ReducerOptions o;
     o.first_bucket_cap_bytes = 4;  // one bucket per gradient
     o.bucket_cap_bytes = 4;
@@ -240,7 +240,7 @@ TEST(ReducerUnused, OneRankMissingAGradientErrorsThereAndTimesOutElsewhere) {
 TEST_P(ReducerBackends, StaticGraphLaunchesUnusedBucketsBeforeFinalizeAfterFirstIteration) {
   auto groups = make_groups(GetParam(), 2);
   std::vector<Grads> g = {make_grads({4, 4, 4}, 0), make_grads({4, 4, 4}, 1)};
-  run_ranks(2, [&](int r) {
+  run_threads(2, [&](int r) {
     ReducerOptions o;
     o.static_graph = true;
     o.first_bucket_cap_bytes = 4;
@@ -292,7 +292,7 @@ TEST_P(ReducerBackends, RebuildUsesRankZerosObservedOrder) {
   std::vector<Grads> g = {make_grads(sizes, 0), make_grads(sizes, 1)};
   std::vector<std::vector<std::vector<std::size_t>>> before(2), after(2);
   for (bool view : {false, true}) {
-    run_ranks(2, [&](int r) {
+    run_threads(2, [&](int r) {
       ReducerOptions o;
       o.first_bucket_cap_bytes = 80;
       o.bucket_cap_bytes = 80;
@@ -340,7 +340,7 @@ TEST_P(ReducerBackends, ThousandTinyTensors) {
   const std::vector<std::size_t> sizes(1000, 1);
   std::vector<Grads> g = {make_grads(sizes, 0), make_grads(sizes, 1)};
   std::vector<std::size_t> buckets(2);
-  run_ranks(2, [&](int r) {
+  run_threads(2, [&](int r) {
     ReducerOptions o;
     o.first_bucket_cap_bytes = 256;
     o.bucket_cap_bytes = 1024;
@@ -374,7 +374,7 @@ void check_hook(Backend backend, const std::string& hook, double unit, double ti
     }
   }
   const auto original = grads;
-  run_ranks(world, [&](int r) {
+  run_threads(world, [&](int r) {
     ReducerOptions o;
     o.comm_hook = make_comm_hook(hook);
     o.first_bucket_cap_bytes = 4096;

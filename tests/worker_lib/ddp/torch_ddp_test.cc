@@ -65,7 +65,7 @@ void run_equivalence(Backend backend, const Config& cfg) {
   }
   auto groups = make_groups(backend, world);
   std::vector<std::size_t> buckets(world);
-  run_ranks(world, [&](int r) {
+  run_threads(world, [&](int r) {
     ddp::torch::DistributedDataParallelOptions o;
     o.reducer.gradient_as_bucket_view = cfg.view;
     o.reducer.bucket_cap_bytes = cfg.cap;
@@ -126,7 +126,7 @@ TEST_P(TorchDdp, UnusedParameterNamedWithoutFindUnusedAndZeroWithIt) {
   auto groups = make_groups(GetParam(), 2);
   std::vector<Net> nets = {Net(true), Net(true)};
   std::vector<std::string> errors(2);
-  run_ranks(2, [&](int r) {
+  run_threads(2, [&](int r) {
     ddp::torch::DistributedDataParallel model(nets[r], groups[r]);
     auto loss = model.forward(::torch::ones({2, 8})).sum();
     try {
@@ -140,7 +140,7 @@ TEST_P(TorchDdp, UnusedParameterNamedWithoutFindUnusedAndZeroWithIt) {
     EXPECT_NE(e.find("('unused.bias')"), std::string::npos) << e;
   }
   auto groups2 = make_groups(GetParam(), 2);
-  run_ranks(2, [&](int r) {
+  run_threads(2, [&](int r) {
     ddp::torch::DistributedDataParallelOptions o;
     o.reducer.find_unused_parameters = true;
     ddp::torch::DistributedDataParallel model(nets[r], groups2[r], o);
