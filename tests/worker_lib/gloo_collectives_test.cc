@@ -18,18 +18,20 @@ using namespace std::chrono_literals;
 struct AlgoCase {
   AllreduceAlgorithm algorithm;
   int world;
+  std::size_t shm_slot_bytes = 1024 * 1024;
 };
 
 class AllreduceTest : public ::testing::TestWithParam<AlgoCase> {};
 
 TEST_P(AllreduceTest, EveryDtypeAndOpMatchesReference) {
-  const auto [algorithm, world] = GetParam();
+  const auto [algorithm, world, slot] = GetParam();
   GlooOptions options;
   options.timeout = 20s;
   options.allreduce_algorithm = algorithm;
   options.max_segment_bytes = 4096;  // several segments per rank even for small buffers
+  options.shm_slot_bytes = GetParam().shm_slot_bytes;
   auto groups = make_groups(world, std::make_shared<MemoryStore>(), options);
-  for (std::size_t count : {std::size_t{1}, std::size_t{7}, std::size_t{1000}, std::size_t{30001}}) {
+  for (std::size_t count : {std::size_t{1}, std::size_t{7}, std::size_t{1000}, std::size_t{9001}, std::size_t{30001}}) {
     for (DType dtype : all_dtypes()) {
       for (ReduceOp op : all_ops()) {
         run_threads(world, [&](int r) {
@@ -54,10 +56,16 @@ INSTANTIATE_TEST_SUITE_P(Algorithms, AllreduceTest,
                                            AlgoCase{AllreduceAlgorithm::kDirect, 3},
                                            AlgoCase{AllreduceAlgorithm::kBcube, 4},
                                            AlgoCase{AllreduceAlgorithm::kRing, 2},
-                                           AlgoCase{AllreduceAlgorithm::kAuto, 1}),
+                                           AlgoCase{AllreduceAlgorithm::kAuto, 1},
+                                           // 4 KiB slots: many chunks, all on the one-barrier path
+                                           AlgoCase{AllreduceAlgorithm::kSharedMemory, 3, 4096},
+                                           // 64 KiB slots: split chunks plus a small tail
+                                           AlgoCase{AllreduceAlgorithm::kSharedMemory, 3, 64 * 1024},
+                                           AlgoCase{AllreduceAlgorithm::kSharedMemory, 2, 64 * 1024},
+                                           AlgoCase{AllreduceAlgorithm::kSharedMemory, 4, 48 * 1024}),
                          [](const auto& info) {
-                           return fmt::format("{}_world{}", to_string(info.param.algorithm),
-                                              info.param.world);
+                           return fmt::format("{}_world{}_slot{}k", to_string(info.param.algorithm),
+                                              info.param.world, info.param.shm_slot_bytes / 1024);
                          });
 
 TEST(GlooCollectives, IntegerSumAndProductWrapLikePyTorch) {

@@ -44,6 +44,28 @@ TEST(EnvInit, EveryCollectiveAcrossThreeProcesses) {
   }
 }
 
+TEST(EnvInit, EveryCollectiveOverTcpWithSharedMemoryDisabled) {
+  auto results = run_env(3, "all", {{"DDP_TIMEOUT", "30"}, {"DDP_SHM_DISABLE", "1"}});
+  for (std::size_t r = 0; r < results.size(); ++r) {
+    EXPECT_EQ(results[r].exit_code, 0) << results[r].output;
+    EXPECT_THAT(results[r].output, HasSubstr("SMOKE OK rank " + std::to_string(r) + "/3"));
+  }
+}
+
+// The shared-memory all-reduce watches its peers' processes: a SIGKILLed rank
+// is reported within a second or so, not after the 120 s timeout.
+TEST(EnvInit, KilledPeerFailsTheSharedMemoryAllreduceQuickly) {
+  auto results = run_env(3, "peer-dies", {{"DDP_TIMEOUT", "120"}}, std::chrono::seconds(60));
+  EXPECT_EQ(results[2].exit_code, -1) << results[2].output;  // killed by its own signal
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(results[r].exit_code, 0) << results[r].output;
+    EXPECT_THAT(results[r].output, HasSubstr("PEER DIED rank " + std::to_string(r)));
+    EXPECT_THAT(results[r].output, HasSubstr("rank 2 (pid "));
+    EXPECT_THAT(results[r].output, HasSubstr("exited during the shared-memory all-reduce"));
+    EXPECT_THAT(results[r].output, HasSubstr("SMOKE OK"));  // noticed within 10 s
+  }
+}
+
 TEST(EnvInit, RankThatNeverArrivesIsNamedInTheTimeout) {
   auto results = run_env(3, "missing", {{"DDP_TIMEOUT", "2"}});
   for (int r = 0; r < 2; ++r) {

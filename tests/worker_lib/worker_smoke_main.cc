@@ -8,8 +8,13 @@
 //   mismatch  rank 1 passes a different size; with DDP_DEBUG=DETAIL every rank
 //             must get InvalidArgument naming both calls
 //   sampler   prints this rank's DistributedSampler indices for (n=103, seed=3, epoch=1)
+//   peer-dies the last rank SIGKILLs itself; the others' all-reduce must fail
+//             with NetworkError naming it, long before the group's timeout
 // Exit code 0 on success, 1 on a failed check, 2 on an unexpected error.
+#include <csignal>
+#include <chrono>
 #include <cstdio>
+#include <unistd.h>
 #include <iostream>
 #include <string>
 #include <thread>
@@ -154,6 +159,32 @@ void run_missing() {
   }
 }
 
+void run_peer_dies() {
+  auto pg = default_group();
+  const int world = pg->size();
+  pg->barrier()->wait();
+  if (pg->rank() == world - 1) ::raise(SIGKILL);
+  std::vector<float> v(100000, 1.0f);
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    pg->allreduce(Buffer::of(v))->wait();
+    check(false, "allreduce with a dead rank succeeded");
+  } catch (const NetworkError& e) {
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                        std::chrono::steady_clock::now() - start).count();
+    std::string what = e.what();
+    std::cout << "PEER DIED rank " << pg->rank() << " after " << ms << " ms: " << what << std::endl;
+    check(what.find(fmt::format("rank {}", world - 1)) != std::string::npos,
+          "the error names the dead rank: " + what);
+    check(ms < 10000, fmt::format("the dead rank was noticed after {} ms", ms));
+  }
+  // Skip destroy_process_group: rank 0 would keep the store up for the dead rank
+  // until the timeout.
+  if (failures == 0) std::cout << "SMOKE OK rank " << pg->rank() << "/" << world << std::endl;
+  std::cout.flush();
+  ::_exit(failures == 0 ? 0 : 1);
+}
+
 void run_mismatch() {
   auto pg = default_group();
   std::vector<float> v(pg->rank() == 1 ? 20 : 10, 1.0f);
@@ -180,6 +211,8 @@ int main(int argc, char** argv) {
       run_missing();
     } else if (mode == "mismatch") {
       run_mismatch();
+    } else if (mode == "peer-dies") {
+      run_peer_dies();
     } else if (mode == "sampler") {
       DistributedSampler sampler(103, world_size(), rank(), true, 3);
       sampler.set_epoch(1);

@@ -13,12 +13,11 @@ class AllreduceHook final : public CommHook {
  public:
   std::string name() const override { return "allreduce"; }
   WorkPtr launch(ProcessGroup& group, const GradBucket& bucket) override {
-    // Sum then divide in finish(): kAvg is not available on every backend.
-    return group.allreduce(bucket.buffer, ReduceOp::kSum);
+    // The backend divides on its own thread (the Gloo shared-memory path even
+    // fuses it into the reduction), keeping the division off the training thread.
+    return group.allreduce(bucket.buffer, ReduceOp::kAvg);
   }
-  void finish(ProcessGroup& group, const GradBucket& bucket) override {
-    if (group.size() > 1) grad_ops::scale(bucket.buffer, 1.0 / group.size());
-  }
+  void finish(ProcessGroup&, const GradBucket&) override {}
 };
 
 template <typename T16, DType kWire>

@@ -17,6 +17,7 @@
 
 #include "ddp/common/env.h"
 #include "ddp/common/error.h"
+#include "ddp/common/time.h"
 #include "ddp/rendezvous/store.h"
 #include "gloo_store.h"
 #include "reduce_functions.h"
@@ -29,6 +30,7 @@ const char* to_string(AllreduceAlgorithm algorithm) {
     case AllreduceAlgorithm::kRing: return "ring";
     case AllreduceAlgorithm::kBcube: return "bcube";
     case AllreduceAlgorithm::kDirect: return "direct";
+    case AllreduceAlgorithm::kSharedMemory: return "shm";
   }
   return "unknown";
 }
@@ -56,6 +58,11 @@ void with_element_type(DType dtype, F&& f) {
     case 4: return f(std::uint32_t{});
     default: return f(std::uint64_t{});
   }
+}
+
+bool shm_disabled_by_env() {
+  auto value = env::get("DDP_SHM_DISABLE");
+  return value && !value->empty() && *value != "0";
 }
 
 bool debug_detail_from_env() {
@@ -86,6 +93,12 @@ ProcessGroupGloo::ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int s
                                               options_.max_segment_bytes));
   }
   debug_detail_ = options_.debug_detail.value_or(debug_detail_from_env());
+  const bool want_shm = options_.shared_memory.value_or(!shm_disabled_by_env());
+  if (options_.allreduce_algorithm == AllreduceAlgorithm::kSharedMemory && !want_shm) {
+    throw InvalidArgument(origin, options_.shared_memory
+                                      ? "allreduce_algorithm shm needs shared_memory on"
+                                      : "allreduce_algorithm shm, but DDP_SHM_DISABLE is set");
+  }
 
   try {
     gloo::transport::tcp::attr attr;
@@ -109,11 +122,24 @@ ProcessGroupGloo::ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int s
     throw BackendError(origin, fmt::format("group '{}' rank {}/{}: setting up Gloo failed: {}",
                                            options_.name, rank, size, e.what()));
   }
+  if (want_shm && size > 1) {
+    ShmAllreduce::Options shm_options;
+    shm_options.slot_bytes = options_.shm_slot_bytes;
+    shm_options.timeout = options_.timeout;
+    shm_options.group_name = options_.name;
+    shm_ = ShmAllreduce::create(*store_, rank, size, shm_options);
+    if (!shm_ && options_.allreduce_algorithm == AllreduceAlgorithm::kSharedMemory) {
+      throw BackendError(origin, fmt::format("group '{}' rank {}/{}: allreduce_algorithm shm, but the "
+                                             "ranks cannot share memory (the log says why)",
+                                             options_.name, rank, size));
+    }
+  }
   tracker_ = std::make_unique<ArrivalTracker>(store_, rank, size);
   worker_ = std::thread([this] { worker_loop(); });
   p2p_worker_ = std::thread([this] { p2p_loop(); });
-  spdlog::debug("ProcessGroupGloo '{}': rank {}/{} connected ({}, debug_detail={})", options_.name,
-                rank, size, device_->str(), debug_detail_);
+  spdlog::debug("ProcessGroupGloo '{}': rank {}/{} connected ({}, shared memory {}, debug_detail={})",
+                options_.name, rank, size, device_->str(), shm_ ? shm_->segment_name() : "off",
+                debug_detail_);
 }
 
 ProcessGroupGloo::~ProcessGroupGloo() {
@@ -310,10 +336,10 @@ std::exception_ptr ProcessGroupGloo::translate(const std::exception& error,
   auto settle = std::min<std::chrono::milliseconds>(std::chrono::milliseconds(500), options_.timeout / 2);
   auto missing = tracker_->missing(desc.seq, settle);
   auto message = fmt::format(
-      "group '{}' rank {}/{}: {} (collective seq {}) {} after {} ms; ranks that did not arrive: [{}]; "
-      "backend: {}",
+      "group '{}' rank {}/{}: {} (collective seq {}) {}; ranks that did not arrive: [{}]; backend: {}",
       options_.name, rank(), size(), desc.describe(), desc.seq,
-      timed_out ? "timed out" : "failed", options_.timeout.count(), fmt::join(missing, ", "), what);
+      timed_out ? fmt::format("timed out after {} ms", options_.timeout.count()) : std::string("failed"),
+      fmt::join(missing, ", "), what);
   if (timed_out) return std::make_exception_ptr(TimeoutError(origin, message));
   if (dynamic_cast<const gloo::IoException*>(&error) || dynamic_cast<const NetworkError*>(&error)) {
     return std::make_exception_ptr(NetworkError(origin, message));
@@ -328,33 +354,44 @@ WorkPtr ProcessGroupGloo::allreduce(Buffer buffer, ReduceOp op) {
   auto fn = reduce_function(buffer.dtype, op);  // validates op
   CollectiveDescriptor desc{CollectiveOp::kAllreduce, buffer.dtype, op, -1, 0, buffer.count};
   return enqueue_collective(desc, [this, buffer, op, fn](std::uint32_t tag) {
-    if (buffer.count == 0) return;
-    auto algorithm = options_.allreduce_algorithm;
-    if (algorithm == AllreduceAlgorithm::kAuto) {
-      algorithm = use_direct(buffer.nbytes()) ? AllreduceAlgorithm::kDirect
-                                              : AllreduceAlgorithm::kRing;
-    }
-    if (size() == 1) {
-      // nothing to exchange
-    } else if (algorithm == AllreduceAlgorithm::kDirect) {
-      allreduce_direct(buffer.data, buffer.count, buffer.dtype, op, tag);
-    } else {
-      gloo::AllreduceOptions opts(context_);
-      with_element_type(buffer.dtype, [&](auto t) {
-        using T = decltype(t);
-        opts.setOutput<T>(context_->createUnboundBuffer(buffer.data, buffer.nbytes()));
-      });
-      opts.setAlgorithm(algorithm == AllreduceAlgorithm::kBcube
-                            ? gloo::AllreduceOptions::Algorithm::BCUBE
-                            : gloo::AllreduceOptions::Algorithm::RING);
-      opts.setReduceFunction(fn);
-      opts.setTag(tag);
-      opts.setTimeout(options_.timeout);
-      opts.setMaxSegmentSize(options_.max_segment_bytes);
-      gloo::allreduce(opts);
-    }
-    if (op == ReduceOp::kAvg) divide_by(buffer.data, buffer.count, buffer.dtype, size());
+    allreduce_in_place(buffer.data, buffer.count, buffer.dtype, op, fn, tag);
   });
+}
+
+void ProcessGroupGloo::allreduce_in_place(void* data, std::size_t count, DType dtype, ReduceOp op,
+                                          ReduceFn fn, std::uint32_t tag) {
+  if (count == 0 || size() == 1) return;
+  const std::size_t nbytes = count * element_size(dtype);
+  auto algorithm = options_.allreduce_algorithm;
+  if (algorithm == AllreduceAlgorithm::kAuto) {
+    algorithm = shm_                 ? AllreduceAlgorithm::kSharedMemory
+                : use_direct(nbytes) ? AllreduceAlgorithm::kDirect
+                                     : AllreduceAlgorithm::kRing;
+  }
+  if (algorithm == AllreduceAlgorithm::kSharedMemory) {
+    // The average is taken inside, on each rank's share of the buffer.
+    shm_->allreduce(data, count, dtype, fn, op == ReduceOp::kAvg ? size() : 1,
+                    Deadline(options_.timeout));
+    return;
+  }
+  if (algorithm == AllreduceAlgorithm::kDirect) {
+    allreduce_direct(data, count, dtype, op, tag);
+  } else {
+    gloo::AllreduceOptions opts(context_);
+    with_element_type(dtype, [&](auto t) {
+      using T = decltype(t);
+      opts.setOutput<T>(context_->createUnboundBuffer(data, nbytes));
+    });
+    opts.setAlgorithm(algorithm == AllreduceAlgorithm::kBcube
+                          ? gloo::AllreduceOptions::Algorithm::BCUBE
+                          : gloo::AllreduceOptions::Algorithm::RING);
+    opts.setReduceFunction(fn);
+    opts.setTag(tag);
+    opts.setTimeout(options_.timeout);
+    opts.setMaxSegmentSize(options_.max_segment_bytes);
+    gloo::allreduce(opts);
+  }
+  if (op == ReduceOp::kAvg) divide_by(data, count, dtype, size());
 }
 
 bool ProcessGroupGloo::use_direct(std::size_t nbytes) const {
@@ -465,25 +502,9 @@ WorkPtr ProcessGroupGloo::reduce_scatter(Buffer output, Buffer input, ReduceOp o
     // scratch copy (the input stays untouched) and keep this rank's chunk.
     std::vector<std::uint8_t> scratch(input.nbytes());
     std::memcpy(scratch.data(), input.data, input.nbytes());
-    if (size() > 1) {
-      if (use_direct(input.nbytes())) {
-        allreduce_direct(scratch.data(), input.count, input.dtype, op, tag);
-      } else {
-        gloo::AllreduceOptions opts(context_);
-        with_element_type(input.dtype, [&](auto t) {
-          using T = decltype(t);
-          opts.setOutput<T>(context_->createUnboundBuffer(scratch.data(), scratch.size()));
-        });
-        opts.setReduceFunction(fn);
-        opts.setTag(tag);
-        opts.setTimeout(options_.timeout);
-        opts.setMaxSegmentSize(options_.max_segment_bytes);
-        gloo::allreduce(opts);
-      }
-    }
+    allreduce_in_place(scratch.data(), input.count, input.dtype, op, fn, tag);
     std::memcpy(output.data, scratch.data() + static_cast<std::size_t>(rank()) * output.nbytes(),
                 output.nbytes());
-    if (op == ReduceOp::kAvg) divide_by(output.data, output.count, output.dtype, size());
   });
 }
 

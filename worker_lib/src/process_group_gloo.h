@@ -15,6 +15,8 @@
 
 #include "arrival_tracker.h"
 #include "collective_check.h"
+#include "reduce_functions.h"
+#include "shm_allreduce.h"
 #include "ddp/worker/process_group_gloo.h"
 #include "work_impl.h"
 
@@ -58,6 +60,9 @@ class ProcessGroupGloo final : public ProcessGroup {
   void run_task(Task& task);
   void check_consistency(const CollectiveDescriptor& desc);
   std::exception_ptr translate(const std::exception& error, const CollectiveDescriptor& desc);
+  // In place, by the configured algorithm; AVG divides. Worker thread only.
+  void allreduce_in_place(void* data, std::size_t count, DType dtype, ReduceOp op, ReduceFn fn,
+                          std::uint32_t tag);
   void allreduce_direct(void* data, std::size_t count, DType dtype, ReduceOp op, std::uint32_t tag);
   void check_cpu(const Buffer& buffer, const char* what) const;
   bool use_direct(std::size_t nbytes) const;
@@ -68,6 +73,7 @@ class ProcessGroupGloo final : public ProcessGroup {
   std::shared_ptr<gloo::transport::Device> device_;
   std::shared_ptr<gloo::Context> context_;
   std::unique_ptr<ArrivalTracker> tracker_;
+  std::unique_ptr<ShmAllreduce> shm_;  // null: no same-host segment
 
   std::mutex mutex_;
   std::condition_variable cv_;

@@ -7,7 +7,7 @@
 // order on every rank, and finished in that order too.
 //
 // Built-in hooks:
-//   allreduce_hook()        allreduce (sum) then divide by the world size. Exact
+//   allreduce_hook()        allreduce with ReduceOp::kAvg (the backend divides). Exact
 //                           up to the float rounding of the sum. The default.
 //   fp16_compress_hook()    float32/float64 buckets are divided by the world size,
 //                           rounded to IEEE binary16, summed in binary16 and

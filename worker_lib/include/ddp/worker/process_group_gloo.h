@@ -1,9 +1,17 @@
-// The Gloo backend: CPU collectives over Gloo's TCP transport, full mesh.
+// The Gloo backend: CPU collectives over Gloo's TCP transport, full mesh, and
+// all-reduce through shared memory when every rank of the group is on this host.
 //
 // make_gloo_process_group() blocks until every rank of the group has exchanged
 // its address through `store` and connected (at most options.timeout), then
 // returns a ProcessGroup whose collectives run, in issue order, on the group's
 // own worker thread. Buffers must be CPU buffers.
+//
+// Same-host fast path: unless turned off (GlooOptions::shared_memory, or
+// DDP_SHM_DISABLE=1 like NCCL_SHM_DISABLE), the group also sets up a POSIX
+// shared-memory segment (rank 0 creates it in /dev/shm; 4 x slot size per rank).
+// When every rank could map it, all-reduce (and reduce_scatter, which is built
+// on it) bypasses TCP; otherwise the group quietly keeps to TCP. Broadcast,
+// allgather, reduce, barrier and send/recv always use TCP.
 //
 // Every collective supports float32, float64, float16, bfloat16, int32, int64
 // and uint8, and the reductions SUM, AVG, MIN, MAX, PRODUCT (float16/bfloat16
@@ -38,10 +46,12 @@ namespace ddp {
 class Store;
 
 enum class AllreduceAlgorithm : std::uint8_t {
-  kAuto,    // kDirect while bytes x (size - 1) <= GlooOptions::direct_max_bytes, else kRing
+  kAuto,    // kSharedMemory when the group has a segment; else kDirect while
+            // bytes x (size - 1) <= GlooOptions::direct_max_bytes, else kRing
   kRing,    // Gloo's ring (reduce-scatter + allgather), bandwidth-optimal
   kBcube,   // Gloo's bcube (recursive halving/doubling)
   kDirect,  // every rank sends its buffer to every other, one round trip, latency-optimal
+  kSharedMemory,  // through the group's shared-memory segment (same host only)
 };
 const char* to_string(AllreduceAlgorithm algorithm);
 
@@ -63,6 +73,13 @@ struct GlooOptions {
   std::size_t direct_max_bytes = 512 * 1024;
   // Largest send/recv of Gloo's ring (two are in flight per peer). Gloo's default is 1 MiB.
   std::size_t max_segment_bytes = 1024 * 1024;
+  // The same-host shared-memory segment. nullopt: on unless the environment has
+  // DDP_SHM_DISABLE=1. With allreduce_algorithm kSharedMemory it must be on, and
+  // creating the group fails with BackendError when the ranks cannot share memory.
+  std::optional<bool> shared_memory;
+  // Bytes each rank stages per step of the shared-memory all-reduce (a multiple
+  // of 64, at least 4096); larger buffers go through in several steps.
+  std::size_t shm_slot_bytes = 1024 * 1024;
   // Name used in logs and error messages.
   std::string name = "default";
 };

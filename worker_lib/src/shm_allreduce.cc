@@ -1,0 +1,415 @@
+#include "shm_allreduce.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <fstream>
+#include <new>
+#include <optional>
+#include <random>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "ddp/common/error.h"
+#include "ddp/common/time.h"
+#include "ddp/rendezvous/store.h"
+
+namespace ddp::detail {
+
+namespace {
+
+constexpr std::uint64_t kMagic = 0x31'6d'68'73'2d'70'64'64ull;  // "ddp-shm1" little-endian
+constexpr std::uint32_t kVersion = 1;
+constexpr std::size_t kPage = 4096;
+constexpr const char* kNamePrefix = "ddp-shm-";
+constexpr auto kSpin = std::chrono::microseconds(20);
+constexpr auto kSleepSlice = std::chrono::milliseconds(50);
+// A segment whose creator is gone is removed by the next rank 0 on this host
+// once it is this old (a creator killed between create and unlink).
+constexpr auto kStaleAge = std::chrono::seconds(60);
+
+// Page 0 of the segment; written by rank 0 before it publishes the name.
+struct Header {
+  std::uint64_t magic;
+  std::uint64_t nonce;
+  std::uint32_t version;
+  std::uint32_t world;
+  std::uint64_t slot_bytes;
+};
+
+// One per rank: who maps the segment (to tell a dead peer from a slow one).
+struct alignas(64) RankRecord {
+  std::atomic<std::int64_t> pid;
+  std::atomic<std::uint64_t> start_time;  // field 22 of /proc/<pid>/stat
+};
+
+// One per rank, on cache lines of their own: the rank's barrier count (a futex
+// word, written only by its rank) and how many peers sleep on it.
+struct Flag {
+  alignas(64) std::atomic<std::uint32_t> phase;
+  alignas(64) std::atomic<std::uint32_t> sleepers;
+};
+
+static_assert(std::atomic<std::uint32_t>::is_always_lock_free);
+static_assert(std::atomic<std::int64_t>::is_always_lock_free);
+static_assert(sizeof(std::atomic<std::uint32_t>) == sizeof(std::uint32_t));
+
+constexpr std::size_t round_up(std::size_t n, std::size_t a) { return (n + a - 1) / a * a; }
+std::size_t records_offset() { return kPage; }
+std::size_t flags_offset(int world) {
+  return records_offset() + round_up(static_cast<std::size_t>(world) * sizeof(RankRecord), 64);
+}
+std::size_t data_offset(int world) {
+  return round_up(flags_offset(world) + static_cast<std::size_t>(world) * sizeof(Flag), kPage);
+}
+std::size_t segment_bytes(int world, std::size_t slot_bytes) {
+  return data_offset(world) + 2 * static_cast<std::size_t>(world) * slot_bytes;
+}
+
+Header* header_of(void* base) { return static_cast<Header*>(base); }
+RankRecord* records_of(void* base) {
+  return reinterpret_cast<RankRecord*>(static_cast<std::uint8_t*>(base) + records_offset());
+}
+Flag* flags_of(void* base, int world) {
+  return reinterpret_cast<Flag*>(static_cast<std::uint8_t*>(base) + flags_offset(world));
+}
+
+std::string errno_text(const char* call) { return fmt::format("{}: {}", call, std::strerror(errno)); }
+
+// Start time of process `pid` in clock ticks since boot; nullopt when there is no such process.
+std::optional<std::uint64_t> start_time_of(std::int64_t pid) {
+  std::ifstream in(fmt::format("/proc/{}/stat", pid));
+  std::string line;
+  if (!in || !std::getline(in, line)) return std::nullopt;
+  const auto close = line.rfind(')');  // the command name may hold spaces and parentheses
+  if (close == std::string::npos) return std::nullopt;
+  std::istringstream fields(line.substr(close + 1));
+  std::string field;
+  for (int i = 3; i <= 22; ++i) {  // fields 3.. follow the name; starttime is field 22
+    if (!(fields >> field)) return std::nullopt;
+  }
+  try {
+    return std::stoull(field);
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield" ::: "memory");
+#endif
+}
+
+// Futex calls on a word shared between processes (so not FUTEX_PRIVATE).
+void futex_wait(std::atomic<std::uint32_t>* word, std::uint32_t expected,
+                std::chrono::nanoseconds timeout) {
+  timespec ts{};
+  ts.tv_sec = static_cast<time_t>(timeout.count() / 1'000'000'000);
+  ts.tv_nsec = static_cast<long>(timeout.count() % 1'000'000'000);
+  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(word), FUTEX_WAIT, expected, &ts, nullptr, 0);
+}
+void futex_wake_all(std::atomic<std::uint32_t>* word) {
+  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+}
+
+// Removes segments of this library whose creator process is gone (it was killed
+// between creating and unlinking the name).
+void remove_stale_segments() {
+  DIR* dir = ::opendir("/dev/shm");
+  if (dir == nullptr) return;
+  const auto now = std::chrono::system_clock::now();
+  while (dirent* entry = ::readdir(dir)) {
+    const std::string file = entry->d_name;
+    if (file.rfind(kNamePrefix, 0) != 0) continue;
+    std::int64_t pid = 0;
+    try {
+      pid = std::stoll(file.substr(std::strlen(kNamePrefix)));
+    } catch (const std::exception&) {
+      continue;
+    }
+    if (pid <= 0 || ::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;
+    struct stat st {};
+    if (::stat(("/dev/shm/" + file).c_str(), &st) != 0) continue;
+    const auto modified = std::chrono::system_clock::from_time_t(st.st_mtime);
+    if (now - modified < kStaleAge) continue;
+    if (::shm_unlink(("/" + file).c_str()) == 0) {
+      spdlog::info("shared memory: removed /dev/shm/{} (its creator, pid {}, is gone)", file, pid);
+    }
+  }
+  ::closedir(dir);
+}
+
+}  // namespace
+
+ShmAllreduce::ShmAllreduce(int rank, int size, const Options& options)
+    : rank_(rank), size_(size), slot_bytes_(options.slot_bytes), group_name_(options.group_name) {}
+
+ShmAllreduce::~ShmAllreduce() {
+  if (!unlinked_) ::shm_unlink(name_.c_str());
+  if (base_ != nullptr) ::munmap(base_, mapped_bytes_);
+}
+
+std::unique_ptr<ShmAllreduce> ShmAllreduce::create(Store& store, int rank, int size,
+                                                   const Options& options) {
+  const char* origin = "ShmAllreduce";
+  if (size < 2 || rank < 0 || rank >= size) {
+    throw InvalidArgument(origin, fmt::format("rank {} of {}: needs at least 2 ranks", rank, size));
+  }
+  if (options.slot_bytes < kPage || options.slot_bytes % 64 != 0) {
+    throw InvalidArgument(origin, fmt::format("slot_bytes {} must be a multiple of 64, at least {}",
+                                              options.slot_bytes, kPage));
+  }
+  std::unique_ptr<ShmAllreduce> self(new ShmAllreduce(rank, size, options));
+  std::string failure;
+  if (rank == 0) {
+    failure = self->create_segment();
+    store.set("shm/segment", failure.empty() ? fmt::format("{} {:016x}", self->name_, self->nonce_) : "");
+  } else {
+    failure = self->attach(store.get("shm/segment", options.timeout));
+  }
+  if (failure.empty()) {
+    auto& record = records_of(self->base_)[rank];
+    record.pid.store(::getpid());
+    record.start_time.store(start_time_of(::getpid()).value_or(0));
+  }
+  store.set(fmt::format("shm/ok/{}", rank), failure.empty() ? "1" : "0 " + failure);
+  std::vector<std::string> keys;
+  for (int r = 0; r < size; ++r) keys.push_back(fmt::format("shm/ok/{}", r));
+  const auto answers = store.multi_get(keys, options.timeout);
+  if (rank == 0 && !self->unlinked_) {
+    ::shm_unlink(self->name_.c_str());  // every rank has mapped it or given up
+    self->unlinked_ = true;
+  }
+  bool all = true;
+  for (int r = 0; r < size; ++r) {
+    if (answers[static_cast<std::size_t>(r)] == "1") continue;
+    all = false;
+    if (rank == 0 || r == rank) {
+      spdlog::info("group '{}': rank {} cannot share memory with rank 0 ({}); all-reduce uses TCP",
+                   options.group_name, r, answers[static_cast<std::size_t>(r)].substr(2));
+    }
+  }
+  if (!all) return nullptr;
+  // Watch only peers whose process this rank can see as the one that mapped the
+  // segment (not, say, a process of another PID namespace with the same pid).
+  self->checkable_.assign(static_cast<std::size_t>(size), false);
+  for (int r = 0; r < size; ++r) {
+    const auto& record = records_of(self->base_)[r];
+    const std::int64_t pid = record.pid.load();
+    const std::uint64_t started = record.start_time.load();
+    self->checkable_[static_cast<std::size_t>(r)] =
+        r != rank && pid != ::getpid() && started != 0 && start_time_of(pid) == started;
+  }
+  spdlog::debug("group '{}' rank {}: shared-memory all-reduce through {} ({} KiB slots)",
+                options.group_name, rank, self->name_, options.slot_bytes / 1024);
+  return self;
+}
+
+std::string ShmAllreduce::create_segment() {
+  remove_stale_segments();
+  std::random_device random;
+  nonce_ = (static_cast<std::uint64_t>(random()) << 32) | random();
+  name_ = fmt::format("/{}{}-{:016x}", kNamePrefix, ::getpid(), nonce_);
+  const std::size_t bytes = segment_bytes(size_, slot_bytes_);
+  const int fd = ::shm_open(name_.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  if (fd < 0) return errno_text("shm_open");
+  unlinked_ = false;
+  std::string failure;
+  if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+    failure = errno_text("ftruncate");
+  } else if (const int rc = ::posix_fallocate(fd, 0, static_cast<off_t>(bytes)); rc != 0) {
+    failure = fmt::format("reserving {} MiB in /dev/shm: {}", bytes >> 20, std::strerror(rc));
+  } else {
+    base_ = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (base_ == MAP_FAILED) {
+      base_ = nullptr;
+      failure = errno_text("mmap");
+    }
+  }
+  ::close(fd);
+  if (!failure.empty()) {
+    ::shm_unlink(name_.c_str());
+    unlinked_ = true;
+    return failure;
+  }
+  mapped_bytes_ = bytes;
+  for (int r = 0; r < size_; ++r) {
+    new (&records_of(base_)[r]) RankRecord{};
+    new (&flags_of(base_, size_)[r]) Flag{};
+  }
+  auto* header = header_of(base_);
+  header->nonce = nonce_;
+  header->version = kVersion;
+  header->world = static_cast<std::uint32_t>(size_);
+  header->slot_bytes = slot_bytes_;
+  std::atomic_thread_fence(std::memory_order_release);
+  header->magic = kMagic;
+  return "";
+}
+
+std::string ShmAllreduce::attach(const std::string& published) {
+  if (published.empty()) return "rank 0 could not create the segment";
+  std::istringstream in(published);
+  std::string nonce_hex;
+  if (!(in >> name_ >> nonce_hex)) return fmt::format("malformed segment record '{}'", published);
+  nonce_ = std::stoull(nonce_hex, nullptr, 16);
+  const int fd = ::shm_open(name_.c_str(), O_RDWR, 0);
+  if (fd < 0) return fmt::format("{} (another host or IPC namespace?)", errno_text("shm_open"));
+  const std::size_t bytes = segment_bytes(size_, slot_bytes_);
+  struct stat st {};
+  std::string failure;
+  if (::fstat(fd, &st) != 0) {
+    failure = errno_text("fstat");
+  } else if (static_cast<std::size_t>(st.st_size) != bytes) {
+    failure = fmt::format("segment has {} bytes, expected {}", st.st_size, bytes);
+  } else {
+    base_ = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (base_ == MAP_FAILED) {
+      base_ = nullptr;
+      failure = errno_text("mmap");
+    }
+  }
+  ::close(fd);
+  if (!failure.empty()) return failure;
+  mapped_bytes_ = bytes;
+  std::atomic_thread_fence(std::memory_order_acquire);
+  const auto* header = header_of(base_);
+  if (header->magic != kMagic || header->nonce != nonce_ || header->version != kVersion ||
+      header->world != static_cast<std::uint32_t>(size_) || header->slot_bytes != slot_bytes_) {
+    return fmt::format("{} is not this group's segment (nonce, world or slot size differ)", name_);
+  }
+  return "";
+}
+
+std::uint8_t* ShmAllreduce::slot(std::size_t set, int rank) const {
+  return static_cast<std::uint8_t*>(base_) + data_offset(size_) +
+         (set * static_cast<std::size_t>(size_) + static_cast<std::size_t>(rank)) * slot_bytes_;
+}
+
+bool ShmAllreduce::peer_alive(int peer) const {
+  if (!checkable_[static_cast<std::size_t>(peer)]) return true;
+  const auto& record = records_of(base_)[peer];
+  return start_time_of(record.pid.load()) == record.start_time.load();
+}
+
+void ShmAllreduce::barrier(const Deadline& deadline, const char* what) {
+  ++phase_;
+  Flag& mine = flags_of(base_, size_)[rank_];
+  mine.phase.store(phase_, std::memory_order_seq_cst);
+  if (mine.sleepers.load(std::memory_order_seq_cst) > 0) futex_wake_all(&mine.phase);
+  for (int k = 1; k < size_; ++k) wait_for((rank_ + k) % size_, phase_, deadline, what);
+}
+
+void ShmAllreduce::wait_for(int peer, std::uint32_t phase, const Deadline& deadline,
+                            const char* what) {
+  Flag& flag = flags_of(base_, size_)[peer];
+  // Phases wrap around; a peer is never more than one phase ahead.
+  auto reached = [&](std::uint32_t value) { return static_cast<std::int32_t>(value - phase) >= 0; };
+  const auto spin_until = std::chrono::steady_clock::now() + kSpin;
+  for (int i = 0;; ++i) {
+    if (reached(flag.phase.load(std::memory_order_acquire))) return;
+    cpu_relax();
+    if (i % 64 == 63 && std::chrono::steady_clock::now() >= spin_until) break;
+  }
+  while (true) {
+    flag.sleepers.fetch_add(1, std::memory_order_seq_cst);
+    const std::uint32_t value = flag.phase.load(std::memory_order_seq_cst);
+    if (!reached(value)) {
+      const auto left = deadline.remaining();  // compared in ms: never() is near ms::max()
+      futex_wait(&flag.phase, value, left < kSleepSlice ? left : kSleepSlice);
+    }
+    flag.sleepers.fetch_sub(1, std::memory_order_seq_cst);
+    if (reached(flag.phase.load(std::memory_order_acquire))) return;
+    if (deadline.expired()) {
+      throw TimeoutError("ShmAllreduce", fmt::format("group '{}' rank {}: timed out waiting for rank {} "
+                                                     "in the shared-memory all-reduce ({})",
+                                                     group_name_, rank_, peer, what));
+    }
+    if (!peer_alive(peer)) {
+      throw NetworkError("ShmAllreduce",
+                         fmt::format("group '{}' rank {}: rank {} (pid {}) exited during the "
+                                     "shared-memory all-reduce ({})",
+                                     group_name_, rank_, peer, records_of(base_)[peer].pid.load(), what));
+    }
+  }
+}
+
+void ShmAllreduce::allreduce(void* data, std::size_t count, DType dtype, ReduceFn fn, int divisor,
+                             const Deadline& deadline) {
+  const std::size_t esize = element_size(dtype);
+  const std::size_t total = count * esize;
+  const std::size_t chunk = slot_bytes_;  // a multiple of 64, so of every element size
+  auto* bytes = static_cast<std::uint8_t*>(data);
+  for (std::size_t offset = 0; offset < total; offset += chunk) {
+    const std::size_t n = std::min(chunk, total - offset);
+    if (n <= kSmallBytes) {
+      chunk_small(bytes + offset, n, esize, dtype, fn, divisor, deadline);
+    } else {
+      chunk_split(bytes + offset, n, esize, dtype, fn, divisor, deadline);
+    }
+  }
+}
+
+void ShmAllreduce::chunk_small(std::uint8_t* data, std::size_t nbytes, std::size_t esize,
+                               DType dtype, ReduceFn fn, int divisor, const Deadline& deadline) {
+  const std::size_t set = rounds_++ % 2;
+  std::memcpy(slot(set, rank_), data, nbytes);
+  barrier(deadline, "gather");
+  // Every rank reduces the same inputs in the same order: identical results.
+  const std::size_t count = nbytes / esize;
+  fn(data, slot(set, 0), slot(set, 1), count);
+  for (int k = 2; k < size_; ++k) fn(data, data, slot(set, k), count);
+  if (divisor > 1) divide_by(data, count, dtype, divisor);
+}
+
+void ShmAllreduce::chunk_split(std::uint8_t* data, std::size_t nbytes, std::size_t esize,
+                               DType dtype, ReduceFn fn, int divisor, const Deadline& deadline) {
+  const std::size_t set = rounds_++ % 2;
+  const std::size_t count = nbytes / esize;
+  const std::size_t line = 64 / esize;  // parts start on cache lines
+  const std::size_t per = round_up((count + static_cast<std::size_t>(size_) - 1) / static_cast<std::size_t>(size_), line);
+  auto part_begin = [&](int k) { return std::min(count, per * static_cast<std::size_t>(k)) * esize; };
+  auto part_bytes = [&](int k) { return std::min(count, per * static_cast<std::size_t>(k + 1)) * esize - part_begin(k); };
+
+  std::uint8_t* mine = slot(set, rank_);
+  for (int k = 0; k < size_; ++k) {
+    if (k != rank_ && part_bytes(k) > 0) std::memcpy(mine + part_begin(k), data + part_begin(k), part_bytes(k));
+  }
+  barrier(deadline, "gather");
+  if (const std::size_t len = part_bytes(rank_); len > 0) {
+    const std::size_t begin = part_begin(rank_);
+    auto contribution = [&](int k) -> const std::uint8_t* {
+      return k == rank_ ? data + begin : slot(set, k) + begin;
+    };
+    std::uint8_t* out = mine + begin;  // the other ranks copy the result from here
+    const std::size_t n = len / esize;
+    fn(out, contribution(0), contribution(1), n);
+    for (int k = 2; k < size_; ++k) fn(out, out, contribution(k), n);
+    if (divisor > 1) divide_by(out, n, dtype, divisor);
+    std::memcpy(data + begin, out, len);
+  }
+  barrier(deadline, "reduce");
+  for (int k = 0; k < size_; ++k) {
+    if (k != rank_ && part_bytes(k) > 0) {
+      std::memcpy(data + part_begin(k), slot(set, k) + part_begin(k), part_bytes(k));
+    }
+  }
+}
+
+}  // namespace ddp::detail

@@ -1,0 +1,109 @@
+// The same-host fast path of the Gloo backend: all-reduce through one POSIX
+// shared-memory segment that every rank of a group maps. No sockets, no kernel
+// copies, no Gloo thread: the role NCCL's SHM transport plays for GPUs on one node.
+//
+// Setup (ShmAllreduce::create, a collective of the group): rank 0 creates the
+// segment, reserves its pages (posix_fallocate, so a full /dev/shm is an error
+// now and not a SIGBUS later) and publishes its name and a random nonce in the
+// group's store; every rank maps it and checks the nonce. The fast path is used
+// only when every rank could map it: on another host, in another IPC namespace
+// or with /dev/shm too small, create() returns nullptr on every rank alike and
+// the caller keeps using TCP. Rank 0 unlinks the name as soon as every rank has
+// answered, so the memory goes away with the last process however it ends.
+//
+// Algorithm, per chunk of at most slot_bytes:
+//   - small buffers (at most kSmallBytes): every rank copies its buffer into its
+//     slot; barrier; every rank reduces all slots in rank order itself.
+//   - larger: every rank copies the parts the others reduce into its slot;
+//     barrier; rank r reduces part r over all ranks in rank order (dividing for
+//     AVG) and publishes it; barrier; every rank copies the other parts back.
+// Two slot sets alternate, so a chunk never overwrites a slot that a slower rank
+// still reads from the chunk before. Every rank ends with identical bits.
+//
+// Waiting: a short spin, then a futex sleep. While asleep the waiter checks every
+// 50 ms that the awaited peer's process still exists, so a dead peer gives
+// NetworkError at once instead of a timeout after the group's full timeout.
+//
+// Thread-safety: one thread at a time calls allreduce(), and every rank calls it
+// for the same buffers in the same order (the Gloo group's worker thread does).
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ddp/worker/process_group.h"
+#include "reduce_functions.h"
+
+namespace ddp {
+class Store;
+class Deadline;
+}  // namespace ddp
+
+namespace ddp::detail {
+
+class ShmAllreduce {
+ public:
+  // Buffers up to this size take the one-barrier path.
+  static constexpr std::size_t kSmallBytes = 32 * 1024;
+
+  struct Options {
+    std::size_t slot_bytes = 1024 * 1024;  // per rank and slot set; >= 4096
+    std::chrono::milliseconds timeout{std::chrono::minutes(5)};  // of the setup's store calls
+    std::string group_name = "default";   // for logs and errors
+  };
+
+  // Collective: every rank of the group calls it with the same options, `store`
+  // being the group's own namespace. nullptr when some rank cannot share the
+  // segment (the reason is logged at info level on rank 0 and every rank that
+  // failed). Throws what the store throws (TimeoutError when a rank never shows up).
+  static std::unique_ptr<ShmAllreduce> create(Store& store, int rank, int size,
+                                              const Options& options);
+
+  ~ShmAllreduce();
+  ShmAllreduce(const ShmAllreduce&) = delete;
+  ShmAllreduce& operator=(const ShmAllreduce&) = delete;
+
+  // In-place all-reduce of `count` elements of `dtype` at `data` with `fn`; then
+  // divides by `divisor` when it is above 1 (AVG). Throws TimeoutError when the
+  // peers do not all arrive before `deadline`, NetworkError when a peer's process
+  // is gone (both name the rank).
+  void allreduce(void* data, std::size_t count, DType dtype, ReduceFn fn, int divisor,
+                 const Deadline& deadline);
+
+  std::size_t slot_bytes() const { return slot_bytes_; }
+  const std::string& segment_name() const { return name_; }
+
+ private:
+  ShmAllreduce(int rank, int size, const Options& options);
+
+  std::string create_segment();   // rank 0; "" or why it failed
+  std::string attach(const std::string& published);  // other ranks; "" or why it failed
+  std::uint8_t* slot(std::size_t set, int rank) const;
+  // Publishes this rank's next phase and waits until every peer reached it.
+  void barrier(const Deadline& deadline, const char* what);
+  void wait_for(int peer, std::uint32_t phase, const Deadline& deadline, const char* what);
+  bool peer_alive(int peer) const;
+  void chunk_small(std::uint8_t* data, std::size_t nbytes, std::size_t esize, DType dtype,
+                   ReduceFn fn, int divisor, const Deadline& deadline);
+  void chunk_split(std::uint8_t* data, std::size_t nbytes, std::size_t esize, DType dtype,
+                   ReduceFn fn, int divisor, const Deadline& deadline);
+
+  const int rank_;
+  const int size_;
+  const std::size_t slot_bytes_;
+  const std::string group_name_;
+  std::string name_;
+  std::uint64_t nonce_ = 0;
+  bool unlinked_ = true;  // rank 0 owns the name until every rank answered
+  void* base_ = nullptr;
+  std::size_t mapped_bytes_ = 0;
+  std::uint32_t phase_ = 0;   // barriers passed; the same on every rank
+  std::uint64_t rounds_ = 0;  // chunks reduced; selects the slot set
+  std::vector<bool> checkable_;  // peers whose process this rank can watch
+};
+
+}  // namespace ddp::detail
