@@ -2,11 +2,14 @@
 // Reducer and the comm hooks. Internal.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "ddp/worker/half.h"
 #include "ddp/worker/process_group.h"
+#include "half_convert.h"
 
 namespace ddp::grad_ops {
 
@@ -25,8 +28,21 @@ inline void copy(const Buffer& dst, const Buffer& src) {
 }
 
 template <typename T16>
+constexpr DType dtype_of() {
+  return std::is_same_v<T16, Half> ? DType::kFloat16 : DType::kBFloat16;
+}
+
+// Block size of the widen-compute-narrow loops over 16-bit buffers.
+constexpr std::size_t kBlock = 256;
+
+template <typename T16>
 void scale_16(std::uint16_t* p, std::size_t n, float factor) {
-  for (std::size_t i = 0; i < n; ++i) p[i] = T16::from_float(T16::to_float(p[i]) * factor);
+  float f[kBlock];
+  for (std::size_t i = 0; i < n; i += kBlock) {
+    const std::size_t m = std::min(kBlock, n - i);
+    detail::floats_from_16(dtype_of<T16>(), p + i, f, m);
+    detail::floats_to_16(dtype_of<T16>(), f, p + i, m, factor);
+  }
 }
 
 // b *= factor, element-wise.
@@ -58,8 +74,7 @@ inline void scale(const Buffer& b, double factor) {
 template <typename T16>
 void compress(const Buffer& src, std::uint16_t* dst, float factor) {
   if (src.dtype == DType::kFloat32) {
-    const auto* p = static_cast<const float*>(src.data);
-    for (std::size_t i = 0; i < src.count; ++i) dst[i] = T16::from_float(p[i] * factor);
+    detail::floats_to_16(dtype_of<T16>(), static_cast<const float*>(src.data), dst, src.count, factor);
   } else {
     const auto* p = static_cast<const double*>(src.data);
     for (std::size_t i = 0; i < src.count; ++i)
@@ -71,8 +86,7 @@ void compress(const Buffer& src, std::uint16_t* dst, float factor) {
 template <typename T16>
 void decompress(const std::uint16_t* src, const Buffer& dst) {
   if (dst.dtype == DType::kFloat32) {
-    auto* p = static_cast<float*>(dst.data);
-    for (std::size_t i = 0; i < dst.count; ++i) p[i] = T16::to_float(src[i]);
+    detail::floats_from_16(dtype_of<T16>(), src, static_cast<float*>(dst.data), dst.count);
   } else {
     auto* p = static_cast<double*>(dst.data);
     for (std::size_t i = 0; i < dst.count; ++i) p[i] = T16::to_float(src[i]);

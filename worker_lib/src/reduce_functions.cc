@@ -7,7 +7,7 @@
 #include <fmt/format.h>
 
 #include "ddp/common/error.h"
-#include "ddp/worker/half.h"
+#include "half_convert.h"
 
 namespace ddp::detail {
 
@@ -38,15 +38,22 @@ void kernel(void* out_, const void* a_, const void* b_, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i) out[i] = Op::apply(a[i], b[i]);
 }
 
-// 16-bit floats reduce in float and round once, like PyTorch's CPU kernels.
-template <typename H, typename Op>
+// 16-bit floats reduce in float and round once, like PyTorch's CPU kernels:
+// blocks are widened, combined in float and narrowed (half_convert.h).
+template <DType kDtype, typename Op>
 void kernel16(void* out_, const void* a_, const void* b_, std::size_t n) {
   auto* out = static_cast<std::uint16_t*>(out_);
   const auto* a = static_cast<const std::uint16_t*>(a_);
   const auto* b = static_cast<const std::uint16_t*>(b_);
-  for (std::size_t i = 0; i < n; ++i) {
-    float r = Op::apply(H::to_float(a[i]), H::to_float(b[i]));
-    out[i] = H::from_float(r);
+  constexpr std::size_t kBlock = 256;
+  float fa[kBlock];
+  float fb[kBlock];
+  for (std::size_t i = 0; i < n; i += kBlock) {
+    const std::size_t m = std::min(kBlock, n - i);
+    floats_from_16(kDtype, a + i, fa, m);
+    floats_from_16(kDtype, b + i, fb, m);
+    for (std::size_t j = 0; j < m; ++j) fa[j] = Op::apply(fa[j], fb[j]);
+    floats_to_16(kDtype, fa, out + i, m);  // out may alias a or b: block i is fully read
   }
 }
 
@@ -58,8 +65,8 @@ ReduceFn for_dtype(DType dtype) {
     case DType::kInt32: return &kernel<std::int32_t, Op>;
     case DType::kInt64: return &kernel<std::int64_t, Op>;
     case DType::kUInt8: return &kernel<std::uint8_t, Op>;
-    case DType::kFloat16: return &kernel16<Half, Op>;
-    case DType::kBFloat16: return &kernel16<BFloat16, Op>;
+    case DType::kFloat16: return &kernel16<DType::kFloat16, Op>;
+    case DType::kBFloat16: return &kernel16<DType::kBFloat16, Op>;
   }
   throw InvalidArgument("reduce_function", fmt::format("unknown dtype {}", static_cast<int>(dtype)));
 }
@@ -120,11 +127,15 @@ void divide(void* data_, std::size_t n, int divisor) {
   auto* data = static_cast<T*>(data_);
   for (std::size_t i = 0; i < n; ++i) data[i] = static_cast<T>(data[i] / static_cast<T>(divisor));
 }
-template <typename H>
-void divide16(void* data_, std::size_t n, int divisor) {
+void divide16(DType dtype, void* data_, std::size_t n, int divisor) {
   auto* data = static_cast<std::uint16_t*>(data_);
-  for (std::size_t i = 0; i < n; ++i) {
-    data[i] = H::from_float(H::to_float(data[i]) / static_cast<float>(divisor));
+  constexpr std::size_t kBlock = 256;
+  float f[kBlock];
+  for (std::size_t i = 0; i < n; i += kBlock) {
+    const std::size_t m = std::min(kBlock, n - i);
+    floats_from_16(dtype, data + i, f, m);
+    for (std::size_t j = 0; j < m; ++j) f[j] /= static_cast<float>(divisor);
+    floats_to_16(dtype, f, data + i, m);
   }
 }
 }  // namespace
@@ -136,8 +147,8 @@ void divide_by(void* data, std::size_t count, DType dtype, int divisor) {
     case DType::kInt32: return divide<std::int32_t>(data, count, divisor);
     case DType::kInt64: return divide<std::int64_t>(data, count, divisor);
     case DType::kUInt8: return divide<std::uint8_t>(data, count, divisor);
-    case DType::kFloat16: return divide16<Half>(data, count, divisor);
-    case DType::kBFloat16: return divide16<BFloat16>(data, count, divisor);
+    case DType::kFloat16:
+    case DType::kBFloat16: return divide16(dtype, data, count, divisor);
   }
 }
 
