@@ -209,6 +209,43 @@ TEST(GlooSharedMemory, ExplicitAlgorithmWithSharedMemoryOffIsRejected) {
   }
 }
 
+TEST(GlooSharedMemory, RanksConfiguredDifferentlyFallBackTogetherWithoutWaiting) {
+  auto store = std::make_shared<MemoryStore>();
+  std::vector<std::shared_ptr<ProcessGroup>> groups(2);
+  const auto start = std::chrono::steady_clock::now();
+  run_threads(2, [&](int r) {
+    GlooOptions options;
+    options.hostname = "127.0.0.1";
+    options.shared_memory = r == 0;  // rank 1 has it off
+    groups[static_cast<std::size_t>(r)] = make_gloo_process_group(store, r, 2, options);
+  });
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
+  run_threads(2, [&](int r) {
+    std::vector<float> v(100000, static_cast<float>(r + 1));
+    groups[static_cast<std::size_t>(r)]->allreduce(Buffer::of(v))->wait();  // over TCP on both
+    EXPECT_EQ(v[99999], 3.0f);
+  });
+}
+
+TEST(GlooSharedMemory, ExplicitAlgorithmNamesTheRankThatCannotTakePart) {
+  auto store = std::make_shared<MemoryStore>();
+  std::string error;
+  run_threads(2, [&](int r) {
+    GlooOptions options;
+    options.hostname = "127.0.0.1";
+    options.timeout = 20s;
+    if (r == 0) options.allreduce_algorithm = AllreduceAlgorithm::kSharedMemory;
+    if (r == 1) options.shared_memory = false;
+    try {
+      auto group = make_gloo_process_group(store, r, 2, options);
+    } catch (const BackendError& e) {
+      error = e.what();
+    }
+  });
+  EXPECT_THAT(error, HasSubstr("allreduce_algorithm shm, but the ranks cannot share memory"));
+  EXPECT_THAT(error, HasSubstr("rank 1: shared memory is off on this rank"));
+}
+
 TEST(GlooSharedMemory, DisabledByEnvironmentLikeNcclShmDisable) {
   ::setenv("DDP_SHM_DISABLE", "1", 1);
   GlooOptions options;

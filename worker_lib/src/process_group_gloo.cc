@@ -93,12 +93,6 @@ ProcessGroupGloo::ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int s
                                               options_.max_segment_bytes));
   }
   debug_detail_ = options_.debug_detail.value_or(debug_detail_from_env());
-  const bool want_shm = options_.shared_memory.value_or(!shm_disabled_by_env());
-  if (options_.allreduce_algorithm == AllreduceAlgorithm::kSharedMemory && !want_shm) {
-    throw InvalidArgument(origin, options_.shared_memory
-                                      ? "allreduce_algorithm shm needs shared_memory on"
-                                      : "allreduce_algorithm shm, but DDP_SHM_DISABLE is set");
-  }
 
   try {
     gloo::transport::tcp::attr attr;
@@ -122,16 +116,28 @@ ProcessGroupGloo::ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int s
     throw BackendError(origin, fmt::format("group '{}' rank {}/{}: setting up Gloo failed: {}",
                                            options_.name, rank, size, e.what()));
   }
-  if (want_shm && size > 1) {
+  // Every rank takes part in the shared-memory setup, even with it off, so that
+  // ranks configured differently fall back together instead of waiting.
+  const bool want_shm = options_.shared_memory.value_or(!shm_disabled_by_env());
+  std::string why_no_shm = "a group of one rank";
+  if (size > 1) {
     ShmAllreduce::Options shm_options;
+    shm_options.enabled = want_shm;
     shm_options.slot_bytes = options_.shm_slot_bytes;
     shm_options.timeout = options_.timeout;
     shm_options.group_name = options_.name;
-    shm_ = ShmAllreduce::create(*store_, rank, size, shm_options);
-    if (!shm_ && options_.allreduce_algorithm == AllreduceAlgorithm::kSharedMemory) {
+    shm_ = ShmAllreduce::create(*store_, rank, size, shm_options, &why_no_shm);
+  }
+  if (options_.allreduce_algorithm == AllreduceAlgorithm::kSharedMemory) {
+    if (!want_shm) {
+      throw InvalidArgument(origin, options_.shared_memory
+                                        ? "allreduce_algorithm shm needs shared_memory on"
+                                        : "allreduce_algorithm shm, but DDP_SHM_DISABLE is set");
+    }
+    if (!shm_ && size > 1) {
       throw BackendError(origin, fmt::format("group '{}' rank {}/{}: allreduce_algorithm shm, but the "
-                                             "ranks cannot share memory (the log says why)",
-                                             options_.name, rank, size));
+                                             "ranks cannot share memory ({})",
+                                             options_.name, rank, size, why_no_shm));
     }
   }
   tracker_ = std::make_unique<ArrivalTracker>(store_, rank, size);

@@ -166,7 +166,7 @@ ShmAllreduce::~ShmAllreduce() {
 }
 
 std::unique_ptr<ShmAllreduce> ShmAllreduce::create(Store& store, int rank, int size,
-                                                   const Options& options) {
+                                                   const Options& options, std::string* why_not) {
   const char* origin = "ShmAllreduce";
   if (size < 2 || rank < 0 || rank >= size) {
     throw InvalidArgument(origin, fmt::format("rank {} of {}: needs at least 2 ranks", rank, size));
@@ -177,7 +177,10 @@ std::unique_ptr<ShmAllreduce> ShmAllreduce::create(Store& store, int rank, int s
   }
   std::unique_ptr<ShmAllreduce> self(new ShmAllreduce(rank, size, options));
   std::string failure;
-  if (rank == 0) {
+  if (!options.enabled) {
+    failure = "shared memory is off on this rank (DDP_SHM_DISABLE or GlooOptions::shared_memory)";
+    if (rank == 0) store.set("shm/segment", "");
+  } else if (rank == 0) {
     failure = self->create_segment();
     store.set("shm/segment", failure.empty() ? fmt::format("{} {:016x}", self->name_, self->nonce_) : "");
   } else {
@@ -196,16 +199,21 @@ std::unique_ptr<ShmAllreduce> ShmAllreduce::create(Store& store, int rank, int s
     ::shm_unlink(self->name_.c_str());  // every rank has mapped it or given up
     self->unlinked_ = true;
   }
-  bool all = true;
+  std::string reasons;
   for (int r = 0; r < size; ++r) {
-    if (answers[static_cast<std::size_t>(r)] == "1") continue;
-    all = false;
+    const auto& answer = answers[static_cast<std::size_t>(r)];
+    if (answer == "1") continue;
+    const std::string reason = fmt::format("rank {}: {}", r, answer.size() > 2 ? answer.substr(2) : answer);
+    reasons += (reasons.empty() ? "" : "; ") + reason;
     if (rank == 0 || r == rank) {
-      spdlog::info("group '{}': rank {} cannot share memory with rank 0 ({}); all-reduce uses TCP",
-                   options.group_name, r, answers[static_cast<std::size_t>(r)].substr(2));
+      spdlog::info("group '{}': no shared-memory all-reduce, all-reduce uses TCP ({})",
+                   options.group_name, reason);
     }
   }
-  if (!all) return nullptr;
+  if (!reasons.empty()) {
+    if (why_not != nullptr) *why_not = reasons;
+    return nullptr;
+  }
   // Watch only peers whose process this rank can see as the one that mapped the
   // segment (not, say, a process of another PID namespace with the same pid).
   self->checkable_.assign(static_cast<std::size_t>(size), false);
@@ -268,7 +276,11 @@ std::string ShmAllreduce::attach(const std::string& published) {
   std::istringstream in(published);
   std::string nonce_hex;
   if (!(in >> name_ >> nonce_hex)) return fmt::format("malformed segment record '{}'", published);
-  nonce_ = std::stoull(nonce_hex, nullptr, 16);
+  try {
+    nonce_ = std::stoull(nonce_hex, nullptr, 16);
+  } catch (const std::exception&) {
+    return fmt::format("malformed segment record '{}'", published);
+  }
   const int fd = ::shm_open(name_.c_str(), O_RDWR, 0);
   if (fd < 0) return fmt::format("{} (another host or IPC namespace?)", errno_text("shm_open"));
   const std::size_t bytes = segment_bytes(size_, slot_bytes_);

@@ -51,17 +51,23 @@ class ShmAllreduce {
   static constexpr std::size_t kSmallBytes = 32 * 1024;
 
   struct Options {
+    // false: this rank does not take part and says so (the others then fall back
+    // too). Every rank calls create() either way, so no rank waits for nothing.
+    bool enabled = true;
     std::size_t slot_bytes = 1024 * 1024;  // per rank and slot set; >= 4096
     std::chrono::milliseconds timeout{std::chrono::minutes(5)};  // of the setup's store calls
     std::string group_name = "default";   // for logs and errors
   };
 
-  // Collective: every rank of the group calls it with the same options, `store`
-  // being the group's own namespace. nullptr when some rank cannot share the
-  // segment (the reason is logged at info level on rank 0 and every rank that
-  // failed). Throws what the store throws (TimeoutError when a rank never shows up).
+  // Collective: every rank of the group calls it with the same slot_bytes,
+  // `store` being the group's own, fresh namespace (as for Gloo's rendezvous).
+  // nullptr when some rank cannot share the segment or is not enabled; the
+  // reasons go to `why_not` (when given) and to the log at info level on rank 0
+  // and on each rank that failed. Throws what the store throws (TimeoutError
+  // when a rank never shows up).
   static std::unique_ptr<ShmAllreduce> create(Store& store, int rank, int size,
-                                              const Options& options);
+                                              const Options& options,
+                                              std::string* why_not = nullptr);
 
   ~ShmAllreduce();
   ShmAllreduce(const ShmAllreduce&) = delete;
