@@ -1,7 +1,9 @@
 // Bulk conversions between float and the 16-bit float formats (ddp/worker/half.h),
 // for the 16-bit reductions and the fp16/bf16 comm hooks. Results are bit-equal
 // to Half/BFloat16::from_float and to_float element by element (round to nearest
-// even; NaN stays NaN). binary16 uses the CPU's F16C instructions when it has
+// even), except for NaN payloads: a NaN stays a NaN, but with F16C it keeps its
+// payload's top bits where the scalar code makes the canonical quiet NaN.
+// binary16 uses the CPU's F16C instructions when it has
 // them (checked once at run time), bfloat16 is plain integer code the compiler
 // vectorizes.
 #pragma once

@@ -88,6 +88,10 @@ ProcessGroupGloo::ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int s
     throw InvalidArgument(origin, fmt::format("timeout {} ms must be positive",
                                               options_.timeout.count()));
   }
+  if (options_.shm_slot_bytes < 4096 || options_.shm_slot_bytes % 64 != 0) {
+    throw InvalidArgument(origin, fmt::format("shm_slot_bytes {} must be a multiple of 64, at least 4096",
+                                              options_.shm_slot_bytes));
+  }
   if (options_.max_segment_bytes < 1024) {
     throw InvalidArgument(origin, fmt::format("max_segment_bytes {} must be >= 1024",
                                               options_.max_segment_bytes));

@@ -14,7 +14,6 @@
 #include <cerrno>
 #include <climits>
 #include <cstring>
-#include <fstream>
 #include <new>
 #include <optional>
 #include <random>
@@ -89,23 +88,45 @@ Flag* flags_of(void* base, int world) {
 
 std::string errno_text(const char* call) { return fmt::format("{}: {}", call, std::strerror(errno)); }
 
-// Start time of process `pid` in clock ticks since boot; nullopt when there is no such process.
-std::optional<std::uint64_t> start_time_of(std::int64_t pid) {
-  std::ifstream in(fmt::format("/proc/{}/stat", pid));
-  std::string line;
-  if (!in || !std::getline(in, line)) return std::nullopt;
+// What /proc/<pid>/stat says about a process.
+struct ProcessStat {
+  enum class Kind { kRunning, kGone, kUnknown } kind = ProcessStat::Kind::kUnknown;
+  std::uint64_t start_time = 0;  // clock ticks since boot (field 22)
+};
+
+// kGone: no such process, or a zombie; kUnknown: /proc could not be read for
+// another reason (out of file descriptors, say), which must not count as death.
+ProcessStat stat_of(std::int64_t pid) {
+  ProcessStat out;
+  const int fd = ::open(fmt::format("/proc/{}/stat", pid).c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT || errno == ESRCH) out.kind = ProcessStat::Kind::kGone;
+    return out;
+  }
+  char buf[1024];
+  const ssize_t n = ::read(fd, buf, sizeof buf - 1);
+  ::close(fd);
+  if (n <= 0) {
+    if (n < 0 && errno == ESRCH) out.kind = ProcessStat::Kind::kGone;
+    return out;
+  }
+  const std::string line(buf, static_cast<std::size_t>(n));
   const auto close = line.rfind(')');  // the command name may hold spaces and parentheses
-  if (close == std::string::npos) return std::nullopt;
+  if (close == std::string::npos) return out;
   std::istringstream fields(line.substr(close + 1));
   std::string field;
-  for (int i = 3; i <= 22; ++i) {  // fields 3.. follow the name; starttime is field 22
-    if (!(fields >> field)) return std::nullopt;
+  std::string state;
+  for (int i = 3; i <= 22; ++i) {  // fields 3.. follow the name: 3 is the state, 22 the start time
+    if (!(fields >> field)) return out;
+    if (i == 3) state = field;
   }
   try {
-    return std::stoull(field);
+    out.start_time = std::stoull(field);
   } catch (const std::exception&) {
-    return std::nullopt;
+    return out;
   }
+  out.kind = state == "Z" || state == "X" ? ProcessStat::Kind::kGone : ProcessStat::Kind::kRunning;
+  return out;
 }
 
 void cpu_relax() {
@@ -145,7 +166,7 @@ void remove_stale_segments() {
     }
     if (pid <= 0 || ::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;
     struct stat st {};
-    if (::stat(("/dev/shm/" + file).c_str(), &st) != 0) continue;
+    if (::stat(("/dev/shm/" + file).c_str(), &st) != 0 || st.st_uid != ::geteuid()) continue;
     const auto modified = std::chrono::system_clock::from_time_t(st.st_mtime);
     if (now - modified < kStaleAge) continue;
     if (::shm_unlink(("/" + file).c_str()) == 0) {
@@ -181,7 +202,11 @@ std::unique_ptr<ShmAllreduce> ShmAllreduce::create(Store& store, int rank, int s
     failure = "shared memory is off on this rank (DDP_SHM_DISABLE or GlooOptions::shared_memory)";
     if (rank == 0) store.set("shm/segment", "");
   } else if (rank == 0) {
-    failure = self->create_segment();
+    try {
+      failure = self->create_segment();
+    } catch (const std::exception& e) {  // std::random_device, allocation
+      failure = e.what();
+    }
     store.set("shm/segment", failure.empty() ? fmt::format("{} {:016x}", self->name_, self->nonce_) : "");
   } else {
     failure = self->attach(store.get("shm/segment", options.timeout));
@@ -189,7 +214,7 @@ std::unique_ptr<ShmAllreduce> ShmAllreduce::create(Store& store, int rank, int s
   if (failure.empty()) {
     auto& record = records_of(self->base_)[rank];
     record.pid.store(::getpid());
-    record.start_time.store(start_time_of(::getpid()).value_or(0));
+    record.start_time.store(stat_of(::getpid()).start_time);
   }
   store.set(fmt::format("shm/ok/{}", rank), failure.empty() ? "1" : "0 " + failure);
   std::vector<std::string> keys;
@@ -221,8 +246,10 @@ std::unique_ptr<ShmAllreduce> ShmAllreduce::create(Store& store, int rank, int s
     const auto& record = records_of(self->base_)[r];
     const std::int64_t pid = record.pid.load();
     const std::uint64_t started = record.start_time.load();
-    self->checkable_[static_cast<std::size_t>(r)] =
-        r != rank && pid != ::getpid() && started != 0 && start_time_of(pid) == started;
+    const auto now = stat_of(pid);
+    self->checkable_[static_cast<std::size_t>(r)] = r != rank && pid != ::getpid() && started != 0 &&
+                                                    now.kind == ProcessStat::Kind::kRunning &&
+                                                    now.start_time == started;
   }
   spdlog::debug("group '{}' rank {}: shared-memory all-reduce through {} ({} KiB slots)",
                 options.group_name, rank, self->name_, options.slot_bytes / 1024);
@@ -317,7 +344,9 @@ std::uint8_t* ShmAllreduce::slot(std::size_t set, int rank) const {
 bool ShmAllreduce::peer_alive(int peer) const {
   if (!checkable_[static_cast<std::size_t>(peer)]) return true;
   const auto& record = records_of(base_)[peer];
-  return start_time_of(record.pid.load()) == record.start_time.load();
+  const auto now = stat_of(record.pid.load());
+  if (now.kind == ProcessStat::Kind::kUnknown) return true;
+  return now.kind == ProcessStat::Kind::kRunning && now.start_time == record.start_time.load();
 }
 
 void ShmAllreduce::barrier(const Deadline& deadline, const char* what) {
@@ -343,8 +372,12 @@ void ShmAllreduce::wait_for(int peer, std::uint32_t phase, const Deadline& deadl
     flag.sleepers.fetch_add(1, std::memory_order_seq_cst);
     const std::uint32_t value = flag.phase.load(std::memory_order_seq_cst);
     if (!reached(value)) {
-      const auto left = deadline.remaining();  // compared in ms: never() is near ms::max()
-      futex_wait(&flag.phase, value, left < kSleepSlice ? left : kSleepSlice);
+      std::chrono::nanoseconds slice = kSleepSlice;
+      if (deadline.remaining() < kSleepSlice) {  // never() is near ms::max(): compare in ms first
+        slice = std::max<std::chrono::nanoseconds>(deadline.when() - std::chrono::steady_clock::now(),
+                                                   std::chrono::microseconds(100));
+      }
+      futex_wait(&flag.phase, value, slice);
     }
     flag.sleepers.fetch_sub(1, std::memory_order_seq_cst);
     if (reached(flag.phase.load(std::memory_order_acquire))) return;

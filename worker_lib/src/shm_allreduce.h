@@ -21,8 +21,15 @@
 // still reads from the chunk before. Every rank ends with identical bits.
 //
 // Waiting: a short spin, then a futex sleep. While asleep the waiter checks every
-// 50 ms that the awaited peer's process still exists, so a dead peer gives
+// 50 ms that the awaited peer's process still exists (its /proc/<pid>/stat, with
+// the start time it had at setup, and not a zombie), so a dead peer gives
 // NetworkError at once instead of a timeout after the group's full timeout.
+// Peers this rank cannot see (threads of one process, another PID namespace)
+// are not watched.
+//
+// Stale segments: before creating one, rank 0 removes this user's segments
+// whose creator pid no longer exists and that are over a minute old (a creator
+// killed between creating and unlinking the name).
 //
 // Thread-safety: one thread at a time calls allreduce(), and every rank calls it
 // for the same buffers in the same order (the Gloo group's worker thread does).

@@ -8,7 +8,7 @@
 //
 // Same-host fast path: unless turned off (GlooOptions::shared_memory, or
 // DDP_SHM_DISABLE=1 like NCCL_SHM_DISABLE), the group also sets up a POSIX
-// shared-memory segment (rank 0 creates it in /dev/shm; 4 x slot size per rank).
+// shared-memory segment (rank 0 creates it in /dev/shm; 2 x shm_slot_bytes per rank).
 // When every rank could map it, all-reduce (and reduce_scatter, which is built
 // on it) bypasses TCP; otherwise the group quietly keeps to TCP. Broadcast,
 // allgather, reduce, barrier and send/recv always use TCP.
