@@ -1,6 +1,9 @@
 // ddprun: command line -> LaunchConfig -> rendezvous + agent.
+#include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -20,6 +23,31 @@ std::string host_name() {
   char buffer[256] = {};
   if (::gethostname(buffer, sizeof(buffer) - 1) != 0) return "localhost";
   return buffer;
+}
+
+// Removes this user's ddprun-<pid>-* temporary directories in `tmp` whose ddprun
+// no longer runs: a SIGKILLed ddprun cannot remove its own.
+void remove_stale_temp_dirs(const std::filesystem::path& tmp) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  for (fs::directory_iterator it(tmp, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.rfind("ddprun-", 0) != 0) continue;
+    long pid = 0;
+    try {
+      pid = std::stol(name.substr(7));
+    } catch (const std::exception&) {
+      continue;  // the old ddprun-XXXXXX form carries no pid
+    }
+    struct stat st {};
+    if (pid <= 0 || ::lstat(it->path().c_str(), &st) != 0 || !S_ISDIR(st.st_mode) ||
+        st.st_uid != ::geteuid()) {
+      continue;
+    }
+    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;
+    std::error_code remove_error;
+    fs::remove_all(it->path(), remove_error);
+  }
 }
 
 int run(const ddp::launcher::LaunchConfig& config) {
@@ -72,10 +100,13 @@ int run(const ddp::launcher::LaunchConfig& config) {
   for (char** var = environ; *var != nullptr; ++var) options.base_env.emplace_back(*var);
 
   // Without --log_dir the per-attempt files (error.json) live in a private
-  // temporary directory that is removed at exit.
+  // temporary directory that is removed at exit; its name carries our pid so
+  // that the next ddprun removes it if we are SIGKILLed.
   std::string temp_dir;
   if (config.log_dir.empty()) {
-    std::string pattern = (fs::temp_directory_path() / "ddprun-XXXXXX").string();
+    remove_stale_temp_dirs(fs::temp_directory_path());
+    std::string pattern =
+        (fs::temp_directory_path() / ("ddprun-" + std::to_string(::getpid()) + "-XXXXXX")).string();
     if (::mkdtemp(pattern.data()) == nullptr) {
       std::fprintf(stderr, "ddprun: error: cannot create a temporary directory in %s\n",
                    fs::temp_directory_path().c_str());

@@ -4,6 +4,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <regex>
 #include <set>
 
@@ -351,6 +352,36 @@ TEST_F(DdprunTest, SigkilledAgentTakesWorkersWithinOneSecond) {
     if (!all_dead) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   EXPECT_TRUE(all_dead);
+}
+
+TEST_F(DdprunTest, TempDirOfASigkilledDdprunIsRemovedByTheNextOne) {
+  const fs::path tmp = dir_.path() / "tmp";
+  fs::create_directories(tmp);
+  auto env = base_env();
+  env["TMPDIR"] = tmp.string();
+  auto temp_dirs = [&] {
+    std::vector<std::string> names;
+    for (const auto& entry : fs::directory_iterator(tmp)) names.push_back(entry.path().filename().string());
+    return names;
+  };
+  // A directory of a live process (this test) must survive the sweep.
+  const fs::path live = tmp / ("ddprun-" + std::to_string(::getpid()) + "-live");
+  fs::create_directories(live);
+
+  Child child = spawn(cmd({"--standalone", "--nproc_per_node=1", "--no_python"}, {worker(), "sleep", dir_.str()}),
+                      env, dir_.path());
+  ASSERT_TRUE(wait_for_file(dir_.path() / "0.pid"));
+  const std::string own = "ddprun-" + std::to_string(child.pid) + "-";
+  auto names = temp_dirs();
+  ASSERT_EQ(std::count_if(names.begin(), names.end(), [&](const auto& n) { return n.rfind(own, 0) == 0; }), 1);
+  ::kill(child.pid, SIGKILL);
+  EXPECT_EQ(wait_child(child.pid), 128 + SIGKILL);
+
+  auto result = run(cmd({"--standalone", "--nproc_per_node=1", "--no_python"}, {worker(), "env", dir_.str()}),
+                    env, dir_.path());
+  ASSERT_EQ(result.code, 0) << result.err;
+  names = temp_dirs();
+  EXPECT_EQ(names, std::vector<std::string>{live.filename().string()});  // the killed one's and its own are gone
 }
 
 TEST_F(DdprunTest, SigintIsForwardedAndGivesExitCode130) {
