@@ -52,6 +52,33 @@ TEST(EnvInit, EveryCollectiveOverTcpWithSharedMemoryDisabled) {
   }
 }
 
+// A rank that cannot see rank 0's /dev/shm (a private tmpfs in its own mount
+// namespace, as on another host) makes every rank fall back to TCP together;
+// every collective still gives the right answer. Needs root for unshare.
+TEST(EnvInit, RankOnAnotherHostsSharedMemoryMakesEveryRankFallBackToTcp) {
+  if (::geteuid() != 0 || ::access("/usr/bin/unshare", X_OK) != 0) GTEST_SKIP() << "needs root and unshare";
+  const int port = free_port();
+  std::vector<Spawned> procs;
+  for (int r = 0; r < 3; ++r) {
+    std::map<std::string, std::string> env = {{"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(port)},
+                                              {"RANK", std::to_string(r)}, {"WORLD_SIZE", "3"},
+                                              {"LOCAL_RANK", "0"}, {"DDP_TIMEOUT", "30"}};
+    if (r == 2) {
+      procs.push_back(spawn({"/usr/bin/unshare", "--mount", "--propagation", "private", "/bin/sh", "-c",
+                             "mount -t tmpfs tmpfs /dev/shm && exec \"$0\" all", smoke()},
+                            env));
+    } else {
+      procs.push_back(spawn({smoke(), "all"}, env));
+    }
+  }
+  auto results = wait_all(procs, std::chrono::seconds(60));
+  for (std::size_t r = 0; r < results.size(); ++r) {
+    EXPECT_EQ(results[r].exit_code, 0) << results[r].output;
+    EXPECT_THAT(results[r].output, HasSubstr("SMOKE OK rank " + std::to_string(r) + "/3"));
+  }
+  EXPECT_THAT(results[0].output, HasSubstr("no shared-memory all-reduce, all-reduce uses TCP (rank 2: shm_open"));
+}
+
 // The shared-memory all-reduce watches its peers' processes: a SIGKILLed rank
 // is reported within a second or so, not after the 120 s timeout.
 TEST(EnvInit, KilledPeerFailsTheSharedMemoryAllreduceQuickly) {
