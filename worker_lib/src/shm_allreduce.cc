@@ -271,11 +271,7 @@ std::string ShmAllreduce::create_segment() {
   } else if (const int rc = ::posix_fallocate(fd, 0, static_cast<off_t>(bytes)); rc != 0) {
     failure = fmt::format("reserving {} MiB in /dev/shm: {}", bytes >> 20, std::strerror(rc));
   } else {
-    base_ = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (base_ == MAP_FAILED) {
-      base_ = nullptr;
-      failure = errno_text("mmap");
-    }
+    failure = map(fd, bytes);
   }
   ::close(fd);
   if (!failure.empty()) {
@@ -283,7 +279,6 @@ std::string ShmAllreduce::create_segment() {
     unlinked_ = true;
     return failure;
   }
-  mapped_bytes_ = bytes;
   for (int r = 0; r < size_; ++r) {
     new (&records_of(base_)[r]) RankRecord{};
     new (&flags_of(base_, size_)[r]) Flag{};
@@ -295,6 +290,14 @@ std::string ShmAllreduce::create_segment() {
   header->slot_bytes = slot_bytes_;
   std::atomic_thread_fence(std::memory_order_release);
   header->magic = kMagic;
+  return "";
+}
+
+std::string ShmAllreduce::map(int fd, std::size_t bytes) {
+  void* base = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (base == MAP_FAILED) return errno_text("mmap");
+  base_ = base;
+  mapped_bytes_ = bytes;
   return "";
 }
 
@@ -318,15 +321,10 @@ std::string ShmAllreduce::attach(const std::string& published) {
   } else if (static_cast<std::size_t>(st.st_size) != bytes) {
     failure = fmt::format("segment has {} bytes, expected {}", st.st_size, bytes);
   } else {
-    base_ = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (base_ == MAP_FAILED) {
-      base_ = nullptr;
-      failure = errno_text("mmap");
-    }
+    failure = map(fd, bytes);
   }
   ::close(fd);
   if (!failure.empty()) return failure;
-  mapped_bytes_ = bytes;
   std::atomic_thread_fence(std::memory_order_acquire);
   const auto* header = header_of(base_);
   if (header->magic != kMagic || header->nonce != nonce_ || header->version != kVersion ||

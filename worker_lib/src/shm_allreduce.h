@@ -95,6 +95,7 @@ class ShmAllreduce {
 
   std::string create_segment();   // rank 0; "" or why it failed
   std::string attach(const std::string& published);  // other ranks; "" or why it failed
+  std::string map(int fd, std::size_t bytes);         // sets base_; "" or why it failed
   std::uint8_t* slot(std::size_t set, int rank) const;
   // Publishes this rank's next phase and waits until every peer reached it.
   void barrier(const Deadline& deadline, const char* what);
