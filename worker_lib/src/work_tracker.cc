@@ -41,6 +41,16 @@ void WorkTracker::fail_all_locked(std::exception_ptr first, std::exception_ptr r
   entries_.clear();
 }
 
+std::string WorkTracker::break_locked(std::unique_lock<std::mutex>& lock, std::string message) {
+  broken_ = std::move(message);
+  auto error = std::make_exception_ptr(BackendError(origin_, broken_));
+  lock.unlock();
+  if (hooks_.abort) hooks_.abort();
+  lock.lock();
+  fail_all_locked(error, error);
+  return broken_;
+}
+
 std::optional<std::string> WorkTracker::poll(Clock::time_point now) {
   std::unique_lock lock(mutex_);
   if (!broken_.empty()) return std::nullopt;
@@ -51,14 +61,8 @@ std::optional<std::string> WorkTracker::poll(Clock::time_point now) {
     try {
       done = front.query();
     } catch (const std::exception& e) {
-      broken_ = fmt::format("{} #{} failed: {}", front.work->op(), front.work->sequence_number(),
-                            e.what());
-      auto error = std::make_exception_ptr(BackendError(origin_, broken_));
-      lock.unlock();
-      if (hooks_.abort) hooks_.abort();
-      lock.lock();
-      fail_all_locked(error, error);
-      return broken_;
+      return break_locked(lock, fmt::format("{} #{} failed: {}", front.work->op(),
+                                            front.work->sequence_number(), e.what()));
     }
     if (!done) break;
     front.work->complete();
@@ -66,15 +70,7 @@ std::optional<std::string> WorkTracker::poll(Clock::time_point now) {
   }
   std::optional<std::string> async;
   if (hooks_.async_error) async = hooks_.async_error();
-  if (async) {
-    broken_ = fmt::format("asynchronous backend error: {}", *async);
-    auto error = std::make_exception_ptr(BackendError(origin_, broken_));
-    lock.unlock();
-    if (hooks_.abort) hooks_.abort();
-    lock.lock();
-    fail_all_locked(error, error);
-    return broken_;
-  }
+  if (async) return break_locked(lock, fmt::format("asynchronous backend error: {}", *async));
   if (entries_.empty() || now - entries_.front().issued < timeout_) return std::nullopt;
   // The oldest outstanding operation timed out.
   auto front = entries_.front();

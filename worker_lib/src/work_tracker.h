@@ -70,6 +70,9 @@ class WorkTracker {
     Clock::time_point issued;
   };
   void fail_all_locked(std::exception_ptr first, std::exception_ptr rest);
+  // Marks the group broken by `message`, aborts the backend (with the lock
+  // released) and fails every outstanding Work with BackendError. Returns message.
+  std::string break_locked(std::unique_lock<std::mutex>& lock, std::string message);
 
   const std::string origin_;
   const std::chrono::milliseconds timeout_;
