@@ -267,5 +267,22 @@ TEST(GlooSharedMemory, DisabledByEnvironmentLikeNcclShmDisable) {
   });
 }
 
+TEST(GlooSharedMemory, EnvironmentFlagIsABooleanAndABadValueIsNamed) {
+  GlooOptions options;
+  options.allreduce_algorithm = AllreduceAlgorithm::kSharedMemory;
+  ::setenv("DDP_SHM_DISABLE", "false", 1);  // off means on: the group gets its segment
+  EXPECT_NO_THROW(make_groups(2, std::make_shared<MemoryStore>(), options));
+  ::setenv("DDP_SHM_DISABLE", "maybe", 1);
+  try {
+    make_groups(2, std::make_shared<MemoryStore>(), options);
+    ::unsetenv("DDP_SHM_DISABLE");
+    FAIL() << "DDP_SHM_DISABLE=maybe accepted";
+  } catch (const InvalidArgument& e) {
+    ::unsetenv("DDP_SHM_DISABLE");
+    EXPECT_THAT(e.what(), HasSubstr("DDP_SHM_DISABLE"));
+    EXPECT_THAT(e.what(), HasSubstr("'maybe'"));
+  }
+}
+
 }  // namespace
 }  // namespace ddp::test

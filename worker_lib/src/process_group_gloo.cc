@@ -60,11 +60,6 @@ void with_element_type(DType dtype, F&& f) {
   }
 }
 
-bool shm_disabled_by_env() {
-  auto value = env::get("DDP_SHM_DISABLE");
-  return value && !value->empty() && *value != "0";
-}
-
 bool debug_detail_from_env() {
   auto value = env::get("DDP_DEBUG");
   if (!value) return false;
@@ -122,7 +117,8 @@ ProcessGroupGloo::ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int s
   }
   // Every rank takes part in the shared-memory setup, even with it off, so that
   // ranks configured differently fall back together instead of waiting.
-  const bool want_shm = options_.shared_memory.value_or(!shm_disabled_by_env());
+  const bool want_shm = options_.shared_memory ? *options_.shared_memory
+                                               : !env::get_bool("DDP_SHM_DISABLE").value_or(false);
   std::string why_no_shm = "a group of one rank";
   if (size > 1) {
     ShmAllreduce::Options shm_options;
