@@ -197,6 +197,17 @@ TEST(ShmAllreduce, BadSlotSizeIsNamed) {
   }
 }
 
+TEST(GlooSharedMemory, BadSlotSizeOptionIsNamedBeforeConnecting) {
+  GlooOptions options;
+  options.shm_slot_bytes = 5000;  // not a multiple of 64
+  try {
+    make_groups(2, std::make_shared<MemoryStore>(), options);
+    FAIL() << "shm_slot_bytes 5000 accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_THAT(e.what(), HasSubstr("shm_slot_bytes 5000"));
+  }
+}
+
 TEST(GlooSharedMemory, ExplicitAlgorithmWithSharedMemoryOffIsRejected) {
   GlooOptions options;
   options.allreduce_algorithm = AllreduceAlgorithm::kSharedMemory;

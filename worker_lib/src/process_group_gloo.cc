@@ -83,7 +83,7 @@ ProcessGroupGloo::ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int s
     throw InvalidArgument(origin, fmt::format("timeout {} ms must be positive",
                                               options_.timeout.count()));
   }
-  if (options_.shm_slot_bytes < 4096 || options_.shm_slot_bytes % 64 != 0) {
+  if (!ShmAllreduce::valid_slot_bytes(options_.shm_slot_bytes)) {
     throw InvalidArgument(origin, fmt::format("shm_slot_bytes {} must be a multiple of 64, at least 4096",
                                               options_.shm_slot_bytes));
   }

@@ -192,7 +192,7 @@ std::unique_ptr<ShmAllreduce> ShmAllreduce::create(Store& store, int rank, int s
   if (size < 2 || rank < 0 || rank >= size) {
     throw InvalidArgument(origin, fmt::format("rank {} of {}: needs at least 2 ranks", rank, size));
   }
-  if (options.slot_bytes < kPage || options.slot_bytes % 64 != 0) {
+  if (!valid_slot_bytes(options.slot_bytes)) {
     throw InvalidArgument(origin, fmt::format("slot_bytes {} must be a multiple of 64, at least {}",
                                               options.slot_bytes, kPage));
   }

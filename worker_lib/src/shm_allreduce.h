@@ -57,6 +57,10 @@ class ShmAllreduce {
   // Buffers up to this size take the one-barrier path.
   static constexpr std::size_t kSmallBytes = 32 * 1024;
 
+  // Slot sizes must be multiples of 64 (every part starts on a cache line) and
+  // at least 4096.
+  static constexpr bool valid_slot_bytes(std::size_t bytes) { return bytes >= 4096 && bytes % 64 == 0; }
+
   struct Options {
     // false: this rank does not take part and says so (the others then fall back
     // too). Every rank calls create() either way, so no rank waits for nothing.
