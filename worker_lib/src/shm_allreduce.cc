@@ -193,8 +193,8 @@ std::unique_ptr<ShmAllreduce> ShmAllreduce::create(Store& store, int rank, int s
     throw InvalidArgument(origin, fmt::format("rank {} of {}: needs at least 2 ranks", rank, size));
   }
   if (!valid_slot_bytes(options.slot_bytes)) {
-    throw InvalidArgument(origin, fmt::format("slot_bytes {} must be a multiple of 64, at least {}",
-                                              options.slot_bytes, kPage));
+    throw InvalidArgument(origin, fmt::format("slot_bytes {} must be a multiple of 64, at least 4096",
+                                              options.slot_bytes));
   }
   std::unique_ptr<ShmAllreduce> self(new ShmAllreduce(rank, size, options));
   std::string failure;
