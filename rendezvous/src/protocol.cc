@@ -7,12 +7,14 @@
 #include <openssl/rand.h>
 
 #include <cstring>
+#include <limits>
 
 namespace ddp::protocol {
 
 namespace {
 
-constexpr std::string_view kAuthContext = "ddp-store-auth-v1";
+constexpr std::string_view kServerAuthContext = "ddp-store-auth-v2 server";
+constexpr std::string_view kClientAuthContext = "ddp-store-auth-v2 client";
 constexpr std::uint8_t kHelloFlagAuth = 0x01;
 
 // ---- writing ---------------------------------------------------------------
@@ -36,13 +38,24 @@ void put_u64(std::string& out, std::uint64_t v) {
   out.append(b, 8);
 }
 
+// A length that does not fit the wire's u32 is a caller's bug (every limit is
+// far below 4 GiB): refuse it rather than send a truncated length.
+std::uint32_t wire_length(std::size_t size, const char* what) {
+  if (size > std::numeric_limits<std::uint32_t>::max()) {
+    throw InvalidArgument("protocol",
+                          fmt::format("{} of {} bytes does not fit a frame (at most 4 GiB)", what,
+                                      size));
+  }
+  return static_cast<std::uint32_t>(size);
+}
+
 void put_bytes(std::string& out, std::string_view s) {
-  put_u32(out, static_cast<std::uint32_t>(s.size()));
+  put_u32(out, wire_length(s.size(), "a field"));
   out.append(s);
 }
 
 void put_list(std::string& out, const std::vector<std::string_view>& list) {
-  put_u32(out, static_cast<std::uint32_t>(list.size()));
+  put_u32(out, wire_length(list.size(), "a list"));
   for (auto s : list) put_bytes(out, s);
 }
 
@@ -54,7 +67,12 @@ std::size_t begin_frame(std::string& out) {
 }
 
 void end_frame(std::string& out, std::size_t start) {
-  auto length = static_cast<std::uint32_t>(out.size() - start - kHeaderSize);
+  std::size_t size = out.size() - start - kHeaderSize;
+  if (size > std::numeric_limits<std::uint32_t>::max()) {
+    out.resize(start);  // leave `out` as it was before the frame
+    wire_length(size, "a frame");
+  }
+  auto length = static_cast<std::uint32_t>(size);
   for (std::size_t i = 0; i < kHeaderSize; ++i) {
     out[start + i] = static_cast<char>((length >> (8 * i)) & 0xFF);
   }
@@ -163,6 +181,10 @@ void keys_of(Reader& r, const Limits& l, std::vector<std::string_view>& keys) {
 
 bool is_known_op(std::uint8_t op) { return op == 0x01 || op == 0x02 || (op >= 0x10 && op <= 0x1A); }
 
+bool carries_request_id(Op op) {
+  return op == Op::kAdd || op == Op::kCompareSet || op == Op::kAppend || op == Op::kDeleteKey;
+}
+
 std::string_view to_string(Op op) {
   switch (op) {
     case Op::kHello:
@@ -233,6 +255,12 @@ std::string_view to_string(Status status) {
       return "handshake timeout";
     case Status::kInternal:
       return "internal server error";
+    case Status::kReplyTooLarge:
+      return "reply too large";
+    case Status::kStoreFull:
+      return "store full";
+    case Status::kStaleRequest:
+      return "stale request";
   }
   return "unknown status";
 }
@@ -249,6 +277,9 @@ ErrorKind error_kind(Status status) {
     case Status::kKeyTooLarge:
     case Status::kValueTooLarge:
     case Status::kInvalidArgument:
+    case Status::kReplyTooLarge:
+    case Status::kStoreFull:
+    case Status::kStaleRequest:
       return ErrorKind::kInvalidArgument;
     case Status::kAuthRequired:
     case Status::kAuthFailed:
@@ -269,7 +300,17 @@ ErrorKind error_kind(Status status) {
 }
 
 bool closes_connection(Status status) {
-  return status != Status::kOk && status != Status::kTimeout && status != Status::kInvalidArgument;
+  switch (status) {
+    case Status::kOk:
+    case Status::kTimeout:
+    case Status::kInvalidArgument:
+    case Status::kReplyTooLarge:
+    case Status::kStoreFull:
+    case Status::kStaleRequest:
+      return false;
+    default:
+      return true;
+  }
 }
 
 // ---- frames ------------------------------------------------------------------
@@ -341,8 +382,9 @@ Result decode_request(std::string_view payload, const Limits& limits, Request& o
   Reader r(payload.substr(1));
   // Field by field, so that a reused Request keeps its vectors' capacity.
   out.op = static_cast<Op>(code);
-  out.key = out.value = out.desired = out.mac = {};
+  out.key = out.value = out.desired = out.mac = out.nonce = out.client_id = {};
   out.delta = 0;
+  out.request_id = 0;
   out.timeout_ms = 0;
   out.keys.clear();
   out.values.clear();
@@ -354,19 +396,26 @@ Result decode_request(std::string_view payload, const Limits& limits, Request& o
         return Result{Status::kBadMagic, "hello does not start with the magic \"DDPS\""};
       }
       out.version = static_cast<std::uint16_t>(r.uint(2, "version"));
-      r.finish("hello");
+      // The version decides the layout of the rest: check it first, so that an
+      // older client hears "unsupported version", not "malformed".
       if (r.ok() && out.version != kVersion) {
         return Result{Status::kBadVersion,
                       fmt::format("client speaks protocol version {}, server speaks {}",
                                   out.version, kVersion)};
       }
+      out.nonce = r.raw(kNonceSize, "client nonce");
+      out.client_id = r.raw(kClientIdSize, "client id");
       break;
     }
     case Op::kAuth:
       out.mac = r.raw(kMacSize, "auth mac");
       break;
     case Op::kSet:
+      out.key = key_of(r, limits);
+      out.value = value_of(r, limits);
+      break;
     case Op::kAppend:
+      out.request_id = r.uint(8, "request id");
       out.key = key_of(r, limits);
       out.value = value_of(r, limits);
       break;
@@ -375,10 +424,12 @@ Result decode_request(std::string_view payload, const Limits& limits, Request& o
       out.key = key_of(r, limits);
       break;
     case Op::kAdd:
+      out.request_id = r.uint(8, "request id");
       out.key = key_of(r, limits);
       out.delta = static_cast<std::int64_t>(r.uint(8, "delta"));
       break;
     case Op::kCompareSet:
+      out.request_id = r.uint(8, "request id");
       out.key = key_of(r, limits);
       out.value = value_of(r, limits);
       out.desired = value_of(r, limits);
@@ -392,6 +443,7 @@ Result decode_request(std::string_view payload, const Limits& limits, Request& o
       keys_of(r, limits, out.keys);
       break;
     case Op::kDeleteKey:
+      out.request_id = r.uint(8, "request id");
       out.key = key_of(r, limits);
       break;
     case Op::kNumKeys:
@@ -418,12 +470,20 @@ void encode_request(std::string& out, const Request& q) {
     case Op::kHello:
       out.append(kMagic);
       put_u16(out, q.version);
+      // Fixed-size fields: a short one is padded (the server then rejects it).
+      out.append(q.nonce.substr(0, kNonceSize)).append(kNonceSize - std::min(kNonceSize, q.nonce.size()), '\0');
+      out.append(q.client_id.substr(0, kClientIdSize))
+          .append(kClientIdSize - std::min(kClientIdSize, q.client_id.size()), '\0');
       break;
     case Op::kAuth:
       out.append(q.mac);
       break;
     case Op::kSet:
+      put_bytes(out, q.key);
+      put_bytes(out, q.value);
+      break;
     case Op::kAppend:
+      put_u64(out, q.request_id);
       put_bytes(out, q.key);
       put_bytes(out, q.value);
       break;
@@ -432,10 +492,12 @@ void encode_request(std::string& out, const Request& q) {
       put_bytes(out, q.key);
       break;
     case Op::kAdd:
+      put_u64(out, q.request_id);
       put_bytes(out, q.key);
       put_u64(out, static_cast<std::uint64_t>(q.delta));
       break;
     case Op::kCompareSet:
+      put_u64(out, q.request_id);
       put_bytes(out, q.key);
       put_bytes(out, q.value);
       put_bytes(out, q.desired);
@@ -449,6 +511,7 @@ void encode_request(std::string& out, const Request& q) {
       put_list(out, q.keys);
       break;
     case Op::kDeleteKey:
+      put_u64(out, q.request_id);
       put_bytes(out, q.key);
       break;
     case Op::kNumKeys:
@@ -508,7 +571,7 @@ void encode_values(std::string& out, const std::vector<std::string_view>& values
 }
 
 void encode_hello_reply(std::string& out, std::uint16_t version, const Limits& limits,
-                        std::string_view nonce) {
+                        std::string_view nonce, std::string_view server_mac) {
   auto start = begin_frame(out);
   put_u8(out, 0);
   put_u16(out, version);
@@ -516,7 +579,10 @@ void encode_hello_reply(std::string& out, std::uint16_t version, const Limits& l
   put_u32(out, limits.max_key_size);
   put_u32(out, limits.max_value_size);
   put_u32(out, limits.max_frame_size);
-  if (!nonce.empty()) out.append(nonce);
+  if (!nonce.empty()) {
+    out.append(nonce);
+    out.append(server_mac);
+  }
   end_frame(out, start);
 }
 
@@ -524,7 +590,7 @@ void encode_reply(std::string& out, Op op, const Reply& reply) {
   if (reply.status != Status::kOk) return encode_error(out, reply.status, reply.message);
   switch (op) {
     case Op::kHello:
-      return encode_hello_reply(out, reply.version, reply.limits, reply.nonce);
+      return encode_hello_reply(out, reply.version, reply.limits, reply.nonce, reply.server_mac);
     case Op::kGet:
     case Op::kCompareSet:
       return encode_value(out, reply.value);
@@ -549,7 +615,7 @@ Result decode_reply(Op op, std::string_view payload, Reply& out) {
   out = Reply{};
   if (payload.empty()) return Result{Status::kMalformed, "empty reply"};
   auto status = static_cast<std::uint8_t>(payload[0]);
-  if (status > static_cast<std::uint8_t>(Status::kInternal)) {
+  if (status > static_cast<std::uint8_t>(Status::kStaleRequest)) {
     return Result{Status::kMalformed, fmt::format("unknown reply status {}", status)};
   }
   out.status = static_cast<Status>(status);
@@ -566,7 +632,10 @@ Result decode_reply(Op op, std::string_view payload, Reply& out) {
       out.limits.max_key_size = static_cast<std::uint32_t>(r.uint(4, "max key size"));
       out.limits.max_value_size = static_cast<std::uint32_t>(r.uint(4, "max value size"));
       out.limits.max_frame_size = static_cast<std::uint32_t>(r.uint(4, "max frame size"));
-      if (flags & kHelloFlagAuth) out.nonce = r.raw(kNonceSize, "nonce");
+      if (flags & kHelloFlagAuth) {
+        out.nonce = r.raw(kNonceSize, "nonce");
+        out.server_mac = r.raw(kMacSize, "server proof");
+      }
       break;
     }
     case Op::kGet:
@@ -614,11 +683,21 @@ std::string make_nonce() {
   return nonce;
 }
 
-std::string auth_mac(std::string_view token, std::string_view nonce) {
+std::string make_client_id() {
+  std::string id(kClientIdSize, '\0');
+  if (RAND_bytes(reinterpret_cast<unsigned char*>(id.data()), static_cast<int>(id.size())) != 1) {
+    throw InternalError("protocol::make_client_id", "OpenSSL RAND_bytes failed");
+  }
+  return id;
+}
+
+std::string auth_mac(Direction direction, std::string_view token, std::string_view client_nonce,
+                     std::string_view server_nonce) {
+  const std::string_view context =
+      direction == Direction::kServer ? kServerAuthContext : kClientAuthContext;
   std::string data;
-  data.reserve(kAuthContext.size() + nonce.size());
-  data.append(kAuthContext);
-  data.append(nonce);
+  data.reserve(context.size() + client_nonce.size() + server_nonce.size());
+  data.append(context).append(client_nonce).append(server_nonce);
   unsigned char mac[EVP_MAX_MD_SIZE];
   unsigned int size = 0;
   if (HMAC(EVP_sha256(), token.data(), static_cast<int>(token.size()),
@@ -630,9 +709,10 @@ std::string auth_mac(std::string_view token, std::string_view nonce) {
   return std::string(reinterpret_cast<const char*>(mac), size);
 }
 
-bool verify_auth(std::string_view token, std::string_view nonce, std::string_view mac) {
+bool verify_auth(Direction direction, std::string_view token, std::string_view client_nonce,
+                 std::string_view server_nonce, std::string_view mac) {
   if (mac.size() != kMacSize) return false;
-  auto expected = auth_mac(token, nonce);
+  auto expected = auth_mac(direction, token, client_nonce, server_nonce);
   return CRYPTO_memcmp(expected.data(), mac.data(), kMacSize) == 0;
 }
 
@@ -654,8 +734,16 @@ Result ServerHandshake::on_request(const Request& request, std::string& out) {
         return fail(out, Status::kUnexpected,
                     fmt::format("expected hello, got {}", to_string(request.op)));
       }
-      encode_hello_reply(out, kVersion, limits_, nonce_);
-      phase_ = token_.empty() ? Phase::kDone : Phase::kAuth;
+      client_nonce_.assign(request.nonce);
+      client_id_.assign(request.client_id);
+      if (token_.empty()) {
+        encode_hello_reply(out, kVersion, limits_, {}, {});
+        phase_ = Phase::kDone;
+      } else {
+        encode_hello_reply(out, kVersion, limits_, nonce_,
+                           auth_mac(Direction::kServer, token_, client_nonce_, nonce_));
+        phase_ = Phase::kAuth;
+      }
       return {};
     case Phase::kAuth:
       if (request.op != Op::kAuth) {
@@ -663,7 +751,7 @@ Result ServerHandshake::on_request(const Request& request, std::string& out) {
             out, Status::kAuthRequired,
             fmt::format("the server requires a token; got {} before auth", to_string(request.op)));
       }
-      if (!verify_auth(token_, nonce_, request.mac)) {
+      if (!verify_auth(Direction::kClient, token_, client_nonce_, nonce_, request.mac)) {
         return fail(out, Status::kAuthFailed, "wrong token");
       }
       encode_ok(out);

@@ -23,13 +23,18 @@
 namespace ddp::protocol {
 
 inline constexpr std::string_view kMagic = "DDPS";
-inline constexpr std::uint16_t kVersion = 1;
+inline constexpr std::uint16_t kVersion = 2;
 inline constexpr std::size_t kHeaderSize = 4;
 inline constexpr std::size_t kNonceSize = 32;
 inline constexpr std::size_t kMacSize = 32;
+// A client's identity across its reconnections (random, chosen by the client).
+inline constexpr std::size_t kClientIdSize = 16;
 // Frames before the handshake completes may not be larger than this, so that a
 // stranger (an HTTP client, a port scanner) is turned away after a few bytes.
 inline constexpr std::uint32_t kMaxHandshakeFrame = 64;
+// The client's bound on the server's replies before the handshake completes
+// (a hello reply with a nonce and a proof, or an error message).
+inline constexpr std::uint32_t kMaxHandshakeReply = 4096;
 // A timeout_ms of this value means "wait forever".
 inline constexpr std::uint64_t kNoTimeout = ~std::uint64_t{0};
 
@@ -73,6 +78,9 @@ enum class Status : std::uint8_t {
   kIdleTimeout = 15,       // no frame within the idle timeout (connection closed)
   kHandshakeTimeout = 16,  // no complete handshake in time (connection closed)
   kInternal = 17,          // a server bug (connection closed)
+  kReplyTooLarge = 18,     // the reply would exceed max_frame_size (connection stays open)
+  kStoreFull = 19,         // a memory limit of the server (connection stays open)
+  kStaleRequest = 20,      // a request id below the client's last one (connection stays open)
 };
 
 std::string_view to_string(Status status);
@@ -97,8 +105,17 @@ struct Request {
   std::vector<std::string_view> keys;    // wait check multi_get multi_set
   std::vector<std::string_view> values;  // multi_set (same length as keys)
   std::uint16_t version = kVersion;      // hello
+  std::string_view nonce;                // hello: the client's nonce (kNonceSize bytes)
+  std::string_view client_id;            // hello: kClientIdSize bytes
   std::string_view mac;                  // auth: HMAC-SHA256 (kMacSize bytes)
+  // add compare_set append delete_key: the client's sequence number of this
+  // request (0: none). A retry after a reconnection carries the same id, and
+  // the server answers it from its record instead of applying it twice.
+  std::uint64_t request_id = 0;
 };
+
+// true for the operations that carry a request id (not idempotent).
+bool carries_request_id(Op op);
 
 struct Reply {
   Status status = Status::kOk;
@@ -107,10 +124,12 @@ struct Reply {
   std::int64_t integer = 0;              // add num_keys
   bool flag = false;                     // check delete_key
   std::vector<std::string_view> values;  // multi_get
-  // hello: the server's version, limits and, when auth is required, its nonce.
+  // hello: the server's version, limits and, when auth is required, its nonce
+  // and its proof that it holds the token (server_mac over both nonces).
   std::uint16_t version = kVersion;
   Limits limits;
   std::string_view nonce;  // empty: no auth step
+  std::string_view server_mac;
 };
 
 // The outcome of decoding: kOk, or a status naming what is wrong plus a message.
@@ -176,15 +195,26 @@ void encode_value(std::string& out, std::string_view value);
 void encode_integer(std::string& out, std::int64_t value);
 void encode_flag(std::string& out, bool flag);
 void encode_values(std::string& out, const std::vector<std::string_view>& values);
+// `nonce` and `server_mac` are empty when there is no auth step.
 void encode_hello_reply(std::string& out, std::uint16_t version, const Limits& limits,
-                        std::string_view nonce);
+                        std::string_view nonce, std::string_view server_mac);
 
 // A fresh random nonce (OpenSSL RAND_bytes). Throws InternalError when the RNG fails.
 std::string make_nonce();
-// HMAC-SHA256(key = token, data = "ddp-store-auth-v1" || nonce): kMacSize bytes.
-std::string auth_mac(std::string_view token, std::string_view nonce);
-// Constant-time comparison of `mac` with auth_mac(token, nonce).
-bool verify_auth(std::string_view token, std::string_view nonce, std::string_view mac);
+// kClientIdSize random bytes. Throws InternalError when the RNG fails.
+std::string make_client_id();
+
+// Mutual authentication: each side proves it holds the token with an
+// HMAC-SHA256 over both nonces, bound to its direction so that one side's
+// proof is never valid as the other's (a relay cannot reflect it):
+//   server: HMAC(token, "ddp-store-auth-v2 server" || client nonce || server nonce)
+//   client: HMAC(token, "ddp-store-auth-v2 client" || client nonce || server nonce)
+enum class Direction { kServer, kClient };
+std::string auth_mac(Direction direction, std::string_view token, std::string_view client_nonce,
+                     std::string_view server_nonce);
+// Constant-time comparison of `mac` with auth_mac(...).
+bool verify_auth(Direction direction, std::string_view token, std::string_view client_nonce,
+                 std::string_view server_nonce, std::string_view mac);
 
 // The server side of the handshake (hello, then auth when a token is set), as a
 // pure state machine. Feed it the requests of a new connection in order until
@@ -196,6 +226,8 @@ class ServerHandshake {
   ServerHandshake(std::string_view token, std::string nonce, const Limits& limits);
   Result on_request(const Request& request, std::string& out);
   bool done() const { return phase_ == Phase::kDone; }
+  // The client id its hello carried (valid once the hello was accepted).
+  const std::string& client_id() const { return client_id_; }
 
  private:
   enum class Phase { kHello, kAuth, kDone, kFailed };
@@ -203,6 +235,8 @@ class ServerHandshake {
 
   std::string_view token_;
   std::string nonce_;
+  std::string client_nonce_;
+  std::string client_id_;
   Limits limits_;
   Phase phase_ = Phase::kHello;
 };

@@ -1,6 +1,12 @@
 #include "server.h"
 
 #include <fmt/format.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include "ddp/common/error.h"
 #include "ddp/common/logging.h"
@@ -12,6 +18,39 @@ namespace {
 
 // After stop(), connections get this long to take their shutdown replies.
 constexpr auto kStopGrace = std::chrono::seconds(2);
+// Descriptors kept free for everything else in the process (the agent's worker
+// pipes and log files, the server's own acceptor and timers).
+constexpr rlim_t kReservedDescriptors = 128;
+// Clients whose last non-idempotent request is remembered (ClientRegistry).
+constexpr std::size_t kRememberedClients = 16384;
+
+StoreHandler::Limits handler_limits(const StoreServerOptions& options) {
+  StoreHandler::Limits limits;
+  limits.max_store_bytes = options.max_store_bytes;
+  limits.max_value_size = options.max_value_size;
+  limits.max_reply_size = options.max_frame_size;
+  return limits;
+}
+
+// Raises the soft open-file limit to the hard one, and returns how many
+// clients the process can hold: max_clients, or fewer when the limit is lower.
+std::size_t usable_clients(std::size_t wanted, spdlog::logger& logger) {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) return wanted;
+  if (limit.rlim_cur < limit.rlim_max) {
+    rlimit raised = limit;
+    raised.rlim_cur = limit.rlim_max;
+    if (::setrlimit(RLIMIT_NOFILE, &raised) == 0) limit = raised;
+  }
+  if (limit.rlim_cur == RLIM_INFINITY) return wanted;
+  const std::size_t fit =
+      limit.rlim_cur > 2 * kReservedDescriptors ? limit.rlim_cur - kReservedDescriptors
+                                                : limit.rlim_cur / 2;
+  if (wanted <= fit) return wanted;
+  logger.info("store server: max_clients lowered from {} to {} to fit the open-file limit of {}",
+              wanted, fit, static_cast<std::uint64_t>(limit.rlim_cur));
+  return fit;
+}
 
 protocol::Limits limits_of(const StoreServerOptions& options) {
   protocol::Limits limits;
@@ -25,6 +64,9 @@ void validate(const StoreServerOptions& options) {
   const char* origin = "StoreServer";
   if (options.max_clients == 0) throw InvalidArgument(origin, "max_clients must be at least 1");
   if (options.max_key_size == 0) throw InvalidArgument(origin, "max_key_size must be at least 1");
+  if (options.max_store_bytes == 0) {
+    throw InvalidArgument(origin, "max_store_bytes must be at least 1");
+  }
   if (options.max_frame_size < protocol::kMaxHandshakeFrame) {
     throw InvalidArgument(origin, fmt::format("max_frame_size must be at least {} bytes",
                                               protocol::kMaxHandshakeFrame));
@@ -45,8 +87,11 @@ Server::Server(const StoreServerOptions& options)
       logger_(log::get("store")),
       acceptor_(io_),
       retry_timer_(io_),
-      stop_timer_(io_) {
+      stop_timer_(io_),
+      handler_(handler_limits(options)),
+      clients_(kRememberedClients) {
   validate(options_);
+  options_.max_clients = usable_clients(options_.max_clients, *logger_);
   boost::system::error_code ec;
   auto address = asio::ip::make_address(options_.host, ec);
   if (ec) {
@@ -60,9 +105,21 @@ Server::Server(const StoreServerOptions& options)
     address = results.begin()->endpoint().address();
   }
   asio::ip::tcp::endpoint endpoint(address, options_.port);
+  // Asio opens sockets without close-on-exec: the listening socket is made
+  // here, so that no process the agent execs inherits the store's port.
+  int fd = ::socket(endpoint.protocol().family(), SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK,
+                    IPPROTO_TCP);
+  if (fd < 0) {
+    throw NetworkError("StoreServer", fmt::format("cannot listen on {}:{}: socket: {}",
+                                                  options_.host, options_.port,
+                                                  std::strerror(errno)));
+  }
   auto where = fmt::format("{}:{}", options_.host, options_.port);
-  if (acceptor_.open(endpoint.protocol(), ec) ||
-      acceptor_.set_option(asio::socket_base::reuse_address(true), ec) ||
+  if (acceptor_.assign(endpoint.protocol(), fd, ec)) {
+    ::close(fd);
+    throw NetworkError("StoreServer", fmt::format("cannot listen on {}: {}", where, ec.message()));
+  }
+  if (acceptor_.set_option(asio::socket_base::reuse_address(true), ec) ||
       acceptor_.bind(endpoint, ec) ||
       acceptor_.listen(asio::socket_base::max_listen_connections, ec)) {
     throw NetworkError("StoreServer", fmt::format("cannot listen on {}: {}", where, ec.message()));
@@ -93,33 +150,65 @@ void Server::stop() {
 }
 
 void Server::accept() {
-  acceptor_.async_accept([this](const boost::system::error_code& ec, asio::ip::tcp::socket socket) {
+  // Wait for readiness and accept with accept4(SOCK_CLOEXEC) ourselves: Asio
+  // 1.74 accepts with plain accept(), and a worker forked in the window before
+  // a later fcntl would inherit the connection.
+  acceptor_.async_wait(asio::socket_base::wait_read, [this](const boost::system::error_code& ec) {
     if (ec == asio::error::operation_aborted || stopping_) return;
     try {
-      if (ec) {
-        // Out of file descriptors and the like: back off instead of spinning.
-        logger_->warn("store server: accept failed: {}", ec.message());
-        retry_timer_.expires_after(std::chrono::milliseconds(100));
-        retry_timer_.async_wait([this](const boost::system::error_code& e) {
-          if (!e && !stopping_) accept();
-        });
-        return;
-      }
-      auto session = std::make_shared<Session>(std::move(socket), *this);
-      if (sessions_.active() >= options_.max_clients) {
-        sessions_.add(session, false);
-        session->reject(
-            protocol::Status::kTooManyClients,
-            fmt::format("the server already has its maximum of {} clients", options_.max_clients));
-      } else {
-        sessions_.add(session, true);
-        session->start();
-      }
+      if (!ec) accept_ready();
     } catch (const std::exception& e) {
       logger_->error("store server: cannot set up a connection: {}", e.what());
     }
+    if (ec || accept_failed_) {
+      // Out of file descriptors and the like: back off instead of spinning.
+      logger_->warn("store server: accept failed: {}", ec ? ec.message() : accept_error_);
+      accept_failed_ = false;
+      retry_timer_.expires_after(std::chrono::milliseconds(100));
+      retry_timer_.async_wait([this](const boost::system::error_code& e) {
+        if (!e && !stopping_) accept();
+      });
+      return;
+    }
     accept();
   });
+}
+
+void Server::accept_ready() {
+  // Take every pending connection (the listening socket is non-blocking).
+  for (;;) {
+    int fd = ::accept4(acceptor_.native_handle(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK) {
+        accept_failed_ = true;
+        accept_error_ = std::strerror(errno);
+      }
+      return;
+    }
+    asio::ip::tcp::socket socket(io_);
+    boost::system::error_code ec;
+    socket.assign(acceptor_.local_endpoint(ec).protocol(), fd, ec);
+    if (ec) {
+      ::close(fd);
+      logger_->warn("store server: cannot adopt a connection: {}", ec.message());
+      continue;
+    }
+    adopt(std::move(socket));
+  }
+}
+
+void Server::adopt(asio::ip::tcp::socket socket) {
+  auto session = std::make_shared<Session>(std::move(socket), *this);
+  if (sessions_.active() >= options_.max_clients) {
+    sessions_.add(session, false);
+    session->reject(
+        protocol::Status::kTooManyClients,
+        fmt::format("the server already has its maximum of {} clients", options_.max_clients));
+  } else {
+    sessions_.add(session, true);
+    session->start();
+  }
 }
 
 void Server::shutdown() {

@@ -17,6 +17,7 @@
 // clang-format on
 
 #include "ddp/rendezvous/store_server.h"
+#include "client_registry.h"
 #include "protocol.h"
 #include "session_manager.h"
 #include "store_handler.h"
@@ -43,15 +44,22 @@ class Server {
   const protocol::Limits& limits() const { return limits_; }
   std::size_t num_clients() const { return sessions_.active(); }
 
+  // Serves an already connected socket as if it had been accepted (a socket
+  // pair in the session fuzzer and tests). io_context thread only.
+  void adopt(asio::ip::tcp::socket socket);
+
   // For sessions (io_context thread only).
   asio::io_context& io_context() { return io_; }
   StoreHandler& handler() { return handler_; }
   SessionManager& sessions() { return sessions_; }
+  ClientRegistry& clients() { return clients_; }
   spdlog::logger& logger() { return *logger_; }
   bool stopping() const { return stopping_; }
 
  private:
   void accept();
+  // accept4() every pending connection; sets accept_failed_ on a hard error.
+  void accept_ready();
   void shutdown();
 
   StoreServerOptions options_;
@@ -63,8 +71,11 @@ class Server {
   asio::steady_timer stop_timer_;
   StoreHandler handler_;
   SessionManager sessions_;
+  ClientRegistry clients_;
   std::uint16_t port_ = 0;
   bool stopping_ = false;  // io_context thread
+  bool accept_failed_ = false;
+  std::string accept_error_;
   std::atomic<bool> stop_requested_{false};
 };
 

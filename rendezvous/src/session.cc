@@ -18,9 +18,10 @@ constexpr std::size_t kReadBufferMax = 256 * 1024;
 // While a request is parked, the client should send nothing; past this much
 // buffered input we stop reading from it (it cannot make us buffer without bound).
 constexpr std::size_t kMaxBacklog = 1024 * 1024;
-// A client that sends requests but does not read its replies stops being read
-// from once this much output waits for it (backpressure, not unbounded memory).
-constexpr std::size_t kMaxPendingOutput = 64 * 1024 * 1024;
+// A client that sends requests but does not read its replies stops being
+// served (its frames are neither processed nor read) once this much output
+// waits for it: backpressure, not unbounded memory. One reply may overshoot it.
+constexpr std::size_t kMaxPendingOutput = 16 * 1024 * 1024;
 // How long a closing connection is drained so its error reply is not lost to a reset.
 constexpr auto kLinger = std::chrono::seconds(1);
 // Timers further out than this are not armed (a "forever" wait).
@@ -47,6 +48,17 @@ Session::Session(asio::ip::tcp::socket socket, Server& server)
 
 void Session::start() {
   counted_ = true;
+  try {
+    begin_serving();
+  } catch (const std::exception& e) {
+    // The RNG failed (no nonce) or the socket is unusable: this connection
+    // ends here, uncounted, rather than linger half set up.
+    server_.logger().error("store session: cannot start: {}", e.what());
+    close_now();
+  }
+}
+
+void Session::begin_serving() {
   boost::system::error_code ignored;
   socket_.set_option(asio::ip::tcp::no_delay(true), ignored);
   socket_.set_option(asio::socket_base::keep_alive(true), ignored);
@@ -92,9 +104,19 @@ void Session::touch() {
 // ---- reading -------------------------------------------------------------------
 
 void Session::read() {
-  if (reading_ || state_ == State::kClosed) return;
-  if (state_ == State::kOpen && parked_ && backlog_.size() > kMaxBacklog) return;
-  if (state_ == State::kOpen && out_.size() + writing_buf_.size() > kMaxPendingOutput) return;
+  // Never while a read is pending (its buffer must stay put), and never from
+  // inside processing: the frame being handled may point into read_buf_, and
+  // Asio 1.74 receives speculatively inside async_read_some. The caller of
+  // process() reads once processing is over.
+  if (reading_ || processing_ || state_ == State::kClosed) return;
+  // A parked client is still read from (to notice a disconnect), up to a
+  // bounded backlog; a client not reading its replies is not.
+  if (state_ == State::kOpen && (output_full() || backlog_.size() > kMaxBacklog)) return;
+  if (grow_read_buf_) {
+    // Only here, with no read pending, may the buffer be replaced.
+    grow_read_buf_ = false;
+    read_buf_.resize(std::min(read_buf_.size() * 4, kReadBufferMax));
+  }
   reading_ = true;
   // Asio 1.74 tries a read op speculatively (one recv that usually finds the
   // socket empty right after a reply). A wait op instead re-arms the descriptor
@@ -104,6 +126,12 @@ void Session::read() {
                           [self = shared_from_this()](const boost::system::error_code& ec,
                                                       std::size_t n) { self->on_read(ec, n); });
 }
+
+bool Session::output_full() const {
+  return out_.size() + writing_buf_.size() > kMaxPendingOutput;
+}
+
+bool Session::input_paused() const { return parked_ || output_full(); }
 
 void Session::on_read(const boost::system::error_code& ec, std::size_t n) {
   reading_ = false;
@@ -123,16 +151,18 @@ void Session::on_read(const boost::system::error_code& ec, std::size_t n) {
       read();
       return;
     }
+    // A full buffer suggests a client sending large values: grow it before the
+    // next read (read() does, when no read is pending).
+    if (n == read_buf_.size() && read_buf_.size() < kReadBufferMax) grow_read_buf_ = true;
     std::string_view input(read_buf_.data(), n);
-    if (parked_ || !backlog_.empty()) {
-      backlog_.append(input);
-    } else {
-      process(input);
-    }
-    flush();
-    // The input was consumed or copied: the buffer may be replaced.
-    if (n == read_buf_.size() && read_buf_.size() < kReadBufferMax) {
-      read_buf_.resize(read_buf_.size() * 4);
+    {
+      Processing guard(processing_);
+      if (input_paused() || !backlog_.empty()) {
+        backlog_.append(input);
+      } else {
+        process(input);
+      }
+      flush();
     }
     read();
   } catch (const std::exception& e) {
@@ -142,7 +172,11 @@ void Session::on_read(const boost::system::error_code& ec, std::size_t n) {
 }
 
 void Session::process(std::string_view input) {
-  while (state_ == State::kOpen && !parked_ && !input.empty()) {
+  // Frames are handled while the connection is open and not paused: a parked
+  // request, or a client not reading its replies (output over the limit),
+  // stops processing - not only reading - so one read of pipelined requests
+  // cannot queue more than one reply beyond the limit.
+  while (state_ == State::kOpen && !input_paused() && !input.empty()) {
     auto result = parser_.consume(input);
     if (result == protocol::FrameParser::State::kNeedMore) break;
     if (result == protocol::FrameParser::State::kBad) {
@@ -151,8 +185,8 @@ void Session::process(std::string_view input) {
     }
     handle_frame(parser_.payload());
   }
-  // A parked request stops processing; what follows waits in the backlog.
-  if (state_ == State::kOpen && parked_ && !input.empty()) backlog_.append(input);
+  // What follows a pause waits in the backlog.
+  if (state_ == State::kOpen && !input.empty()) backlog_.append(input);
 }
 
 void Session::handle_frame(std::string_view payload) {
@@ -170,6 +204,7 @@ void Session::handle_frame(std::string_view payload) {
       return;
     }
     if (handshake_->done()) {
+      client_id_ = handshake_->client_id();
       handshake_.reset();
       parser_.set_max_frame_size(server_.limits().max_frame_size);
     }
@@ -180,6 +215,15 @@ void Session::handle_frame(std::string_view payload) {
   if (request_.op == protocol::Op::kHello || request_.op == protocol::Op::kAuth) {
     fail(protocol::Status::kUnexpected,
          fmt::format("{} after the handshake completed", protocol::to_string(request_.op)));
+    return;
+  }
+  if (protocol::carries_request_id(request_.op) && request_.request_id != 0) {
+    // Not idempotent: a retry after a reconnection is answered from the record.
+    if (server_.clients().replay(client_id_, request_.request_id, out_)) return;
+    const std::size_t before = out_.size();
+    server_.handler().handle(request_, out_, this);  // these operations never park
+    server_.clients().record(client_id_, request_.request_id,
+                             std::string_view(out_).substr(before));
     return;
   }
   if (server_.handler().handle(request_, out_, this)) return;
@@ -212,11 +256,14 @@ void Session::on_wake(std::string_view reply) {
 void Session::resume() {
   resume_posted_ = false;
   try {
-    if (state_ != State::kOpen || parked_) return;
-    std::string pending;
-    pending.swap(backlog_);
-    process(pending);
-    flush();
+    if (state_ != State::kOpen || input_paused()) return;
+    {
+      Processing guard(processing_);
+      std::string pending;
+      pending.swap(backlog_);
+      process(pending);
+      flush();
+    }
     read();
   } catch (const std::exception& e) {
     server_.logger().error("store session: {}", e.what());
@@ -280,7 +327,12 @@ void Session::on_write(const boost::system::error_code& ec) {
       begin_linger();
       return;
     }
-    read();  // reading may have paused for backpressure
+    // Processing and reading may have paused for backpressure.
+    if (!backlog_.empty()) {
+      resume();
+    } else {
+      read();
+    }
   } catch (const std::exception& e) {
     server_.logger().error("store session: {}", e.what());
     close_now();

@@ -6,7 +6,11 @@
 // it (the common case), through async_write only for what does not fit, so no
 // write completion has to be scheduled per request.
 // A parked request keeps reading (to notice a disconnect) but buffers further
-// frames until it completes. Errors close only this connection: an error reply is
+// frames until it completes; so does a client whose unread replies exceed the
+// output limit (and past a bound, reading stops too).
+// Buffers: read_buf_ is only resized in read(), when no read is pending and no
+// frame being processed points into it; writing_buf_ is only touched by the
+// write in flight and its completion. Errors close only this connection: an error reply is
 // flushed, the write side shut down, and the rest of the input drained briefly so
 // the reply is not lost to a reset. No handler throws: every one catches all.
 // io_context thread only.
@@ -50,9 +54,28 @@ class Session final : public std::enable_shared_from_this<Session>, public Store
 
  private:
   enum class State { kOpen, kClosing, kClosed };
+  // start()'s work; throws when the connection cannot be set up.
+  void begin_serving();
   using Clock = std::chrono::steady_clock;
 
+  // Sets a flag for the lifetime of a scope (processing_).
+  class Processing {
+   public:
+    explicit Processing(bool& flag) : flag_(flag) { flag_ = true; }
+    ~Processing() { flag_ = false; }
+    Processing(const Processing&) = delete;
+    Processing& operator=(const Processing&) = delete;
+
+   private:
+    bool& flag_;
+  };
+
   void read();
+  // true while frames must not be processed: a request is parked, or the
+  // client's unread replies exceed the output limit.
+  bool input_paused() const;
+  // The client's unread replies exceed the output limit.
+  bool output_full() const;
   void on_read(const boost::system::error_code& ec, std::size_t n);
   void process(std::string_view input);
   void handle_frame(std::string_view payload);
@@ -78,6 +101,7 @@ class Session final : public std::enable_shared_from_this<Session>, public Store
   protocol::FrameParser parser_;
   std::optional<protocol::ServerHandshake> handshake_;
   protocol::Request request_;   // reused: keeps its vectors' capacity
+  std::string client_id_;       // from the hello: the client across reconnections
   std::string out_;             // replies waiting for the next write
   std::string writing_buf_;     // the write in flight
   Clock::time_point deadline_;  // handshake or idle deadline
@@ -86,6 +110,8 @@ class Session final : public std::enable_shared_from_this<Session>, public Store
   State state_ = State::kOpen;
   bool counted_ = false;
   bool reading_ = false;
+  bool processing_ = false;     // inside process(): read() must not start a read
+  bool grow_read_buf_ = false;  // the last read filled read_buf_
   bool writing_ = false;
   bool parked_ = false;
   bool resume_posted_ = false;

@@ -4,6 +4,8 @@
 #include <charconv>
 #include <chrono>
 
+#include <fmt/format.h>
+
 #include "ddp/common/error.h"
 #include "store_util.h"
 
@@ -12,15 +14,43 @@ namespace ddp {
 using protocol::Op;
 using protocol::Status;
 
+namespace {
+
+std::string mib(std::uint64_t bytes) {
+  return fmt::format("{:.1f} MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
+}
+
+}  // namespace
+
+void StoreHandler::reserve(std::uint64_t added, std::uint64_t removed) const {
+  if (added <= removed) return;
+  std::uint64_t after = stored_bytes_ - std::min(removed, stored_bytes_) + added;
+  if (after > limits_.max_store_bytes) {
+    throw Refused{Status::kStoreFull,
+                  fmt::format("the store would hold {} of its limit of {} (max_store_bytes)",
+                              mib(after), mib(limits_.max_store_bytes))};
+  }
+}
+
 void StoreHandler::set(std::string_view key, std::string_view value) {
   // Look up first so that overwriting an existing key allocates nothing new.
   auto it = data_.find(key);
   if (it != data_.end()) {
+    reserve(entry_bytes(key.size(), value.size()), entry_bytes(key.size(), it->second.size()));
+    stored_bytes_ = stored_bytes_ - entry_bytes(key.size(), it->second.size()) +
+                    entry_bytes(key.size(), value.size());
     it->second.assign(value);
   } else {
+    reserve(entry_bytes(key.size(), value.size()), 0);
     data_.emplace(std::string(key), std::string(value));
+    stored_bytes_ += entry_bytes(key.size(), value.size());
   }
   wake(key);
+}
+
+void StoreHandler::erase(Map::iterator it) {
+  stored_bytes_ -= entry_bytes(it->first.size(), it->second.size());
+  data_.erase(it);
 }
 
 bool StoreHandler::handle(const protocol::Request& q, std::string& out, Waiter* waiter) {
@@ -32,11 +62,21 @@ bool StoreHandler::handle(const protocol::Request& q, std::string& out, Waiter* 
         return true;
       case Op::kAppend: {
         auto it = data_.find(q.key);
-        if (it != data_.end()) {
-          it->second.append(q.value);
-        } else {
-          data_.emplace(std::string(q.key), std::string(q.value));
+        if (it == data_.end()) {
+          set(q.key, q.value);
+          protocol::encode_ok(out);
+          return true;
         }
+        const std::uint64_t grown = it->second.size() + q.value.size();
+        if (grown > limits_.max_value_size) {
+          throw Refused{Status::kInvalidArgument,
+                        fmt::format("append would grow key '{}' to {} bytes, above the limit of "
+                                    "{} bytes (max_value_size)",
+                                    q.key, grown, limits_.max_value_size)};
+        }
+        reserve(q.value.size(), 0);
+        stored_bytes_ += q.value.size();
+        it->second.append(q.value);
         wake(q.key);
         protocol::encode_ok(out);
         return true;
@@ -68,8 +108,11 @@ bool StoreHandler::handle(const protocol::Request& q, std::string& out, Waiter* 
         auto end = std::to_chars(digits, digits + sizeof(digits), result).ptr;
         std::string_view text(digits, static_cast<std::size_t>(end - digits));
         if (it != data_.end()) {
+          stored_bytes_ = stored_bytes_ - it->second.size() + text.size();
           it->second.assign(text);
         } else {
+          reserve(entry_bytes(key.size(), text.size()), 0);
+          stored_bytes_ += entry_bytes(key.size(), text.size());
           data_.emplace(std::move(key), std::string(text));
         }
         wake(q.key);
@@ -79,6 +122,15 @@ bool StoreHandler::handle(const protocol::Request& q, std::string& out, Waiter* 
       case Op::kCompareSet: {
         std::string key(q.key);
         auto it = data_.find(key);
+        const bool missing = it == data_.end();
+        // Only a swap changes the stored bytes: a missing key with an empty
+        // `expected`, or a present one equal to `expected`.
+        if (missing ? q.value.empty() : it->second == q.value) {
+          reserve(entry_bytes(key.size(), q.desired.size()),
+                  missing ? 0 : entry_bytes(key.size(), it->second.size()));
+          stored_bytes_ = stored_bytes_ + entry_bytes(key.size(), q.desired.size()) -
+                          (missing ? 0 : entry_bytes(key.size(), it->second.size()));
+        }
         auto result =
             store_util::compare_set(data_, it, key, std::string(q.value), std::string(q.desired));
         wake(q.key);
@@ -94,7 +146,7 @@ bool StoreHandler::handle(const protocol::Request& q, std::string& out, Waiter* 
       case Op::kDeleteKey: {
         auto it = data_.find(q.key);
         bool existed = it != data_.end();
-        if (existed) data_.erase(it);
+        if (existed) erase(it);
         protocol::encode_flag(out, existed);
         return true;
       }
@@ -106,6 +158,17 @@ bool StoreHandler::handle(const protocol::Request& q, std::string& out, Waiter* 
           protocol::encode_error(out, Status::kInvalidArgument,
                                  "multi_set with different numbers of keys and values");
           return true;
+        }
+        {
+          // All or nothing: the whole batch must fit before any key is set
+          // (an estimate that ignores keys repeated in the batch).
+          std::uint64_t added = 0, removed = 0;
+          for (std::size_t i = 0; i < q.keys.size(); ++i) {
+            added += entry_bytes(q.keys[i].size(), q.values[i].size());
+            auto it = data_.find(q.keys[i]);
+            if (it != data_.end()) removed += entry_bytes(it->first.size(), it->second.size());
+          }
+          reserve(added, removed);
         }
         for (std::size_t i = 0; i < q.keys.size(); ++i) set(q.keys[i], q.values[i]);
         protocol::encode_ok(out);
@@ -120,6 +183,9 @@ bool StoreHandler::handle(const protocol::Request& q, std::string& out, Waiter* 
   } catch (const InvalidArgument& e) {
     protocol::encode_error(out, Status::kInvalidArgument, e.what());
     return true;
+  } catch (const Refused& refused) {
+    protocol::encode_error(out, refused.status, refused.message);
+    return true;
   }
 }
 
@@ -131,7 +197,21 @@ void StoreHandler::reply_ready(Op op, const std::vector<std::string_view>& keys,
     case Op::kMultiGet: {
       std::vector<std::string_view> values;
       values.reserve(keys.size());
-      for (auto k : keys) values.emplace_back(data_.find(k)->second);
+      // Status byte and count, then a length and the bytes of each value: a
+      // multi_get repeating one large key must not build a huge reply.
+      std::uint64_t size = 5;
+      for (auto k : keys) {
+        values.emplace_back(data_.find(k)->second);
+        size += 4 + values.back().size();
+      }
+      if (size > limits_.max_reply_size) {
+        protocol::encode_error(
+            out, Status::kReplyTooLarge,
+            fmt::format("multi_get of {} keys would need a reply of {} bytes, above the limit "
+                        "of {} bytes (max_frame_size)",
+                        keys.size(), size, limits_.max_reply_size));
+        return;
+      }
       protocol::encode_values(out, values);
       return;
     }
@@ -152,7 +232,18 @@ bool StoreHandler::park(const protocol::Request& q, Waiter* waiter, std::string&
                            store_util::timeout_message(missing, std::chrono::milliseconds(0)));
     return true;
   }
-  Parked p{q.op, std::vector<std::string>(views_.begin(), views_.end()), 0, q.timeout_ms};
+  std::uint64_t bytes = 0;
+  for (auto k : views_) bytes += k.size() + sizeof(std::string);
+  if (parked_bytes_ + bytes > limits_.max_parked_bytes) {
+    protocol::encode_error(
+        out, Status::kStoreFull,
+        fmt::format("cannot wait for {} key(s): waiting requests already hold {} of their limit "
+                    "of {}",
+                    views_.size(), mib(parked_bytes_), mib(limits_.max_parked_bytes)));
+    return true;
+  }
+  parked_bytes_ += bytes;
+  Parked p{q.op, std::vector<std::string>(views_.begin(), views_.end()), 0, q.timeout_ms, bytes};
   while (data_.find(p.keys[p.next]) != data_.end()) ++p.next;
   key_waiters_[p.keys[p.next]].push_back(waiter);
   parked_.emplace(waiter, std::move(p));
@@ -182,6 +273,7 @@ void StoreHandler::wake(std::string_view key) {
     wake_views_.assign(p.keys.begin(), p.keys.end());
     scratch_.clear();
     reply_ready(p.op, wake_views_, scratch_);
+    parked_bytes_ -= p.bytes;
     parked_.erase(pit);
     w->on_wake(scratch_);
   }
@@ -197,6 +289,7 @@ void StoreHandler::cancel(Waiter* waiter) {
     list.erase(std::remove(list.begin(), list.end(), waiter), list.end());
     if (list.empty()) key_waiters_.erase(it);
   }
+  parked_bytes_ -= p.bytes;
   parked_.erase(pit);
 }
 
@@ -216,6 +309,7 @@ bool StoreHandler::expire(Waiter* waiter, std::string& out) {
 void StoreHandler::shutdown(std::string_view message) {
   auto parked = std::move(parked_);
   parked_.clear();
+  parked_bytes_ = 0;
   key_waiters_.clear();
   for (auto& [waiter, p] : parked) {
     scratch_.clear();

@@ -15,6 +15,7 @@
 #include <cstring>
 #include <limits>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "ddp/common/error.h"
@@ -44,6 +45,26 @@ constexpr Store::Duration kMaxReceiveTimeout = std::chrono::hours(1);
 constexpr Store::Duration kKeptReceiveTimeout = std::chrono::seconds(1);
 
 std::string errno_text(int err) { return std::strerror(err); }
+
+// The connection broke (EOF, reset, no reply in time, or the server closed it
+// for a reason unrelated to the request): the request may be retried on a new
+// connection. Escapes as a plain NetworkError when it cannot be.
+class ConnectionLost : public NetworkError {
+ public:
+  using NetworkError::NetworkError;
+};
+
+// After a drop, a server that refuses connections for this long is gone (no
+// listener on its port: it stopped or its host's process died), not briefly
+// unreachable: give up then, so that agents notice a dead store host quickly.
+constexpr Store::Duration kRefusedGiveUp = std::chrono::milliseconds(250);
+
+// Statuses after which the server closed the connection without applying the
+// request: safe to send again on a new connection.
+bool retry_after(Status status) {
+  return status == Status::kIdleTimeout || status == Status::kTooManyClients ||
+         status == Status::kHandshakeTimeout;
+}
 
 std::uint64_t wire_timeout(Store::Duration timeout) {
   if (timeout <= Store::Duration(0)) return 0;
@@ -78,9 +99,12 @@ bool wait_fd(int fd, short events, const Deadline& deadline) {
 class TcpStore::Connection {
  public:
   explicit Connection(const TcpStoreOptions& options)
-      : options_(options), parser_(protocol::kMaxHandshakeFrame), read_buf_(new char[kReadChunk]) {
+      : options_(options),
+        client_id_(protocol::make_client_id()),
+        parser_(protocol::kMaxHandshakeReply),
+        read_buf_(new char[kReadChunk]) {
     where_ = fmt::format("{}:{}", options_.host, options_.port);
-    connect();
+    connect(Deadline(options_.connect_timeout), false);
   }
 
   ~Connection() { close_fd(); }
@@ -90,12 +114,36 @@ class TcpStore::Connection {
   // Sends `request`, reads its reply and returns extract(reply), all under the
   // connection's lock (the reply's views point into this connection's buffers).
   // Error replies and broken connections throw (see tcp_store.h).
+  //
+  // A lost connection is re-established (with backoff, handshake and
+  // authentication) and the request sent again, until `deadline` or
+  // options().reconnect_timeout after the loss. Requests that are not
+  // idempotent carry a request id that stays the same across the retries, so
+  // the server applies them once. A blocking request is re-sent with the time
+  // it has left.
   template <typename Extract>
-  auto call(const char* origin, const protocol::Request& request, const Deadline& deadline,
+  auto call(const char* origin, protocol::Request request, const Deadline& deadline,
             Extract&& extract) {
     std::lock_guard lock(mutex_);
-    exchange(origin, request, deadline);
-    return extract(reply_);
+    if (protocol::carries_request_id(request.op)) request.request_id = ++last_request_id_;
+    const auto started = Clock::now();
+    const std::uint64_t wire = request.timeout_ms;
+    for (;;) {
+      try {
+        if (fd_ < 0) reconnect(origin, deadline);
+        exchange(origin, request, deadline);
+        return extract(reply_);
+      } catch (const ConnectionLost& e) {
+        if (deadline.expired()) throw NetworkError(origin, strip_origin(e));
+        lost_reason_ = strip_origin(e);
+      }
+      if (wire != 0 && wire != protocol::kNoTimeout) {
+        auto spent = std::chrono::duration_cast<Store::Duration>(Clock::now() - started);
+        request.timeout_ms = wire > static_cast<std::uint64_t>(spent.count())
+                                 ? wire - static_cast<std::uint64_t>(spent.count())
+                                 : 0;
+      }
+    }
   }
 
   const protocol::Limits& limits() const { return limits_; }
@@ -109,14 +157,24 @@ class TcpStore::Connection {
   [[noreturn]] void broken(const char* origin, std::string reason) {
     broken_ = reason;
     close_fd();
-    throw NetworkError(origin,
-                       fmt::format("connection to the store at {} lost: {}", where_, broken_));
+    throw ConnectionLost(origin,
+                         fmt::format("connection to the store at {} lost: {}", where_, broken_));
   }
 
-  void connect() {
-    Deadline deadline(options_.connect_timeout);
+  static std::string strip_origin(const Error& e) {
+    std::string what = e.what();
+    const std::string prefix = e.origin() + ": ";
+    return what.rfind(prefix, 0) == 0 ? what.substr(prefix.size()) : what;
+  }
+
+  // Connects and completes the handshake, retrying with backoff until
+  // `deadline`. After a drop (`reconnecting`), a server that refuses
+  // connections for kRefusedGiveUp is taken to be gone.
+  void connect(const Deadline& deadline, bool reconnecting) {
     Backoff backoff(Store::Duration(10), Store::Duration(1000));
     std::string last_error;
+    // When the server started refusing (time_point::max(): it is not refusing).
+    Clock::time_point refused_since = Clock::time_point::max();
     while (true) {
       try {
         connect_once(deadline);
@@ -125,14 +183,26 @@ class TcpStore::Connection {
       } catch (const NetworkError& e) {
         // Refused, reset, too many clients, handshake timeout: the server may be
         // starting or busy; retry until the deadline.
-        last_error = e.what();
+        last_error = strip_origin(e);
         close_fd();
         broken_.clear();
       } catch (...) {  // auth or version: final (and the destructor will not run)
         close_fd();
         throw;
       }
-      if (deadline.expired()) {
+      if (last_errno_ != ECONNREFUSED) {
+        refused_since = Clock::time_point::max();
+      } else if (refused_since == Clock::time_point::max()) {
+        refused_since = Clock::now();
+      }
+      const bool gone = reconnecting && refused_since != Clock::time_point::max() &&
+                        Clock::now() - refused_since >= kRefusedGiveUp;
+      if (deadline.expired() || gone) {
+        if (reconnecting) {
+          throw NetworkError("TcpStore", fmt::format("connection to the store at {} lost ({}) and "
+                                                     "not re-established: {}",
+                                                     where_, lost_reason_, last_error));
+        }
         throw NetworkError(
             "TcpStore", fmt::format("cannot connect to the store at {} within {:.3f} s: {}", where_,
                                     options_.connect_timeout.count() / 1000.0, last_error));
@@ -141,11 +211,25 @@ class TcpStore::Connection {
     }
   }
 
+  // The connection was lost: a new one within the call's deadline and
+  // reconnect_timeout. Throws NetworkError (origin: the call) when it fails.
+  void reconnect(const char* origin, const Deadline& call_deadline) {
+    Deadline deadline(std::min(call_deadline.remaining(), options_.reconnect_timeout));
+    if (lost_reason_.empty()) lost_reason_ = broken_.empty() ? "not connected" : broken_;
+    try {
+      connect(deadline, true);
+    } catch (const NetworkError& e) {
+      throw NetworkError(origin, strip_origin(e));
+    }
+    lost_reason_.clear();
+  }
+
   void connect_once(const Deadline& deadline) {
     addrinfo hints{};
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
     addrinfo* list = nullptr;
+    last_errno_ = 0;
     auto port = std::to_string(options_.port);
     int rc = ::getaddrinfo(options_.host.c_str(), port.c_str(), &hints, &list);
     if (rc != 0) {
@@ -174,6 +258,7 @@ class TcpStore::Connection {
       }
       if (err != 0) {
         error = errno_text(err);
+        last_errno_ = err;
         ::close(fd);
         continue;
       }
@@ -193,7 +278,7 @@ class TcpStore::Connection {
     }
     ::freeaddrinfo(list);
     if (fd_ < 0) throw NetworkError("TcpStore", error);
-    parser_ = protocol::FrameParser(protocol::kMaxHandshakeFrame);
+    parser_ = protocol::FrameParser(protocol::kMaxHandshakeReply);
     pending_ = {};
     receive_timeout_ = Store::Duration(0);
   }
@@ -201,19 +286,37 @@ class TcpStore::Connection {
   void handshake(const Deadline& connect_deadline) {
     // Give the handshake a moment even when connecting used up the deadline.
     Deadline deadline(std::max(connect_deadline.remaining(), Store::Duration(2000)));
+    const std::string client_nonce = protocol::make_nonce();
     protocol::Request hello;
     hello.op = Op::kHello;
+    hello.nonce = client_nonce;
+    hello.client_id = client_id_;
     exchange("TcpStore", hello, deadline);
     limits_ = reply_.limits;
-    if (!reply_.nonce.empty()) {
+    if (reply_.nonce.empty()) {
+      // A server without the token cannot prove it is the real one: with a
+      // token, refuse it (it may be a process that took the port first).
+      if (!options_.token.empty()) {
+        throw AuthError("TcpStore", fmt::format("the store at {} does not authenticate itself, "
+                                                "but a token was given: refusing to trust it",
+                                                where_));
+      }
+    } else {
       if (options_.token.empty()) {
         throw AuthError("TcpStore",
                         fmt::format("the store at {} requires a token and none was given", where_));
       }
-      std::string nonce(reply_.nonce);
+      const std::string server_nonce(reply_.nonce);
+      if (!protocol::verify_auth(protocol::Direction::kServer, options_.token, client_nonce,
+                                 server_nonce, reply_.server_mac)) {
+        throw AuthError("TcpStore", fmt::format("the store at {} failed to prove it holds the "
+                                                "token (a different token, or an impostor)",
+                                                where_));
+      }
       protocol::Request auth;
       auth.op = Op::kAuth;
-      auto mac = protocol::auth_mac(options_.token, nonce);
+      auto mac =
+          protocol::auth_mac(protocol::Direction::kClient, options_.token, client_nonce, server_nonce);
       auth.mac = mac;
       exchange("TcpStore", auth, deadline);
     }
@@ -263,6 +366,10 @@ class TcpStore::Connection {
       if (protocol::closes_connection(reply_.status)) {
         broken_ = fmt::format("server closed the connection: {}", message);
         close_fd();
+        if (retry_after(reply_.status) && request.op != Op::kHello && request.op != Op::kAuth) {
+          throw ConnectionLost(origin, fmt::format("connection to the store at {} lost: {}",
+                                                   where_, broken_));
+        }
       }
       throw_error(protocol::error_kind(reply_.status), origin, message);
     }
@@ -340,6 +447,10 @@ class TcpStore::Connection {
   }
 
   TcpStoreOptions options_;
+  std::string client_id_;           // the same on every connection of this client
+  std::uint64_t last_request_id_ = 0;
+  int last_errno_ = 0;              // of the last failed connect
+  std::string lost_reason_;         // why the connection being re-established was lost
   std::string where_;
   std::mutex mutex_;
   int fd_ = -1;
@@ -375,7 +486,7 @@ void TcpStore::set(const std::string& key, const std::string& value) {
   q.op = Op::kSet;
   q.key = key;
   q.value = value;
-  connection_->call("TcpStore::set", q, plain_deadline(timeout()), [](auto&) { return 0; });
+  connection_->call("TcpStore::set", std::move(q), plain_deadline(timeout()), [](auto&) { return 0; });
 }
 
 std::string TcpStore::get(const std::string& key, Duration timeout) {
@@ -383,7 +494,7 @@ std::string TcpStore::get(const std::string& key, Duration timeout) {
   q.op = Op::kGet;
   q.key = key;
   q.timeout_ms = wire_timeout(timeout);
-  return connection_->call("TcpStore::get", q, reply_deadline(q.timeout_ms, this->timeout()),
+  return connection_->call("TcpStore::get", std::move(q), reply_deadline(q.timeout_ms, this->timeout()),
                            [](const protocol::Reply& r) { return std::string(r.value); });
 }
 
@@ -392,7 +503,7 @@ std::int64_t TcpStore::add(const std::string& key, std::int64_t delta) {
   q.op = Op::kAdd;
   q.key = key;
   q.delta = delta;
-  return connection_->call("TcpStore::add", q, plain_deadline(timeout()),
+  return connection_->call("TcpStore::add", std::move(q), plain_deadline(timeout()),
                            [](const protocol::Reply& r) { return r.integer; });
 }
 
@@ -403,7 +514,7 @@ std::string TcpStore::compare_set(const std::string& key, const std::string& exp
   q.key = key;
   q.value = expected;
   q.desired = desired;
-  return connection_->call("TcpStore::compare_set", q, plain_deadline(timeout()),
+  return connection_->call("TcpStore::compare_set", std::move(q), plain_deadline(timeout()),
                            [](const protocol::Reply& r) { return std::string(r.value); });
 }
 
@@ -412,7 +523,7 @@ void TcpStore::wait(const std::vector<std::string>& keys, Duration timeout) {
   q.op = Op::kWait;
   q.keys.assign(keys.begin(), keys.end());
   q.timeout_ms = wire_timeout(timeout);
-  connection_->call("TcpStore::wait", q, reply_deadline(q.timeout_ms, this->timeout()),
+  connection_->call("TcpStore::wait", std::move(q), reply_deadline(q.timeout_ms, this->timeout()),
                     [](auto&) { return 0; });
 }
 
@@ -420,7 +531,7 @@ bool TcpStore::check(const std::vector<std::string>& keys) {
   protocol::Request q;
   q.op = Op::kCheck;
   q.keys.assign(keys.begin(), keys.end());
-  return connection_->call("TcpStore::check", q, plain_deadline(timeout()),
+  return connection_->call("TcpStore::check", std::move(q), plain_deadline(timeout()),
                            [](const protocol::Reply& r) { return r.flag; });
 }
 
@@ -428,14 +539,14 @@ bool TcpStore::delete_key(const std::string& key) {
   protocol::Request q;
   q.op = Op::kDeleteKey;
   q.key = key;
-  return connection_->call("TcpStore::delete_key", q, plain_deadline(timeout()),
+  return connection_->call("TcpStore::delete_key", std::move(q), plain_deadline(timeout()),
                            [](const protocol::Reply& r) { return r.flag; });
 }
 
 std::int64_t TcpStore::num_keys() {
   protocol::Request q;
   q.op = Op::kNumKeys;
-  return connection_->call("TcpStore::num_keys", q, plain_deadline(timeout()),
+  return connection_->call("TcpStore::num_keys", std::move(q), plain_deadline(timeout()),
                            [](const protocol::Reply& r) { return r.integer; });
 }
 
@@ -445,7 +556,7 @@ std::vector<std::string> TcpStore::multi_get(const std::vector<std::string>& key
   q.op = Op::kMultiGet;
   q.keys.assign(keys.begin(), keys.end());
   q.timeout_ms = wire_timeout(timeout);
-  return connection_->call("TcpStore::multi_get", q, reply_deadline(q.timeout_ms, this->timeout()),
+  return connection_->call("TcpStore::multi_get", std::move(q), reply_deadline(q.timeout_ms, this->timeout()),
                            [&](const protocol::Reply& r) {
                              if (r.values.size() != keys.size()) {
                                throw ProtocolError("TcpStore::multi_get",
@@ -463,7 +574,7 @@ void TcpStore::multi_set(const std::vector<std::string>& keys,
   q.op = Op::kMultiSet;
   q.keys.assign(keys.begin(), keys.end());
   q.values.assign(values.begin(), values.end());
-  connection_->call("TcpStore::multi_set", q, plain_deadline(timeout()), [](auto&) { return 0; });
+  connection_->call("TcpStore::multi_set", std::move(q), plain_deadline(timeout()), [](auto&) { return 0; });
 }
 
 void TcpStore::append(const std::string& key, const std::string& value) {
@@ -471,7 +582,7 @@ void TcpStore::append(const std::string& key, const std::string& value) {
   q.op = Op::kAppend;
   q.key = key;
   q.value = value;
-  connection_->call("TcpStore::append", q, plain_deadline(timeout()), [](auto&) { return 0; });
+  connection_->call("TcpStore::append", std::move(q), plain_deadline(timeout()), [](auto&) { return 0; });
 }
 
 }  // namespace ddp

@@ -42,6 +42,10 @@ std::vector<Request> sample_requests() {
   std::vector<Request> all;
   Request q;
   q.op = Op::kHello;
+  static const std::string kClientNonce(kNonceSize, '\x11');
+  static const std::string kClientId(kClientIdSize, '\x22');
+  q.nonce = kClientNonce;
+  q.client_id = kClientId;
   all.push_back(q);
   q = {};
   q.op = Op::kAuth;
@@ -67,6 +71,7 @@ std::vector<Request> sample_requests() {
   q.op = Op::kAdd;
   q.key = "counter";
   q.delta = -42;
+  q.request_id = 7;
   all.push_back(q);
   q = {};
   q.op = Op::kCompareSet;
@@ -122,6 +127,9 @@ void expect_same(const Request& a, const Request& b) {
   EXPECT_EQ(a.values, b.values);
   EXPECT_EQ(a.version, b.version);
   EXPECT_EQ(a.mac, b.mac);
+  EXPECT_EQ(a.nonce, b.nonce);
+  EXPECT_EQ(a.client_id, b.client_id);
+  EXPECT_EQ(a.request_id, b.request_id);
 }
 
 TEST(Protocol, EveryRequestRoundTrips) {
@@ -322,6 +330,8 @@ TEST(Protocol, EveryReplyRoundTrips) {
   r.version = kVersion;
   r.limits = Limits{10, 20, 30};
   r.nonce = kNonce;
+  static const std::string kServerMac(kMacSize, '\x33');
+  r.server_mac = kServerMac;
   cases.push_back({Op::kHello, r});
   r = {};
   r.limits = Limits{1, 2, 3};
@@ -374,6 +384,7 @@ TEST(Protocol, EveryReplyRoundTrips) {
     if (c.op == Op::kHello) {
       EXPECT_EQ(decoded.version, c.reply.version);
       EXPECT_EQ(decoded.nonce, c.reply.nonce);
+      EXPECT_EQ(decoded.server_mac, c.reply.server_mac);
       EXPECT_EQ(decoded.limits.max_key_size, c.reply.limits.max_key_size);
       EXPECT_EQ(decoded.limits.max_value_size, c.reply.limits.max_value_size);
       EXPECT_EQ(decoded.limits.max_frame_size, c.reply.limits.max_frame_size);
@@ -409,17 +420,62 @@ TEST(Protocol, StatusesMapToErrorKinds) {
 
 // ---- authentication and handshake ----------------------------------------------------------
 
-TEST(Protocol, MacDependsOnTokenAndNonce) {
+TEST(Protocol, MacDependsOnTokenNoncesAndDirection) {
   auto n1 = make_nonce();
   auto n2 = make_nonce();
   ASSERT_EQ(n1.size(), kNonceSize);
   EXPECT_NE(n1, n2);
-  auto mac = auth_mac("secret", n1);
+  auto mac = auth_mac(Direction::kClient, "secret", n1, n2);
   EXPECT_EQ(mac.size(), kMacSize);
-  EXPECT_TRUE(verify_auth("secret", n1, mac));
-  EXPECT_FALSE(verify_auth("secret", n2, mac));
-  EXPECT_FALSE(verify_auth("Secret", n1, mac));
-  EXPECT_FALSE(verify_auth("secret", n1, mac.substr(1)));
+  EXPECT_TRUE(verify_auth(Direction::kClient, "secret", n1, n2, mac));
+  EXPECT_FALSE(verify_auth(Direction::kClient, "secret", n2, n1, mac));
+  EXPECT_FALSE(verify_auth(Direction::kClient, "Secret", n1, n2, mac));
+  EXPECT_FALSE(verify_auth(Direction::kClient, "secret", n1, n2, mac.substr(1)));
+  // A proof for one direction is never valid for the other: a relay cannot
+  // reflect the server's proof back as a client's (or the reverse).
+  EXPECT_FALSE(verify_auth(Direction::kServer, "secret", n1, n2, mac));
+  EXPECT_NE(auth_mac(Direction::kServer, "secret", n1, n2), mac);
+}
+
+TEST(Protocol, RequestIdsTravelWithNonIdempotentOperations) {
+  for (Op op : {Op::kAdd, Op::kCompareSet, Op::kAppend, Op::kDeleteKey}) {
+    EXPECT_TRUE(carries_request_id(op)) << to_string(op);
+    Request q = req(op);
+    q.key = "k";
+    q.request_id = 0x0102030405060708ull;
+    Request decoded;
+    ASSERT_TRUE(decode_request(payload_of(frame_of(q)), Limits{}, decoded).ok()) << to_string(op);
+    EXPECT_EQ(decoded.request_id, q.request_id) << to_string(op);
+  }
+  for (Op op : {Op::kSet, Op::kGet, Op::kWait, Op::kCheck, Op::kMultiSet, Op::kMultiGet}) {
+    EXPECT_FALSE(carries_request_id(op)) << to_string(op);
+  }
+}
+
+TEST(Protocol, VersionOneHelloIsUnsupportedVersionNotMalformed) {
+  // A version 1 client's hello: magic and version, nothing after.
+  std::string payload("\x01"
+                      "DDPS\x01\x00",
+                      7);
+  Request decoded;
+  auto result = decode_request(payload, Limits{}, decoded);
+  EXPECT_EQ(result.status, Status::kBadVersion) << result.message;
+  EXPECT_NE(result.message.find("version 1"), std::string::npos) << result.message;
+}
+
+TEST(Protocol, NewStatusesKeepTheConnection) {
+  for (Status status : {Status::kReplyTooLarge, Status::kStoreFull, Status::kStaleRequest}) {
+    EXPECT_FALSE(closes_connection(status)) << to_string(status);
+    EXPECT_EQ(error_kind(status), ErrorKind::kInvalidArgument);
+    std::string out;
+    encode_error(out, status, "why");
+    Reply reply;
+    std::string_view input = out;
+    FrameParser parser(1 << 20);
+    ASSERT_EQ(parser.consume(input), FrameParser::State::kGood);
+    ASSERT_TRUE(decode_reply(Op::kAdd, parser.payload(), reply).ok());
+    EXPECT_EQ(reply.status, status);
+  }
 }
 
 Reply decode_single(const std::string& bytes, Op op) {
@@ -441,16 +497,26 @@ TEST(Protocol, HandshakeWithoutTokenIsHelloOnly) {
   EXPECT_TRUE(reply.nonce.empty()) << "no auth step without a token";
 }
 
-TEST(Protocol, HandshakeWithRightToken) {
+Request hello_with(const std::string& client_nonce) {
+  Request hello = req(Op::kHello);
+  hello.nonce = client_nonce;
+  return hello;
+}
+
+TEST(Protocol, HandshakeWithRightTokenIsMutual) {
   auto nonce = make_nonce();
+  auto client_nonce = make_nonce();
   ServerHandshake handshake("secret", nonce, Limits{});
   std::string out;
-  ASSERT_TRUE(handshake.on_request(req(Op::kHello), out).ok());
+  ASSERT_TRUE(handshake.on_request(hello_with(client_nonce), out).ok());
   EXPECT_FALSE(handshake.done());
   auto hello = decode_single(out, Op::kHello);
   ASSERT_EQ(hello.nonce, nonce);
+  // The server proves the token first, over the client's fresh nonce.
+  EXPECT_TRUE(verify_auth(Direction::kServer, "secret", client_nonce, nonce, hello.server_mac));
+  EXPECT_FALSE(verify_auth(Direction::kServer, "other", client_nonce, nonce, hello.server_mac));
   Request auth = req(Op::kAuth);
-  auto mac = auth_mac("secret", hello.nonce);
+  auto mac = auth_mac(Direction::kClient, "secret", client_nonce, hello.nonce);
   auth.mac = mac;
   out.clear();
   ASSERT_TRUE(handshake.on_request(auth, out).ok());
@@ -458,13 +524,28 @@ TEST(Protocol, HandshakeWithRightToken) {
   EXPECT_EQ(decode_single(out, Op::kAuth).status, Status::kOk);
 }
 
-TEST(Protocol, HandshakeWithWrongTokenIsAuthFailed) {
+TEST(Protocol, ReflectedServerProofIsAuthFailed) {
   auto nonce = make_nonce();
+  auto client_nonce = make_nonce();
   ServerHandshake handshake("secret", nonce, Limits{});
   std::string out;
-  ASSERT_TRUE(handshake.on_request(req(Op::kHello), out).ok());
+  ASSERT_TRUE(handshake.on_request(hello_with(client_nonce), out).ok());
+  auto hello = decode_single(out, Op::kHello);
   Request auth = req(Op::kAuth);
-  auto mac = auth_mac("wrong", nonce);
+  const std::string reflected(hello.server_mac);
+  auth.mac = reflected;
+  out.clear();
+  EXPECT_EQ(handshake.on_request(auth, out).status, Status::kAuthFailed);
+}
+
+TEST(Protocol, HandshakeWithWrongTokenIsAuthFailed) {
+  auto nonce = make_nonce();
+  auto client_nonce = make_nonce();
+  ServerHandshake handshake("secret", nonce, Limits{});
+  std::string out;
+  ASSERT_TRUE(handshake.on_request(hello_with(client_nonce), out).ok());
+  Request auth = req(Op::kAuth);
+  auto mac = auth_mac(Direction::kClient, "wrong", client_nonce, nonce);
   auth.mac = mac;
   out.clear();
   auto result = handshake.on_request(auth, out);

@@ -293,5 +293,68 @@ TEST_F(StoreHandlerTest, DeleteCheckAndNumKeys) {
   EXPECT_EQ(decode(Op::kNumKeys, run(n)).integer, 1);
 }
 
+TEST(StoreHandlerLimits, ParkedRequestsHoldBoundedKeyBytes) {
+  StoreHandler::Limits limits;
+  limits.max_parked_bytes = 1024;
+  StoreHandler handler(limits);
+  std::vector<std::string> storage;
+  for (int i = 0; i < 10; ++i) storage.push_back(std::string(30, 'k') + std::to_string(i));
+  Request wait;
+  wait.op = Op::kWait;
+  wait.timeout_ms = protocol::kNoTimeout;
+  wait.keys.assign(storage.begin(), storage.end());
+  Recorder a, b;
+  std::string out;
+  ASSERT_FALSE(handler.handle(wait, out, &a)) << "ten keys fit";
+  EXPECT_GT(handler.parked_bytes(), 0u);
+  // A second wait on as many keys would pass the bound: refused, not parked.
+  ASSERT_TRUE(handler.handle(wait, out, &b));
+  EXPECT_FALSE(handler.is_parked(&b));
+  EXPECT_EQ(decode(Op::kWait, out).status, Status::kStoreFull);
+  handler.cancel(&a);
+  EXPECT_EQ(handler.parked_bytes(), 0u);
+  out.clear();
+  EXPECT_FALSE(handler.handle(wait, out, &b)) << "the bound frees with the cancelled wait";
+  handler.shutdown("bye");
+  EXPECT_EQ(handler.parked_bytes(), 0u);
+}
+
+TEST(StoreHandlerLimits, StoredBytesFollowEveryWrite) {
+  StoreHandler handler;
+  Recorder waiter;
+  std::string out;
+  Request set;
+  set.op = Op::kSet;
+  set.key = "k";
+  set.value = "12345";
+  handler.handle(set, out, &waiter);
+  const auto one = StoreHandler::kEntryOverhead + 1 + 5;
+  EXPECT_EQ(handler.stored_bytes(), one);
+  Request add;
+  add.op = Op::kAdd;
+  add.key = "n";
+  add.delta = 100;
+  handler.handle(add, out, &waiter);
+  EXPECT_EQ(handler.stored_bytes(), one + StoreHandler::kEntryOverhead + 1 + 3);
+  Request del;
+  del.op = Op::kDeleteKey;
+  del.key = "n";
+  handler.handle(del, out, &waiter);
+  EXPECT_EQ(handler.stored_bytes(), one);
+  Request cas;
+  cas.op = Op::kCompareSet;
+  cas.key = "k";
+  cas.value = "12345";
+  cas.desired = "1";
+  handler.handle(cas, out, &waiter);
+  EXPECT_EQ(handler.stored_bytes(), StoreHandler::kEntryOverhead + 1 + 1);
+  Request append;
+  append.op = Op::kAppend;
+  append.key = "k";
+  append.value = "23";
+  handler.handle(append, out, &waiter);
+  EXPECT_EQ(handler.stored_bytes(), StoreHandler::kEntryOverhead + 1 + 3);
+}
+
 }  // namespace
 }  // namespace ddp

@@ -23,6 +23,8 @@ struct StoreServerOptions {
   // Shared secret; when non-empty every client must pass the HMAC challenge.
   std::string token;
   // Connections beyond this are accepted and closed at once with an error reply.
+  // Lowered at start to what the open-file limit allows (the soft limit is
+  // first raised to the hard one); the log says so.
   std::size_t max_clients = 65536;
   // A connection that sends no complete frame for this long is closed
   // (a client blocked in get/wait is not idle). Zero disables the idle timeout.
@@ -30,7 +32,12 @@ struct StoreServerOptions {
   // Limits enforced on every request.
   std::uint32_t max_key_size = 64 * 1024;
   std::uint32_t max_value_size = 256 * 1024 * 1024;
+  // Also the largest reply (a multi_get over large values gets `reply too large`).
   std::uint32_t max_frame_size = 512 * 1024 * 1024;
+  // Keys plus values (plus 64 bytes per key) the store may hold in all; a write
+  // that would pass it gets `store full` and changes nothing. A value grown by
+  // append is bounded by max_value_size.
+  std::uint64_t max_store_bytes = 1ull << 30;
   // A connection must complete the hello (and auth) step within this long.
   std::chrono::milliseconds handshake_timeout = std::chrono::seconds(10);
 };

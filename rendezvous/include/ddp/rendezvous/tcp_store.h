@@ -2,12 +2,20 @@
 //
 // One connection per TcpStore; calls from several threads are serialized on it.
 // The constructor connects with exponential backoff until `connect_timeout`,
-// performs the version handshake and, when a token is given, the HMAC-SHA256
-// challenge-response; it throws NetworkError (or TimeoutError) when the server
-// cannot be reached in time, ProtocolError on a version mismatch and AuthError
-// when the token is wrong or missing. A server that dies or closes the connection
-// during a call makes that call (and later calls) throw NetworkError promptly,
-// never hang; a server shutting down fails pending waits with ShutdownError.
+// performs the version handshake and, when a token is given, mutual
+// authentication (each side proves the token with an HMAC over both sides'
+// nonces); it throws NetworkError when the server cannot be reached in time,
+// ProtocolError on a version mismatch and AuthError when the token is wrong or
+// missing, or when a token was given and the server does not prove it holds it.
+//
+// A connection that drops (the server's idle timeout, a reset, a network
+// blip) is re-established on the next call, with backoff, handshake and
+// authentication, and the call is sent again: every operation is safe to
+// retry, because add, compare_set, append and delete_key carry a request id
+// the server remembers, so a retried one is applied once. A call gives up with
+// NetworkError at its deadline, `reconnect_timeout` after the loss, or after
+// the server refused new connections for 250 ms (it is gone); it never
+// hangs. A server shutting down fails pending waits with ShutdownError.
 #pragma once
 
 #include <memory>
@@ -25,6 +33,8 @@ struct TcpStoreOptions {
   std::string token;
   // How long the constructor keeps retrying to connect.
   Store::Duration connect_timeout = std::chrono::seconds(60);
+  // How long a call keeps trying to re-establish a lost connection.
+  Store::Duration reconnect_timeout = std::chrono::seconds(60);
   // Default timeout of blocking calls (Store::timeout()).
   Store::Duration timeout = Store::kDefaultTimeout;
 };

@@ -1,0 +1,472 @@
+// The store server and client against the defects of issue 9: a read-buffer
+// use-after-free, unbounded memory (queued replies, huge replies, append,
+// the store's total, parked waits), dropped connections and retried
+// non-idempotent requests, server authentication, inherited descriptors and the
+// open-file limit. Run under -DDDP_SANITIZE=address the use-after-free tests
+// fail loudly on a regression; elsewhere they check the server keeps serving.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "client_registry.h"
+#include "ddp/common/error.h"
+#include "server_test_util.h"
+
+extern char** environ;
+
+namespace ddp {
+namespace {
+
+using namespace ddp::test;
+
+// The resident memory of this process, in bytes.
+std::uint64_t resident_bytes() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
+  }
+  return 0;
+}
+
+// The exact input of the use-after-free: a first read of exactly 4096 bytes
+// (the initial read buffer) that starts with a 4 GiB length prefix.
+std::string uaf_first_read() {
+  std::string bytes(4096, 'A');
+  bytes[0] = bytes[1] = bytes[2] = bytes[3] = '\xff';
+  return bytes;
+}
+
+TEST(Hardening, FullFirstReadWithBadPrefixDoesNotTouchAFreedBuffer) {
+  auto server = start_server();
+  for (int round = 0; round < 3; ++round) {
+    RawClient raw(server->port());
+    raw.send_bytes(uaf_first_read());
+    // Bytes that arrive while the session lingers land in its read buffer:
+    // with the defect, in freed memory (AddressSanitizer reports the write).
+    std::this_thread::sleep_for(50ms);
+    raw.send_bytes(std::string(8192, 'B'));
+    raw.expect_error_and_close(Status::kFrameTooLarge);
+  }
+  expect_still_serving(server->port());
+}
+
+TEST(Hardening, PipelinedGetsOfALargeValueWithoutReadingDoNotQueueWithoutBound) {
+  auto server = start_server();
+  const std::string value(4 << 20, 'v');
+  {
+    TcpStore setter(client_options(server->port()));
+    setter.set("big", value);
+  }
+  const std::uint64_t before = resident_bytes();
+  RawClient raw(server->port());
+  raw.handshake();
+  // 1,000 gets of a 4 MiB value: about 4 GiB of replies if all were queued.
+  std::string gets;
+  Request get = op_request(Op::kGet);
+  get.key = "big";
+  for (int i = 0; i < 1000; ++i) protocol::encode_request(gets, get);
+  raw.send_bytes(gets);
+  std::this_thread::sleep_for(1500ms);  // the server does what it will with them
+  const std::uint64_t grown = resident_bytes() - std::min(before, resident_bytes());
+  EXPECT_LT(grown, 256ull << 20) << "the server queued " << (grown >> 20)
+                                 << " MiB of replies for a client that does not read";
+  expect_still_serving(server->port());
+  raw.close();
+}
+
+TEST(Hardening, MultiGetRepeatingALargeKeyIsReplyTooLargeAndKeepsTheConnection) {
+  StoreServerOptions options;
+  options.max_frame_size = 1 << 20;
+  options.max_value_size = 512 << 10;
+  auto server = start_server(options);
+  TcpStore store(client_options(server->port()));
+  store.set("v", std::string(300 << 10, 'x'));
+  try {
+    store.multi_get({"v", "v", "v", "v"}, 1s);
+    ADD_FAILURE() << "a 1.2 MB reply went through a 1 MiB frame limit";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("reply"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(store.multi_get({"v", "v"}, 1s).size(), 2u) << "the connection must stay usable";
+}
+
+TEST(Hardening, AppendCannotGrowAValuePastTheValueLimit) {
+  StoreServerOptions options;
+  options.max_value_size = 1000;
+  auto server = start_server(options);
+  TcpStore store(client_options(server->port()));
+  store.append("log", std::string(600, 'a'));
+  try {
+    store.append("log", std::string(600, 'b'));
+    ADD_FAILURE() << "append grew a value to 1200 bytes over a 1000-byte limit";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("'log'"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(store.get("log", 1s), std::string(600, 'a')) << "a refused append changed the value";
+}
+
+TEST(Hardening, TheStoreRefusesWritesPastItsTotalAndRecoversAfterDeletes) {
+  StoreServerOptions options;
+  options.max_store_bytes = 1 << 20;
+  auto server = start_server(options);
+  TcpStore store(client_options(server->port()));
+  const std::string chunk(600 << 10, 'c');
+  store.set("a", chunk);
+  try {
+    store.set("b", chunk);
+    ADD_FAILURE() << "1.2 MB stored under a 1 MiB limit";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("max_store_bytes"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(store.check({"b"}));
+  try {
+    store.multi_set({"m1", "m2"}, {chunk, "small"});
+    ADD_FAILURE() << "multi_set passed the store limit";
+  } catch (const InvalidArgument&) {
+  }
+  EXPECT_FALSE(store.check({"m2"})) << "a refused multi_set must set nothing";
+  store.set("a", chunk);  // replacing costs nothing more
+  EXPECT_TRUE(store.delete_key("a"));
+  store.set("b", chunk);
+  EXPECT_EQ(store.get("b", 1s).size(), chunk.size());
+}
+
+// A TCP relay between a client and the server that can drop both connections
+// after it forwarded a request but before the reply reaches the client: the
+// server applied the request, the client never learns it.
+class DroppingProxy {
+ public:
+  explicit DroppingProxy(std::uint16_t server_port) : server_port_(server_port) {
+    listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+    socklen_t len = sizeof(addr);
+    ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.sin_port);
+    ::listen(listen_fd_, 16);
+    thread_ = std::thread([this] { serve(); });
+  }
+  ~DroppingProxy() {
+    stop_ = true;
+    ::shutdown(listen_fd_, SHUT_RDWR);
+    thread_.join();
+    ::close(listen_fd_);
+  }
+
+  std::uint16_t port() const { return port_; }
+  // The next client frame that starts with opcode `op` is forwarded, and its
+  // reply swallowed together with both connections.
+  void drop_reply_of(Op op) { drop_op_ = static_cast<int>(op); }
+  int drops() const { return drops_; }
+
+ private:
+  void serve() {
+    while (!stop_) {
+      int client = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (client < 0) return;
+      int upstream = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      sockaddr_in addr{};
+      addr.sin_family = AF_INET;
+      addr.sin_port = htons(server_port_);
+      addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      if (::connect(upstream, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+        ::close(client);
+        ::close(upstream);
+        continue;
+      }
+      relay(client, upstream);
+      ::close(client);
+      ::close(upstream);
+    }
+  }
+
+  // One connection at a time (the client makes one at a time).
+  void relay(int client, int upstream) {
+    bool dropping = false;
+    char buf[65536];
+    while (!stop_) {
+      pollfd fds[2] = {{client, POLLIN, 0}, {upstream, POLLIN, 0}};
+      if (::poll(fds, 2, 100) <= 0) continue;
+      if (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) {
+        ssize_t n = ::recv(client, buf, sizeof(buf), 0);
+        if (n <= 0) return;
+        if (drop_op_ >= 0 && n > 4 && static_cast<unsigned char>(buf[4]) == drop_op_) {
+          drop_op_ = -1;
+          dropping = true;
+        }
+        ::send(upstream, buf, static_cast<std::size_t>(n), MSG_NOSIGNAL);
+      }
+      if (fds[1].revents & (POLLIN | POLLHUP | POLLERR)) {
+        ssize_t n = ::recv(upstream, buf, sizeof(buf), 0);
+        if (n <= 0) return;
+        if (dropping) {  // the server applied it; the client never hears
+          ++drops_;
+          return;
+        }
+        ::send(client, buf, static_cast<std::size_t>(n), MSG_NOSIGNAL);
+      }
+    }
+  }
+
+  std::uint16_t server_port_;
+  std::uint16_t port_ = 0;
+  int listen_fd_ = -1;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> drop_op_{-1};
+  std::atomic<int> drops_{0};
+  std::thread thread_;
+};
+
+TEST(Hardening, NonIdempotentRequestsLostWithTheConnectionAreAppliedOnce) {
+  auto server = start_server();
+  DroppingProxy proxy(server->port());
+  TcpStore store(client_options(proxy.port()));
+  TcpStore direct(client_options(server->port()));
+
+  proxy.drop_reply_of(Op::kAdd);
+  EXPECT_EQ(store.add("counter", 1), 1) << "the retried add was applied twice";
+  EXPECT_EQ(direct.get("counter", 1s), "1");
+
+  proxy.drop_reply_of(Op::kAppend);
+  store.append("log", "x");
+  EXPECT_EQ(direct.get("log", 1s), "x") << "the retried append was applied twice";
+
+  direct.set("cas", "old");
+  proxy.drop_reply_of(Op::kCompareSet);
+  EXPECT_EQ(store.compare_set("cas", "old", "new"), "new")
+      << "a retried compare_set must report what the first attempt did";
+
+  proxy.drop_reply_of(Op::kDeleteKey);
+  EXPECT_TRUE(store.delete_key("cas")) << "a retried delete_key must report the deletion";
+  EXPECT_EQ(proxy.drops(), 4);
+  EXPECT_EQ(store.add("counter", 1), 2);
+}
+
+TEST(Hardening, ClientRegistryReplaysTheLastReplyAndRefusesOlderRequests) {
+  server::ClientRegistry registry(2);
+  std::string out;
+  EXPECT_FALSE(registry.replay("client-a", 1, out));
+  registry.record("client-a", 1, "reply-1");
+  EXPECT_TRUE(registry.replay("client-a", 1, out));
+  EXPECT_EQ(out, "reply-1");
+  EXPECT_FALSE(registry.replay("client-a", 2, out)) << "a new request is applied";
+  registry.record("client-a", 2, "reply-2");
+  out.clear();
+  EXPECT_TRUE(registry.replay("client-a", 1, out));
+  protocol::Reply reply;
+  std::string_view input = out;
+  protocol::FrameParser parser(1 << 20);
+  ASSERT_EQ(parser.consume(input), protocol::FrameParser::State::kGood);
+  ASSERT_TRUE(protocol::decode_reply(Op::kAdd, parser.payload(), reply).ok());
+  EXPECT_EQ(reply.status, Status::kStaleRequest);
+  // Too large to keep: a retry is told it was applied and its reply is lost.
+  registry.record("client-b", 1, std::string(server::ClientRegistry::kMaxReplayBytes + 1, 'r'));
+  out.clear();
+  EXPECT_TRUE(registry.replay("client-b", 1, out));
+  EXPECT_NE(out.find("too large to replay"), std::string::npos);
+  // Bounded: a third client forgets the least recently used one.
+  registry.record("client-c", 1, "c");
+  EXPECT_EQ(registry.size(), 2u);
+  out.clear();
+  EXPECT_FALSE(registry.replay("client-a", 2, out)) << "client-a should have been forgotten";
+}
+
+// A listener that answers a hello the way `reply` says and records nothing.
+class FakeServer {
+ public:
+  explicit FakeServer(std::function<std::string()> reply) : reply_(std::move(reply)) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+    socklen_t len = sizeof(addr);
+    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.sin_port);
+    ::listen(fd_, 4);
+    thread_ = std::thread([this] {
+      int client = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (client < 0) return;
+      char buf[256];
+      if (::recv(client, buf, sizeof(buf), 0) > 0) {
+        auto bytes = reply_();
+        ::send(client, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+      }
+      ::recv(client, buf, sizeof(buf), 0);  // until the client hangs up
+      ::close(client);
+    });
+  }
+  ~FakeServer() {
+    ::shutdown(fd_, SHUT_RDWR);
+    thread_.join();
+    ::close(fd_);
+  }
+  std::uint16_t port() const { return port_; }
+
+ private:
+  std::function<std::string()> reply_;
+  int fd_ = -1;
+  std::uint16_t port_ = 0;
+  std::thread thread_;
+};
+
+TEST(Hardening, ClientWithATokenRefusesAServerThatDoesNotAuthenticate) {
+  // An impostor that took the port: it asks for no authentication at all.
+  FakeServer impostor([] {
+    std::string out;
+    protocol::encode_hello_reply(out, protocol::kVersion, protocol::Limits{}, {}, {});
+    return out;
+  });
+  try {
+    TcpStore store(client_options(impostor.port(), "s3cret"));
+    ADD_FAILURE() << "a client with a token trusted a server that proved nothing";
+  } catch (const AuthError& e) {
+    EXPECT_NE(std::string(e.what()).find("does not authenticate"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Hardening, ClientWithATokenRefusesAServerWithAWrongProof) {
+  // An impostor relaying a nonce it cannot prove (it does not hold the token).
+  FakeServer impostor([] {
+    std::string out;
+    protocol::encode_hello_reply(out, protocol::kVersion, protocol::Limits{},
+                                 protocol::make_nonce(), std::string(protocol::kMacSize, 'm'));
+    return out;
+  });
+  try {
+    TcpStore store(client_options(impostor.port(), "s3cret"));
+    ADD_FAILURE() << "a client accepted a server proof it could not verify";
+  } catch (const AuthError& e) {
+    EXPECT_NE(std::string(e.what()).find("failed to prove"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Hardening, EveryServerSocketIsCloseOnExec) {
+  auto server = start_server();
+  TcpStore a(client_options(server->port()));
+  TcpStore b(client_options(server->port()));
+  a.set("k", "v");
+  ASSERT_TRUE(eventually([&] { return server->num_clients() == 2; }));
+  int sockets = 0;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
+    std::error_code ec;
+    auto target = std::filesystem::read_symlink(entry.path(), ec).string();
+    if (ec || target.rfind("socket:", 0) != 0) continue;
+    int fd = std::stoi(entry.path().filename().string());
+    int flags = ::fcntl(fd, F_GETFD);
+    if (flags < 0) continue;  // closed since the listing
+    ++sockets;
+    EXPECT_TRUE(flags & FD_CLOEXEC) << "socket descriptor " << fd << " (" << target
+                                    << ") would be inherited by every exec'd worker";
+  }
+  EXPECT_GE(sockets, 5) << "listener, two accepted and two client sockets expected";
+}
+
+TEST(Hardening, MaxClientsIsCappedToTheOpenFileLimit) {
+  // In a child: lowering the hard limit cannot be undone without privileges.
+  pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    rlimit limit{400, 400};
+    if (::setrlimit(RLIMIT_NOFILE, &limit) != 0) ::_exit(2);
+    StoreServerOptions options;
+    options.max_clients = 65536;
+    StoreServer server(options);
+    const std::size_t capped = server.options().max_clients;
+    ::_exit(capped < 400 && capped > 0 ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "max_clients was not lowered below the open-file limit";
+}
+
+TEST(Hardening, SoftOpenFileLimitIsRaisedToTheHardOne) {
+  pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    rlimit limit{};
+    ::getrlimit(RLIMIT_NOFILE, &limit);
+    if (limit.rlim_max < 512) ::_exit(3);
+    limit.rlim_cur = 256;
+    if (::setrlimit(RLIMIT_NOFILE, &limit) != 0) ::_exit(2);
+    StoreServer server(StoreServerOptions{});
+    rlimit after{};
+    ::getrlimit(RLIMIT_NOFILE, &after);
+    ::_exit(after.rlim_cur == limit.rlim_max ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  if (WEXITSTATUS(status) == 3) GTEST_SKIP() << "hard open-file limit below 512";
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
+// ---- the daemon under the use-after-free input ----------------------------------------
+
+std::string daemon_path() {
+  const char* bin = std::getenv("DDP_BUILD_BIN");
+  std::filesystem::path dir = bin != nullptr
+                                  ? std::filesystem::path(bin)
+                                  : std::filesystem::read_symlink("/proc/self/exe").parent_path();
+  return (dir / "ddp-rendezvous").string();
+}
+
+TEST(Hardening, DaemonSurvivesTheUseAfterFreeInput) {
+  int out_pipe[2];
+  ASSERT_EQ(::pipe2(out_pipe, O_CLOEXEC), 0);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, out_pipe[1], STDOUT_FILENO);
+  std::string path = daemon_path();
+  std::vector<std::string> args = {path, "--host", "127.0.0.1", "--port", "0"};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  ASSERT_EQ(::posix_spawn(&pid, path.c_str(), &actions, nullptr, argv.data(), environ), 0) << path;
+  posix_spawn_file_actions_destroy(&actions);
+  ::close(out_pipe[1]);
+  std::string line;
+  char c;
+  while (::read(out_pipe[0], &c, 1) == 1 && c != '\n') line.push_back(c);
+  ASSERT_FALSE(line.empty()) << "the daemon printed no port";
+  const auto port = static_cast<std::uint16_t>(std::stoi(line));
+  for (int round = 0; round < 3; ++round) {
+    RawClient raw(port);
+    raw.send_bytes(uaf_first_read());
+    std::this_thread::sleep_for(50ms);
+    raw.send_bytes(std::string(8192, 'B'));
+    raw.expect_error_and_close(Status::kFrameTooLarge);
+  }
+  {
+    TcpStore store(client_options(port));
+    store.set("alive", "yes");
+    EXPECT_EQ(store.get("alive", 1s), "yes");
+  }
+  int status = 0;
+  EXPECT_EQ(::waitpid(pid, &status, WNOHANG), 0) << "the daemon died (a sanitizer report?)";
+  ::kill(pid, SIGTERM);
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ::close(out_pipe[0]);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+      << "the daemon ended with status " << status << " (a sanitizer report exits non-zero)";
+}
+
+}  // namespace
+}  // namespace ddp
