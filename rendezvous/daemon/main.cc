@@ -57,6 +57,7 @@ int main(int argc, char** argv) {
   options.port = 29400;
   std::string token_file;
   double idle_timeout_s = 1800;
+  std::uint64_t max_store_mib = options.max_store_bytes >> 20;
   app.add_option("--host", options.host,
                  "Address to listen on (0.0.0.0: every IPv4 interface, :: for IPv6, "
                  "127.0.0.1: this machine only)")
@@ -70,6 +71,11 @@ int main(int argc, char** argv) {
                  "Connections beyond this many get an error reply and are closed")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  app.add_option("--max-store-mib", max_store_mib,
+                 "MiB of keys and values (plus 64 bytes per key) the store may hold; writes past "
+                 "it get a 'store full' error")
+      ->capture_default_str()
+      ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 40));
   app.add_option("--idle-timeout", idle_timeout_s,
                  "Seconds a connection may stay silent (a client blocked in get/wait is not "
                  "idle); 0 disables")
@@ -90,6 +96,7 @@ int main(int argc, char** argv) {
     if (!token_file.empty()) options.token = read_token(token_file);
     options.idle_timeout =
         std::chrono::milliseconds(static_cast<std::int64_t>(idle_timeout_s * 1000));
+    options.max_store_bytes = max_store_mib << 20;
   } catch (const ddp::Error& e) {
     std::cerr << kName << ": " << e.what() << "\n";
     return 2;
@@ -104,8 +111,9 @@ int main(int argc, char** argv) {
     ddp::StoreServer server(options);
     std::cout << server.port() << std::endl;  // first line, flushed
     server.start();
-    logger->info("{} listening on {}:{} (auth {}, max {} clients)", kName, options.host,
-                 server.port(), options.token.empty() ? "off" : "on", options.max_clients);
+    logger->info("{} listening on {}:{} (auth {}, max {} clients, max {} MiB stored)", kName,
+                 options.host, server.port(), options.token.empty() ? "off" : "on",
+                 server.options().max_clients, max_store_mib);
     int received = 0;
     signals.async_wait([&](const boost::system::error_code& ec, int signal) {
       if (!ec) received = signal;

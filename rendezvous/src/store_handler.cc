@@ -27,7 +27,8 @@ void StoreHandler::reserve(std::uint64_t added, std::uint64_t removed) const {
   std::uint64_t after = stored_bytes_ - std::min(removed, stored_bytes_) + added;
   if (after > limits_.max_store_bytes) {
     throw Refused{Status::kStoreFull,
-                  fmt::format("the store would hold {} of its limit of {} (max_store_bytes)",
+                  fmt::format("store full: the store would hold {} of its limit of {} "
+                              "(max_store_bytes)",
                               mib(after), mib(limits_.max_store_bytes))};
   }
 }
@@ -237,8 +238,8 @@ bool StoreHandler::park(const protocol::Request& q, Waiter* waiter, std::string&
   if (parked_bytes_ + bytes > limits_.max_parked_bytes) {
     protocol::encode_error(
         out, Status::kStoreFull,
-        fmt::format("cannot wait for {} key(s): waiting requests already hold {} of their limit "
-                    "of {}",
+        fmt::format("store full: cannot wait for {} key(s): waiting requests already hold {} "
+                    "of their limit of {}",
                     views_.size(), mib(parked_bytes_), mib(limits_.max_parked_bytes)));
     return true;
   }

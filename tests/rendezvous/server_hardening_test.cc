@@ -427,45 +427,90 @@ std::string daemon_path() {
   return (dir / "ddp-rendezvous").string();
 }
 
+// A ddp-rendezvous child on a free loopback port, stopped with SIGTERM.
+class Daemon {
+ public:
+  explicit Daemon(std::vector<std::string> extra = {}) {
+    int out_pipe[2];
+    EXPECT_EQ(::pipe2(out_pipe, O_CLOEXEC), 0);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, out_pipe[1], STDOUT_FILENO);
+    std::string path = daemon_path();
+    std::vector<std::string> args = {path, "--host", "127.0.0.1", "--port", "0"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    EXPECT_EQ(::posix_spawn(&pid_, path.c_str(), &actions, nullptr, argv.data(), environ), 0)
+        << path;
+    posix_spawn_file_actions_destroy(&actions);
+    ::close(out_pipe[1]);
+    std::string line;
+    char c;
+    while (::read(out_pipe[0], &c, 1) == 1 && c != '\n') line.push_back(c);
+    ::close(out_pipe[0]);
+    EXPECT_FALSE(line.empty()) << "the daemon printed no port";
+    if (!line.empty()) port_ = static_cast<std::uint16_t>(std::stoi(line));
+  }
+  ~Daemon() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+  }
+  std::uint16_t port() const { return port_; }
+  bool running() const {
+    int status = 0;
+    return ::waitpid(pid_, &status, WNOHANG) == 0;
+  }
+  // SIGTERM; the exit status.
+  int stop() {
+    int status = 0;
+    ::kill(pid_, SIGTERM);
+    ::waitpid(pid_, &status, 0);
+    pid_ = -1;
+    return status;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  std::uint16_t port_ = 0;
+};
+
 TEST(Hardening, DaemonSurvivesTheUseAfterFreeInput) {
-  int out_pipe[2];
-  ASSERT_EQ(::pipe2(out_pipe, O_CLOEXEC), 0);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, out_pipe[1], STDOUT_FILENO);
-  std::string path = daemon_path();
-  std::vector<std::string> args = {path, "--host", "127.0.0.1", "--port", "0"};
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  pid_t pid = 0;
-  ASSERT_EQ(::posix_spawn(&pid, path.c_str(), &actions, nullptr, argv.data(), environ), 0) << path;
-  posix_spawn_file_actions_destroy(&actions);
-  ::close(out_pipe[1]);
-  std::string line;
-  char c;
-  while (::read(out_pipe[0], &c, 1) == 1 && c != '\n') line.push_back(c);
-  ASSERT_FALSE(line.empty()) << "the daemon printed no port";
-  const auto port = static_cast<std::uint16_t>(std::stoi(line));
+  Daemon daemon;
+  ASSERT_NE(daemon.port(), 0);
   for (int round = 0; round < 3; ++round) {
-    RawClient raw(port);
+    RawClient raw(daemon.port());
     raw.send_bytes(uaf_first_read());
     std::this_thread::sleep_for(50ms);
     raw.send_bytes(std::string(8192, 'B'));
     raw.expect_error_and_close(Status::kFrameTooLarge);
   }
   {
-    TcpStore store(client_options(port));
+    TcpStore store(client_options(daemon.port()));
     store.set("alive", "yes");
     EXPECT_EQ(store.get("alive", 1s), "yes");
   }
-  int status = 0;
-  EXPECT_EQ(::waitpid(pid, &status, WNOHANG), 0) << "the daemon died (a sanitizer report?)";
-  ::kill(pid, SIGTERM);
-  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
-  ::close(out_pipe[0]);
+  EXPECT_TRUE(daemon.running()) << "the daemon died (a sanitizer report?)";
+  const int status = daemon.stop();
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
       << "the daemon ended with status " << status << " (a sanitizer report exits non-zero)";
+}
+
+TEST(Hardening, DaemonMaxStoreFlagBoundsWhatItHolds) {
+  Daemon daemon({"--max-store-mib", "1"});
+  ASSERT_NE(daemon.port(), 0);
+  TcpStore store(client_options(daemon.port()));
+  store.set("half", std::string(512 << 10, 'h'));
+  try {
+    store.set("more", std::string(600 << 10, 'm'));
+    ADD_FAILURE() << "1.1 MiB stored with --max-store-mib 1";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("store full"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(daemon.stop(), 0);
 }
 
 }  // namespace

@@ -661,6 +661,7 @@ TEST(Daemon, BadFlagsExitTwoWithOneLine) {
       {{"--port", "not-a-port"}, "--port"},
       {{"--port", "70000"}, "--port"},
       {{"--max-clients", "0"}, "max-clients"},
+      {{"--max-store-mib", "0"}, "max-store-mib"},
       {{"--idle-timeout", "-1"}, "idle-timeout"},
       {{"--idle-timeout", "soon"}, "idle-timeout"},
       {{"--token-file", "/nonexistent/token"}, "/nonexistent/token"},
