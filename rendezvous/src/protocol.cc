@@ -42,9 +42,8 @@ void put_u64(std::string& out, std::uint64_t v) {
 // far below 4 GiB): refuse it rather than send a truncated length.
 std::uint32_t wire_length(std::size_t size, const char* what) {
   if (size > std::numeric_limits<std::uint32_t>::max()) {
-    throw InvalidArgument("protocol",
-                          fmt::format("{} of {} bytes does not fit a frame (at most 4 GiB)", what,
-                                      size));
+    throw InvalidArgument(
+        "protocol", fmt::format("{} of {} bytes does not fit a frame (at most 4 GiB)", what, size));
   }
   return static_cast<std::uint32_t>(size);
 }
@@ -471,7 +470,8 @@ void encode_request(std::string& out, const Request& q) {
       out.append(kMagic);
       put_u16(out, q.version);
       // Fixed-size fields: a short one is padded (the server then rejects it).
-      out.append(q.nonce.substr(0, kNonceSize)).append(kNonceSize - std::min(kNonceSize, q.nonce.size()), '\0');
+      out.append(q.nonce.substr(0, kNonceSize))
+          .append(kNonceSize - std::min(kNonceSize, q.nonce.size()), '\0');
       out.append(q.client_id.substr(0, kClientIdSize))
           .append(kClientIdSize - std::min(kClientIdSize, q.client_id.size()), '\0');
       break;

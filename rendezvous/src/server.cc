@@ -43,9 +43,9 @@ std::size_t usable_clients(std::size_t wanted, spdlog::logger& logger) {
     if (::setrlimit(RLIMIT_NOFILE, &raised) == 0) limit = raised;
   }
   if (limit.rlim_cur == RLIM_INFINITY) return wanted;
-  const std::size_t fit =
-      limit.rlim_cur > 2 * kReservedDescriptors ? limit.rlim_cur - kReservedDescriptors
-                                                : limit.rlim_cur / 2;
+  const std::size_t fit = limit.rlim_cur > 2 * kReservedDescriptors
+                              ? limit.rlim_cur - kReservedDescriptors
+                              : limit.rlim_cur / 2;
   if (wanted <= fit) return wanted;
   logger.info("store server: max_clients lowered from {} to {} to fit the open-file limit of {}",
               wanted, fit, static_cast<std::uint64_t>(limit.rlim_cur));
@@ -110,9 +110,9 @@ Server::Server(const StoreServerOptions& options)
   int fd = ::socket(endpoint.protocol().family(), SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK,
                     IPPROTO_TCP);
   if (fd < 0) {
-    throw NetworkError("StoreServer", fmt::format("cannot listen on {}:{}: socket: {}",
-                                                  options_.host, options_.port,
-                                                  std::strerror(errno)));
+    throw NetworkError("StoreServer",
+                       fmt::format("cannot listen on {}:{}: socket: {}", options_.host,
+                                   options_.port, std::strerror(errno)));
   }
   auto where = fmt::format("{}:{}", options_.host, options_.port);
   if (acceptor_.assign(endpoint.protocol(), fd, ec)) {

@@ -127,9 +127,7 @@ void Session::read() {
                                                       std::size_t n) { self->on_read(ec, n); });
 }
 
-bool Session::output_full() const {
-  return out_.size() + writing_buf_.size() > kMaxPendingOutput;
-}
+bool Session::output_full() const { return out_.size() + writing_buf_.size() > kMaxPendingOutput; }
 
 bool Session::input_paused() const { return parked_ || output_full(); }
 

@@ -1,10 +1,10 @@
 #include "store_handler.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <charconv>
 #include <chrono>
-
-#include <fmt/format.h>
 
 #include "ddp/common/error.h"
 #include "store_util.h"

@@ -315,8 +315,8 @@ class TcpStore::Connection {
       }
       protocol::Request auth;
       auth.op = Op::kAuth;
-      auto mac =
-          protocol::auth_mac(protocol::Direction::kClient, options_.token, client_nonce, server_nonce);
+      auto mac = protocol::auth_mac(protocol::Direction::kClient, options_.token, client_nonce,
+                                    server_nonce);
       auth.mac = mac;
       exchange("TcpStore", auth, deadline);
     }
@@ -367,8 +367,8 @@ class TcpStore::Connection {
         broken_ = fmt::format("server closed the connection: {}", message);
         close_fd();
         if (retry_after(reply_.status) && request.op != Op::kHello && request.op != Op::kAuth) {
-          throw ConnectionLost(origin, fmt::format("connection to the store at {} lost: {}",
-                                                   where_, broken_));
+          throw ConnectionLost(
+              origin, fmt::format("connection to the store at {} lost: {}", where_, broken_));
         }
       }
       throw_error(protocol::error_kind(reply_.status), origin, message);
@@ -447,10 +447,10 @@ class TcpStore::Connection {
   }
 
   TcpStoreOptions options_;
-  std::string client_id_;           // the same on every connection of this client
+  std::string client_id_;  // the same on every connection of this client
   std::uint64_t last_request_id_ = 0;
-  int last_errno_ = 0;              // of the last failed connect
-  std::string lost_reason_;         // why the connection being re-established was lost
+  int last_errno_ = 0;       // of the last failed connect
+  std::string lost_reason_;  // why the connection being re-established was lost
   std::string where_;
   std::mutex mutex_;
   int fd_ = -1;
@@ -486,7 +486,8 @@ void TcpStore::set(const std::string& key, const std::string& value) {
   q.op = Op::kSet;
   q.key = key;
   q.value = value;
-  connection_->call("TcpStore::set", std::move(q), plain_deadline(timeout()), [](auto&) { return 0; });
+  connection_->call("TcpStore::set", std::move(q), plain_deadline(timeout()),
+                    [](auto&) { return 0; });
 }
 
 std::string TcpStore::get(const std::string& key, Duration timeout) {
@@ -494,7 +495,8 @@ std::string TcpStore::get(const std::string& key, Duration timeout) {
   q.op = Op::kGet;
   q.key = key;
   q.timeout_ms = wire_timeout(timeout);
-  return connection_->call("TcpStore::get", std::move(q), reply_deadline(q.timeout_ms, this->timeout()),
+  return connection_->call("TcpStore::get", std::move(q),
+                           reply_deadline(q.timeout_ms, this->timeout()),
                            [](const protocol::Reply& r) { return std::string(r.value); });
 }
 
@@ -556,15 +558,15 @@ std::vector<std::string> TcpStore::multi_get(const std::vector<std::string>& key
   q.op = Op::kMultiGet;
   q.keys.assign(keys.begin(), keys.end());
   q.timeout_ms = wire_timeout(timeout);
-  return connection_->call("TcpStore::multi_get", std::move(q), reply_deadline(q.timeout_ms, this->timeout()),
-                           [&](const protocol::Reply& r) {
-                             if (r.values.size() != keys.size()) {
-                               throw ProtocolError("TcpStore::multi_get",
-                                                   fmt::format("asked for {} keys, got {} values",
-                                                               keys.size(), r.values.size()));
-                             }
-                             return std::vector<std::string>(r.values.begin(), r.values.end());
-                           });
+  return connection_->call(
+      "TcpStore::multi_get", std::move(q), reply_deadline(q.timeout_ms, this->timeout()),
+      [&](const protocol::Reply& r) {
+        if (r.values.size() != keys.size()) {
+          throw ProtocolError("TcpStore::multi_get", fmt::format("asked for {} keys, got {} values",
+                                                                 keys.size(), r.values.size()));
+        }
+        return std::vector<std::string>(r.values.begin(), r.values.end());
+      });
 }
 
 void TcpStore::multi_set(const std::vector<std::string>& keys,
@@ -574,7 +576,8 @@ void TcpStore::multi_set(const std::vector<std::string>& keys,
   q.op = Op::kMultiSet;
   q.keys.assign(keys.begin(), keys.end());
   q.values.assign(values.begin(), values.end());
-  connection_->call("TcpStore::multi_set", std::move(q), plain_deadline(timeout()), [](auto&) { return 0; });
+  connection_->call("TcpStore::multi_set", std::move(q), plain_deadline(timeout()),
+                    [](auto&) { return 0; });
 }
 
 void TcpStore::append(const std::string& key, const std::string& value) {
@@ -582,7 +585,8 @@ void TcpStore::append(const std::string& key, const std::string& value) {
   q.op = Op::kAppend;
   q.key = key;
   q.value = value;
-  connection_->call("TcpStore::append", std::move(q), plain_deadline(timeout()), [](auto&) { return 0; });
+  connection_->call("TcpStore::append", std::move(q), plain_deadline(timeout()),
+                    [](auto&) { return 0; });
 }
 
 }  // namespace ddp
