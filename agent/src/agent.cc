@@ -3,7 +3,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <csignal>
 #include <exception>
 #include <cstdio>
@@ -116,6 +118,67 @@ class RoundWatcher {
   std::thread thread_;
 };
 
+// Sets the round's end key ("<round prefix>/end") on a thread of its own, so
+// that the agent stops its local workers at once instead of waiting for a store
+// that may be frozen or cut off. The agent waits for the store only up to a
+// short deadline; a call still blocked then is abandoned: the thread is
+// detached and owns everything it touches (the store handle, the key, its
+// state), so it ends on its own when the store answers or fails, or dies with
+// the process (ddprun leaves through _exit).
+class Announcement {
+ public:
+  Announcement(std::shared_ptr<Store> store, std::string key, std::string value)
+      : state_(std::make_shared<State>()) {
+    auto state = state_;
+    thread_ = std::thread([state, store = std::move(store), key = std::move(key),
+                           value = std::move(value)] {
+      std::string error;
+      try {
+        store->compare_set(key, "", value);
+      } catch (const std::exception& e) {
+        error = e.what();
+      }
+      std::lock_guard lock(state->mutex);
+      state->error = std::move(error);
+      state->done = true;
+      state->changed.notify_all();
+    });
+  }
+
+  ~Announcement() { wait_until(Clock::now()); }
+
+  Announcement(const Announcement&) = delete;
+  Announcement& operator=(const Announcement&) = delete;
+
+  // Waits until the store answered or `deadline` passed. Returns "" when the
+  // key was set (by us or, first, by another agent), otherwise what went
+  // wrong. Joins the thread, or detaches it when it is still blocked.
+  std::string wait_until(Clock::time_point deadline) {
+    if (!thread_.joinable()) return result_;
+    std::unique_lock lock(state_->mutex);
+    const bool done = state_->changed.wait_until(lock, deadline, [&] { return state_->done; });
+    result_ = done ? state_->error : "the store did not answer in time; not waiting for it";
+    lock.unlock();
+    if (done) {
+      thread_.join();
+    } else {
+      thread_.detach();
+    }
+    return result_;
+  }
+
+ private:
+  struct State {
+    std::mutex mutex;
+    std::condition_variable changed;
+    bool done = false;
+    std::string error;
+  };
+  std::shared_ptr<State> state_;
+  std::thread thread_;
+  std::string result_;
+};
+
 struct Worker {
   int local_rank = 0;
   int rank = 0;
@@ -134,6 +197,32 @@ class Agent::Impl {
         logger_(log::get("ddprun")) {}
 
   int run() {
+    const int code = run_rounds();
+    // Leave the job (heartbeat off, the last agent deletes the job's keys)
+    // unless a rendezvous thread was left blocked in the handler; after a
+    // signal only for what is left of the short deadline.
+    if (!rendezvous_abandoned_) {
+      auto budget = options_.announce_timeout;
+      if (hurry_until_) {
+        budget = std::max(std::chrono::milliseconds(0),
+                          std::chrono::duration_cast<std::chrono::milliseconds>(*hurry_until_ -
+                                                                                Clock::now()));
+      }
+      rdzv_.shutdown(budget);
+    }
+    return code;
+  }
+
+  int restart_count() const { return restart_count_; }
+
+ private:
+  struct Outcome {
+    enum class Kind { kDone, kBarrierTimeout, kRestart, kAbort, kSignal } kind = Kind::kDone;
+    int node = -1;
+    int value = 0;
+  };
+
+  int run_rounds() {
     for (;;) {
       RendezvousInfo info;
       try {
@@ -160,8 +249,9 @@ class Agent::Impl {
         outcome = monitor(watcher.get());
       } catch (const std::exception& e) {
         std::fprintf(stderr, "ddprun: %s\n", e.what());
+        auto note = announce("abort " + std::to_string(info_.group_rank) + " 0");
         stop_workers(SIGTERM);
-        announce("abort " + std::to_string(info_.group_rank) + " 0");
+        finish_announcement(note);
         if (watcher) watcher->finish();
         return 1;
       }
@@ -199,15 +289,6 @@ class Agent::Impl {
       return exit_code_for(outcome.value);
     }
   }
-
-  int restart_count() const { return restart_count_; }
-
- private:
-  struct Outcome {
-    enum class Kind { kDone, kBarrierTimeout, kRestart, kAbort, kSignal } kind = Kind::kDone;
-    int node = -1;
-    int value = 0;
-  };
 
   std::string end_key() const { return info_.round_prefix + "/end"; }
 
@@ -253,6 +334,7 @@ class Agent::Impl {
       LauncherEvent event = launcher_.next_event(Clock::time_point::max());
       if (event.kind == LauncherEvent::Kind::kSignal) {
         thread.detach();
+        rendezvous_abandoned_ = true;
         std::fprintf(stderr, "ddprun: received %s while waiting for the other nodes; exiting\n",
                      signal_name(event.signo).c_str());
         return 128 + event.signo;
@@ -273,16 +355,25 @@ class Agent::Impl {
     return argv.empty() ? "ddprun" : fs::path(argv[0]).filename().string();
   }
 
-  // Sets the round's end key unless another agent set it first; returns the
-  // value in the store (ours or theirs). A single node skips the round trip.
-  std::string announce(const std::string& value) {
-    if (info_.group_world_size <= 1) return value;  // nobody to tell
-    try {
-      return rdzv_.store()->compare_set(end_key(), "", value);
-    } catch (const std::exception& e) {
-      logger_->warn("cannot reach the rendezvous store to announce '{}': {}", value, e.what());
-      return value;
+  // Starts setting the round's end key (unless another agent set it first) on
+  // a thread of its own and returns at once: the caller stops its workers
+  // meanwhile, then calls finish_announcement(). Null for a single node
+  // (nobody to tell, no round trip).
+  std::unique_ptr<Announcement> announce(const std::string& value) {
+    if (info_.group_world_size <= 1) return nullptr;
+    announce_deadline_ = Clock::now() + options_.announce_timeout;
+    return std::make_unique<Announcement>(rdzv_.store(), end_key(), value);
+  }
+
+  // Waits for the announcement up to announce_timeout after it started.
+  void finish_announcement(std::unique_ptr<Announcement>& note) {
+    if (!note) return;
+    const std::string error = note->wait_until(announce_deadline_);
+    if (!error.empty()) {
+      logger_->warn("could not tell the other agents through the rendezvous store within {} s: {}",
+                    options_.announce_timeout.count() / 1000.0, error);
     }
+    note.reset();
   }
 
   std::string attempt_dir(int local_rank) const {
@@ -432,15 +523,19 @@ class Agent::Impl {
     }
     if (signal) return on_signal(*signal);
     const auto& first = failures_[root_cause(failures_)];
-    announce("restart " + std::to_string(info_.group_rank) + " " + std::to_string(first.exit_code));
+    auto note = announce("restart " + std::to_string(info_.group_rank) + " " +
+                         std::to_string(first.exit_code));
     stop_workers(SIGTERM);
+    finish_announcement(note);
     return Outcome{Outcome::Kind::kRestart, info_.group_rank, first.exit_code};
   }
 
   Outcome on_signal(int signo) {
     logger_->warn("received {}: stopping the workers", signal_name(signo));
-    announce("abort " + std::to_string(info_.group_rank) + " " + std::to_string(signo));
+    auto note = announce("abort " + std::to_string(info_.group_rank) + " " + std::to_string(signo));
+    hurry_until_ = Clock::now() + options_.announce_timeout;
     stop_workers(signo);
+    finish_announcement(note);
     return Outcome{Outcome::Kind::kSignal, info_.group_rank, signo};
   }
 
@@ -472,7 +567,10 @@ class Agent::Impl {
     const int nodes = info_.group_world_size;
     if (nodes <= 1) return Outcome{Outcome::Kind::kDone};
     try {
-      if (rdzv_.store()->add(info_.round_prefix + "/exit_barrier", 1) == nodes) announce("done");
+      if (rdzv_.store()->add(info_.round_prefix + "/exit_barrier", 1) == nodes) {
+        auto note = announce("done");
+        finish_announcement(note);
+      }
     } catch (const std::exception& e) {
       logger_->error("exit barrier: {}", e.what());
       return Outcome{Outcome::Kind::kBarrierTimeout};
@@ -497,7 +595,10 @@ class Agent::Impl {
         return Outcome{Outcome::Kind::kBarrierTimeout};
       }
       if (event.kind == LauncherEvent::Kind::kSignal) {
-        announce("abort " + std::to_string(info_.group_rank) + " " + std::to_string(event.signo));
+        hurry_until_ = Clock::now() + options_.announce_timeout;
+        auto note =
+            announce("abort " + std::to_string(info_.group_rank) + " " + std::to_string(event.signo));
+        finish_announcement(note);
         return Outcome{Outcome::Kind::kSignal, info_.group_rank, event.signo};
       }
     }
@@ -529,16 +630,10 @@ class Agent::Impl {
         killed = true;
       }
     }
-    // Leftovers of the workers' process groups (their own children) go too.
-    // Only groups whose leader exited just now: a group that has been empty
-    // for long may have had its id reused by an unrelated process group.
-    const auto now = Clock::now();
-    for (auto& w : workers_) {
-      if (now - w.exited < kRecentExit) launcher_.signal_group(w.pid, SIGKILL);
-    }
+    // Leftovers of the workers' process groups (their own children) need
+    // nothing more: the launcher kills a worker's group when the worker exits,
+    // on every path (see ProcessLauncher).
   }
-
-  static constexpr std::chrono::seconds kRecentExit{2};
 
   AgentOptions options_;
   RendezvousHandler& rdzv_;
@@ -549,6 +644,12 @@ class Agent::Impl {
   std::vector<Worker> workers_;
   std::map<int, std::size_t> pid_to_worker_;
   std::vector<ProcessFailure> failures_;
+  // When the current announcement is given up.
+  Clock::time_point announce_deadline_{};
+  // Set once a signal asked the agent to leave: the end of its short deadline.
+  std::optional<Clock::time_point> hurry_until_;
+  // A rendezvous thread was left blocked in the handler (a signal came first).
+  bool rendezvous_abandoned_ = false;
 };
 
 Agent::Agent(AgentOptions options, RendezvousHandler& rendezvous, ProcessLauncher& launcher)

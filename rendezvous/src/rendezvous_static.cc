@@ -1,19 +1,27 @@
 // The static and c10d rendezvous handlers. Both share the round bookkeeping:
 // every node publishes "<round>/node_<group rank>" = "<local world size> <master
 // port> <addr> <nonce>" and then reads every node's record. They differ in how a
-// node learns its group rank: given (static) or by arrival order (c10d).
+// node learns its group rank: given (static) or by arrival order (c10d). Both
+// share the job-instance protocol described in rendezvous.h.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <condition_variable>
+#include <cstdio>
 #include <cstring>
+#include <deque>
+#include <mutex>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <thread>
 
 #include "ddp/common/error.h"
+#include "ddp/common/time.h"
 #include "ddp/rendezvous/rendezvous.h"
 
 namespace ddp {
@@ -47,11 +55,140 @@ std::uint64_t random_nonce() {
   return (static_cast<std::uint64_t>(device()) << 32) ^ device();
 }
 
+std::string random_instance() {
+  char text[17];
+  std::snprintf(text, sizeof(text), "%016llx", static_cast<unsigned long long>(random_nonce()));
+  return text;
+}
+
+// The keys one round uses besides its workers' (which cannot be listed).
+std::vector<std::string> round_keys(const std::string& prefix, int nodes) {
+  std::vector<std::string> keys = {prefix + "/joined", prefix + "/closed", prefix + "/end",
+                                   prefix + "/exit_barrier"};
+  for (int rank = 0; rank < nodes; ++rank) keys.push_back(prefix + "/node_" + std::to_string(rank));
+  return keys;
+}
+
+// The heartbeat and housekeeping thread of a multi-node handler. It adds to the
+// instance's heartbeat counter and runs cleanup tasks (deleting keys) on a
+// store handle of its own, so that neither waits behind the agent's blocking
+// calls and the agent never waits for them. It holds no reference to the
+// handler: when a frozen store keeps it blocked past shutdown's deadline it is
+// detached and ends (or dies with the process) on its own.
+class Keeper {
+ public:
+  using Task = std::function<void(Store&)>;
+
+  Keeper(std::shared_ptr<Store> store, StoreOpener opener, std::string heartbeat_key,
+         std::chrono::milliseconds period)
+      : state_(std::make_shared<State>()) {
+    state_->heartbeat_key = std::move(heartbeat_key);
+    state_->period = period;
+    auto state = state_;
+    thread_ = std::thread([state, store = std::move(store), opener = std::move(opener)]() mutable {
+      try {
+        // A TcpStore serializes calls on its connection: the agent's handle may
+        // be blocked in a rendezvous wait for minutes, so beat on our own.
+        std::shared_ptr<Store> own = opener ? opener() : store;
+        store.reset();
+        run(*state, *own);
+      } catch (const std::exception&) {
+        // The store is unreachable: nothing to beat on. The instance then
+        // looks dead to newcomers, which is the truth as far as they can tell.
+      }
+      std::lock_guard lock(state->mutex);
+      state->finished = true;
+      state->changed.notify_all();
+    });
+  }
+
+  ~Keeper() { stop(std::chrono::milliseconds(0)); }
+
+  void post(Task task) {
+    std::lock_guard lock(state_->mutex);
+    state_->tasks.push_back(std::move(task));
+    state_->changed.notify_all();
+  }
+
+  void set_period(std::chrono::milliseconds period) {
+    std::lock_guard lock(state_->mutex);
+    state_->period = period;
+    state_->changed.notify_all();
+  }
+
+  // Stops beating, runs the tasks already posted and then `last` (if any) and
+  // ends the thread; waits at most `deadline` for that, then detaches. `last`
+  // is queued together with the stop so that no beat can follow it.
+  void stop(std::chrono::milliseconds deadline, Task last = {}) {
+    if (!thread_.joinable()) return;
+    std::unique_lock lock(state_->mutex);
+    if (last) state_->tasks.push_back(std::move(last));
+    state_->stopping = true;
+    state_->changed.notify_all();
+    const bool finished =
+        state_->changed.wait_for(lock, deadline, [&] { return state_->finished; });
+    lock.unlock();
+    if (finished) {
+      thread_.join();
+    } else {
+      thread_.detach();
+    }
+  }
+
+ private:
+  struct State {
+    std::mutex mutex;
+    std::condition_variable changed;
+    std::deque<Task> tasks;
+    std::string heartbeat_key;
+    std::chrono::milliseconds period{1000};
+    bool stopping = false;
+    bool finished = false;
+  };
+
+  static void run(State& state, Store& store) {
+    auto next_beat = Clock::now();
+    std::unique_lock lock(state.mutex);
+    for (;;) {
+      state.changed.wait_until(lock, next_beat,
+                               [&] { return state.stopping || !state.tasks.empty(); });
+      if (!state.tasks.empty()) {
+        Task task = std::move(state.tasks.front());
+        state.tasks.pop_front();
+        lock.unlock();
+        try {
+          task(store);
+        } catch (const std::exception&) {
+          // Cleanup is best effort: keys left behind are harmless to a new
+          // instance, which never reads them.
+        }
+        lock.lock();
+        continue;
+      }
+      if (state.stopping) return;
+      if (Clock::now() >= next_beat) {
+        const std::string key = state.heartbeat_key;
+        lock.unlock();
+        store.add(key, 1);
+        lock.lock();
+        next_beat = Clock::now() + state.period;
+      }
+    }
+  }
+
+  std::shared_ptr<State> state_;
+  std::thread thread_;
+};
+
+// Thrown inside next_rendezvous when the forming instance being joined turns
+// out to be dead: the handler takes it over and joins the round again.
+struct InstanceDead {};
+
 class RoundHandler : public RendezvousHandler {
  public:
   RoundHandler(const RendezvousParams& params, RendezvousStore store, bool dynamic_ranks)
       : params_(params), store_(std::move(store)), dynamic_ranks_(dynamic_ranks) {
-    const char* origin = dynamic_ranks ? "c10d rendezvous" : "static rendezvous";
+    const char* origin = this->origin();
     if (!store_.store && !store_.opener) throw InvalidArgument(origin, "no store given");
     if (params_.min_nodes < 1 || params_.max_nodes < params_.min_nodes) {
       throw InvalidArgument(origin, "bad node range " + std::to_string(params_.min_nodes) + ":" +
@@ -70,79 +207,68 @@ class RoundHandler : public RendezvousHandler {
     if (params_.local_world_size < 1) {
       throw InvalidArgument(origin, "local world size must be at least 1");
     }
+    if (params_.heartbeat_interval.count() <= 0 ||
+        params_.heartbeat_timeout <= params_.heartbeat_interval) {
+      throw InvalidArgument(origin, "the heartbeat timeout must exceed a positive heartbeat "
+                                    "interval");
+    }
+  }
+
+  // Stops the heartbeat without the job-end cleanup (shutdown() does that).
+  ~RoundHandler() override {
+    if (keeper_) keeper_->stop(std::chrono::seconds(1));
   }
 
   RendezvousInfo next_rendezvous() override {
     const int round = round_++;
-    const std::string prefix = "rdzv/" + params_.run_id + "/round_" + std::to_string(round);
-    const auto timeout = params_.join_timeout;
-
-    int group_rank = dynamic_ranks_ ? 0 : params_.node_rank;
-    int nodes = params_.max_nodes;
-    if (nodes == 1) {  // nobody to meet: no store round trip at all
+    if (params_.max_nodes == 1) {  // nobody to meet: no store round trip at all
+      if (instance_.empty()) instance_ = random_instance();
       NodeRecord mine{params_.local_world_size, worker_master_port(), params_.local_addr};
-      return make_info(round, prefix, 0, {mine});
+      RendezvousInfo info = make_info(round, round_prefix(round), 0, {mine});
+      info.instance = instance_;
+      return info;
     }
-    Store& store = *this->store();
-    // A single-node job needs no arrival bookkeeping: every round trip saved
-    // here is restart latency saved.
-    if (dynamic_ranks_ && params_.max_nodes > 1) {
-      const std::int64_t arrived = store.add(prefix + "/joined", 1);
-      group_rank = static_cast<int>(arrived - 1);
-      if (arrived == params_.max_nodes) {
-        store.compare_set(prefix + "/closed", "", std::to_string(arrived));
-      } else if (arrived == params_.min_nodes) {
-        // The node that completes the minimum keeps the round open a little
-        // longer for late joiners, then closes it at whatever size it has.
-        std::this_thread::sleep_for(params_.last_call_timeout);
-        store.compare_set(prefix + "/closed", "", std::to_string(store.add(prefix + "/joined", 0)));
-      }
-      const std::string closed = store.get(prefix + "/closed", timeout);
-      nodes = std::stoi(closed);
-      if (group_rank >= nodes) {
-        throw InvalidArgument("c10d rendezvous", "round " + std::to_string(round) + " of run '" +
-                                                     params_.run_id + "' closed with " + closed +
-                                                     " nodes before this node joined");
+    if (instance_.empty()) join_instance("");
+    for (;;) {
+      try {
+        RendezvousInfo info = join_round(round);
+        on_round_formed(info);
+        return info;
+      } catch (const InstanceDead&) {
+        join_instance(instance_);
       }
     }
+  }
 
-    NodeRecord mine{params_.local_world_size, 0, params_.local_addr};
-    if (group_rank == 0) mine.master_port = worker_master_port();
-    const std::string my_key = prefix + "/node_" + std::to_string(group_rank);
-    const std::string my_value = encode(mine, random_nonce());
-    const std::string stored = store.compare_set(my_key, "", my_value);
-    if (stored != my_value) {
-      throw InvalidArgument(dynamic_ranks_ ? "c10d rendezvous" : "static rendezvous",
-                            "node rank " + std::to_string(group_rank) +
-                                " already joined round " + std::to_string(round) + " of run '" +
-                                params_.run_id + "' (two nodes with the same --node_rank?)");
+  void shutdown(std::chrono::milliseconds deadline) override {
+    if (!keeper_) return;
+    Keeper::Task leave;
+    if (last_nodes_ > 0) {
+      const std::string base = base_prefix();
+      const std::string instance = instance_;
+      const std::string instance_key = this->instance_key();
+      const std::string last_round = round_prefix(last_round_);
+      const std::string before = last_round_ > 0 ? round_prefix(last_round_ - 1) : "";
+      const int nodes = last_nodes_, before_nodes = before_nodes_;
+      leave = [=](Store& store) {
+        if (store.add(base + instance + "/left", 1) < nodes) return;
+        // Every agent of the last round has left: nobody reads these anymore.
+        std::vector<std::string> keys = round_keys(last_round, nodes);
+        if (!before.empty()) {
+          for (auto& key : round_keys(before, before_nodes)) keys.push_back(std::move(key));
+        }
+        for (const char* name : {"/left", "/heartbeat", "/started", "/round"}) {
+          keys.push_back(base + instance + name);
+        }
+        for (const auto& key : keys) store.delete_key(key);
+        // Only our own instance: never delete a newer one's claim.
+        if (store.compare_set(instance_key, instance, instance) == instance) {
+          store.delete_key(instance_key);
+        }
+      };
     }
-
-    std::vector<std::string> keys;
-    for (int rank = 0; rank < nodes; ++rank) {
-      keys.push_back(prefix + "/node_" + std::to_string(rank));
-    }
-    std::vector<std::string> values;
-    try {
-      values = store.multi_get(keys, timeout);
-    } catch (const TimeoutError&) {
-      std::string missing;
-      for (const auto& key : keys) {
-        if (!store.check({key})) missing += (missing.empty() ? "" : ", ") + key.substr(prefix.size() + 1);
-      }
-      throw TimeoutError("rendezvous",
-                         "round " + std::to_string(round) + " of run '" + params_.run_id +
-                             "': not every node joined within " +
-                             std::to_string(timeout.count() / 1000.0) + " s (missing: " + missing +
-                             ")");
-    }
-
-    std::vector<NodeRecord> records;
-    for (int rank = 0; rank < nodes; ++rank) {
-      records.push_back(decode(values[static_cast<std::size_t>(rank)],
-                               keys[static_cast<std::size_t>(rank)]));
-    }
-    return make_info(round, prefix, group_rank, records);
+    keeper_->stop(deadline, std::move(leave));
+    keeper_.reset();
   }
 
   static RendezvousInfo make_info(int round, const std::string& prefix, int group_rank,
@@ -187,10 +313,281 @@ class RoundHandler : public RendezvousHandler {
   const RendezvousParams& params() const override { return params_; }
 
  private:
+  const char* origin() const { return dynamic_ranks_ ? "c10d rendezvous" : "static rendezvous"; }
+  std::string base_prefix() const { return "rdzv/" + params_.run_id + "/"; }
+  std::string instance_key() const { return base_prefix() + "instance"; }
+  std::string instance_prefix(const std::string& instance) const {
+    return base_prefix() + instance;
+  }
+  std::string round_prefix(int round) const {
+    return instance_prefix(instance_) + "/round_" + std::to_string(round);
+  }
+
+  // The instance's heartbeat counter, read without creating it: -1 when it
+  // does not exist (not beaten yet, or deleted because the instance was
+  // replaced or ended). A deleted counter must never look like a moving one.
+  std::int64_t heartbeat_of(Store& store, const std::string& instance) {
+    const std::string key = instance_prefix(instance) + "/heartbeat";
+    if (!store.check({key})) return -1;
+    try {
+      return std::stoll(store.get(key, std::chrono::milliseconds(1)));
+    } catch (const TimeoutError&) {
+      return -1;  // deleted between the check and the get
+    }
+  }
+
+  // Watches `instance`'s heartbeat until it moves up (true) or stays still for
+  // heartbeat_timeout (false). Also false as soon as the run id's instance
+  // key no longer names it (replaced or ended): the caller looks again.
+  bool alive(Store& store, const std::string& instance) {
+    const std::int64_t first = heartbeat_of(store, instance);
+    const auto give_up = Clock::now() + params_.heartbeat_timeout;
+    while (Clock::now() < give_up) {
+      std::this_thread::sleep_for(poll_period());
+      if (heartbeat_of(store, instance) > first) return true;
+      if (!store.check({instance_key()}) ||
+          store.compare_set(instance_key(), instance, instance) != instance) {
+        return false;
+      }
+    }
+    return false;
+  }
+
+  std::chrono::milliseconds poll_period() const {
+    return std::max(std::chrono::milliseconds(1), params_.heartbeat_interval / 20);
+  }
+
+  // Claims a new instance of the run id, joins the one forming, or refuses a
+  // live started one. `dead` is an instance found dead: it is replaced.
+  void join_instance(std::string dead) {
+    Store& store = *this->store();
+    std::string expected = dead;
+    for (;;) {
+      const std::string mine = random_instance();
+      const std::string current = store.compare_set(instance_key(), expected, mine);
+      if (current == mine) {
+        instance_ = mine;
+        joiner_.reset();
+        start_keeper(params_.heartbeat_interval / 10);
+        if (!expected.empty()) forget_instance(expected);
+        return;
+      }
+      if (!expected.empty() && current == expected) {
+        expected.clear();  // the key vanished (its job ended): claim afresh
+        continue;
+      }
+      if (store.check({instance_prefix(current) + "/started"})) {
+        if (alive(store, current)) {
+          throw InvalidArgument(origin(),
+                                "run id '" + params_.run_id + "' is already used by a running job "
+                                "(instance " + current + " has started and its agents heartbeat); "
+                                "pick another --rdzv_id, or stop that job first (a node that "
+                                "arrives after its job started cannot join it either)");
+        }
+        expected = current;  // a crashed job's instance: take it over
+        continue;
+      }
+      // Forming: join it, and confirm while the round forms that its creator
+      // still beats (a job that crashed before its first round formed leaves
+      // such an instance behind, with records pointing at dead nodes).
+      instance_ = current;
+      joiner_ = Joiner{heartbeat_of(store, current), Clock::now(), false};
+      return;
+    }
+  }
+
+  // Deletes what a replaced instance left that we can name: its bookkeeping
+  // keys and its last two rounds (earlier ones were deleted while it ran).
+  void forget_instance(const std::string& old) {
+    const std::string prefix = instance_prefix(old);
+    const int nodes = params_.max_nodes;
+    keeper_->post([prefix, nodes](Store& store) {
+      int last = 0;
+      if (store.check({prefix + "/round"})) last = std::stoi(store.get(prefix + "/round"));
+      std::vector<std::string> keys;
+      for (int round = std::max(0, last - 1); round <= last; ++round) {
+        for (auto& key : round_keys(prefix + "/round_" + std::to_string(round), nodes)) {
+          keys.push_back(std::move(key));
+        }
+      }
+      for (const char* name : {"/left", "/heartbeat", "/started", "/round"}) {
+        keys.push_back(prefix + name);
+      }
+      for (const auto& key : keys) store.delete_key(key);
+    });
+  }
+
+  void start_keeper(std::chrono::milliseconds period) {
+    if (keeper_) keeper_->stop(std::chrono::milliseconds(0));
+    keeper_ = std::make_unique<Keeper>(store_.store, store_.opener,
+                                       instance_prefix(instance_) + "/heartbeat",
+                                       std::max(std::chrono::milliseconds(1), period));
+  }
+
+  // While joining a forming instance: true once its heartbeat moved, or once
+  // another member marked its first round formed (the creator may end right
+  // after that, before beating again); throws InstanceDead once neither
+  // happened for heartbeat_timeout.
+  bool confirmed(Store& store) {
+    if (!joiner_ || joiner_->confirmed) return true;
+    if (heartbeat_of(store, instance_) > joiner_->heartbeat ||
+        store.check({instance_prefix(instance_) + "/started"})) {
+      joiner_->confirmed = true;
+      return true;
+    }
+    if (Clock::now() - joiner_->since >= params_.heartbeat_timeout) throw InstanceDead{};
+    return false;
+  }
+
+  // Runs a blocking store call with `timeout`; while an unconfirmed instance
+  // is being joined the wait is cut into slices that check its heartbeat.
+  template <typename Call>
+  auto wait_watching(Store& store, std::chrono::milliseconds timeout, Call call) {
+    const auto deadline = Clock::now() + timeout;
+    for (;;) {
+      if (confirmed(store)) {
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+        return call(std::max(std::chrono::milliseconds(0), left));
+      }
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      try {
+        return call(std::max(std::chrono::milliseconds(1), std::min(left, poll_period() * 5)));
+      } catch (const TimeoutError&) {
+        if (Clock::now() >= deadline) throw;
+      }
+    }
+  }
+
+  RendezvousInfo join_round(int round) {
+    const std::string prefix = round_prefix(round);
+    const auto timeout = params_.join_timeout;
+    int group_rank = dynamic_ranks_ ? 0 : params_.node_rank;
+    int nodes = params_.max_nodes;
+    Store& store = *this->store();
+    if (dynamic_ranks_) {
+      const std::int64_t arrived = store.add(prefix + "/joined", 1);
+      group_rank = static_cast<int>(arrived - 1);
+      if (arrived == params_.max_nodes) {
+        store.compare_set(prefix + "/closed", "", std::to_string(arrived));
+      } else if (arrived == params_.min_nodes) {
+        // The node that completes the minimum keeps the round open a little
+        // longer for late joiners, then closes it at whatever size it has.
+        std::this_thread::sleep_for(params_.last_call_timeout);
+        store.compare_set(prefix + "/closed", "", std::to_string(store.add(prefix + "/joined", 0)));
+      }
+      const std::string closed = wait_watching(store, timeout, [&](std::chrono::milliseconds t) {
+        return store.get(prefix + "/closed", t);
+      });
+      nodes = std::stoi(closed);
+      if (group_rank >= nodes) {
+        // A crashed job's forming instance can be over-full: only a live one
+        // makes this node late.
+        while (!confirmed(store)) std::this_thread::sleep_for(poll_period());
+        throw InvalidArgument(origin(), "round " + std::to_string(round) + " of run '" +
+                                            params_.run_id + "' closed with " + closed +
+                                            " nodes before this node joined");
+      }
+    }
+
+    NodeRecord mine{params_.local_world_size, 0, params_.local_addr};
+    if (group_rank == 0) mine.master_port = worker_master_port();
+    const std::string my_key = prefix + "/node_" + std::to_string(group_rank);
+    const std::string my_value = encode(mine, random_nonce());
+    const std::string stored = store.compare_set(my_key, "", my_value);
+    if (stored != my_value) {
+      // In a forming instance of a crashed job the record is stale: only a
+      // live instance makes this a duplicate.
+      while (!confirmed(store)) std::this_thread::sleep_for(poll_period());
+      throw InvalidArgument(origin(), "node rank " + std::to_string(group_rank) +
+                                          " already joined round " + std::to_string(round) +
+                                          " of run '" + params_.run_id +
+                                          "' (two nodes with the same --node_rank?)");
+    }
+
+    std::vector<std::string> keys;
+    for (int rank = 0; rank < nodes; ++rank) {
+      keys.push_back(prefix + "/node_" + std::to_string(rank));
+    }
+    std::vector<std::string> values;
+    try {
+      values = wait_watching(store, timeout, [&](std::chrono::milliseconds t) {
+        return store.multi_get(keys, t);
+      });
+    } catch (const TimeoutError&) {
+      std::string missing;
+      for (const auto& key : keys) {
+        if (!store.check({key})) missing += (missing.empty() ? "" : ", ") + key.substr(prefix.size() + 1);
+      }
+      throw TimeoutError("rendezvous",
+                         "round " + std::to_string(round) + " of run '" + params_.run_id +
+                             "': not every node joined within " +
+                             std::to_string(timeout.count() / 1000.0) + " s (missing: " + missing +
+                             ")");
+    }
+    // Every record is there, but a record of a crashed job's forming instance
+    // may be among them: accept the round only from a live instance.
+    while (!confirmed(store)) std::this_thread::sleep_for(poll_period());
+
+    std::vector<NodeRecord> records;
+    for (int rank = 0; rank < nodes; ++rank) {
+      records.push_back(decode(values[static_cast<std::size_t>(rank)],
+                               keys[static_cast<std::size_t>(rank)]));
+    }
+    if (!started_) {
+      // Before this node reports the round formed: from now on a newcomer with
+      // the same run id must be refused, not let into round 0.
+      store.set(instance_prefix(instance_) + "/started", "1");
+    }
+    RendezvousInfo info = make_info(round, prefix, group_rank, records);
+    info.instance = instance_;
+    return info;
+  }
+
+  // The round formed: this node now keeps the instance alive, and group rank 0
+  // deletes the previous round, which nobody reads anymore (every node has
+  // written its record of this round, so every node has left that one).
+  void on_round_formed(const RendezvousInfo& info) {
+    joiner_.reset();
+    if (!keeper_) {
+      start_keeper(params_.heartbeat_interval);
+    } else {
+      keeper_->set_period(params_.heartbeat_interval);
+    }
+    started_ = true;
+    const int round = info.round;
+    const bool rank0 = info.group_rank == 0;
+    const std::string previous = round > 0 ? round_prefix(round - 1) : "";
+    const int previous_nodes = last_nodes_;
+    const std::string prefix = instance_prefix(instance_);
+    keeper_->post([=](Store& store) {
+      if (!rank0) return;
+      store.set(prefix + "/round", std::to_string(round));
+      if (!previous.empty()) {
+        for (const auto& key : round_keys(previous, previous_nodes)) store.delete_key(key);
+      }
+    });
+    before_nodes_ = last_nodes_;
+    last_nodes_ = info.group_world_size;
+    last_round_ = round;
+  }
+
+  struct Joiner {
+    std::int64_t heartbeat = 0;
+    Clock::time_point since;
+    bool confirmed = false;
+  };
+
   RendezvousParams params_;
   RendezvousStore store_;
   bool dynamic_ranks_;
   int round_ = 0;
+  std::string instance_;
+  bool started_ = false;
+  std::optional<Joiner> joiner_;
+  int last_round_ = 0;
+  int last_nodes_ = 0;    // nodes of the last round that formed
+  int before_nodes_ = 0;  // nodes of the round before it
+  std::unique_ptr<Keeper> keeper_;
 };
 
 }  // namespace

@@ -4,8 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <filesystem>
+#include <mutex>
 #include <thread>
 
 #include "ddp/rendezvous/memory_store.h"
@@ -15,6 +18,60 @@ namespace ddp::agent::test {
 namespace {
 
 namespace fs = std::filesystem;
+
+// A MemoryStore whose compare_set of a round's end key blocks, as on a store
+// host that is frozen (SIGSTOP) or cut off, until released (or 10 s pass, so
+// that an agent that waits for it fails its test instead of hanging it).
+class FrozenEndStore final : public Store {
+ public:
+  void set(const std::string& key, const std::string& value) override { inner_.set(key, value); }
+  using Store::get;
+  std::string get(const std::string& key, Duration timeout) override { return inner_.get(key, timeout); }
+  std::int64_t add(const std::string& key, std::int64_t delta) override { return inner_.add(key, delta); }
+  std::string compare_set(const std::string& key, const std::string& expected,
+                          const std::string& desired) override {
+    if (key.ends_with("/end")) {
+      std::unique_lock lock(mutex_);
+      ++blocked_;
+      released_cv_.wait_for(lock, std::chrono::seconds(10), [&] { return released_; });
+      --blocked_;
+      blocked_cv_.notify_all();
+    }
+    return inner_.compare_set(key, expected, desired);
+  }
+  using Store::wait;
+  void wait(const std::vector<std::string>& keys, Duration timeout) override { inner_.wait(keys, timeout); }
+  bool check(const std::vector<std::string>& keys) override { return inner_.check(keys); }
+  bool delete_key(const std::string& key) override { return inner_.delete_key(key); }
+  std::int64_t num_keys() override { return inner_.num_keys(); }
+  using Store::multi_get;
+  std::vector<std::string> multi_get(const std::vector<std::string>& keys, Duration timeout) override {
+    return inner_.multi_get(keys, timeout);
+  }
+  void multi_set(const std::vector<std::string>& keys, const std::vector<std::string>& values) override {
+    inner_.multi_set(keys, values);
+  }
+  void append(const std::string& key, const std::string& value) override { inner_.append(key, value); }
+
+  int blocked() {
+    std::lock_guard lock(mutex_);
+    return blocked_;
+  }
+  // Lets every blocked call through and waits until they all left.
+  void release() {
+    std::unique_lock lock(mutex_);
+    released_ = true;
+    released_cv_.notify_all();
+    blocked_cv_.wait_for(lock, std::chrono::seconds(10), [&] { return blocked_ == 0; });
+  }
+
+ private:
+  MemoryStore inner_;
+  std::mutex mutex_;
+  std::condition_variable released_cv_, blocked_cv_;
+  bool released_ = false;
+  int blocked_ = 0;
+};
 
 class AgentTest : public ::testing::Test {
  protected:
@@ -39,7 +96,8 @@ class AgentTest : public ::testing::Test {
     return o;
   }
 
-  std::unique_ptr<RendezvousHandler> rendezvous(int nodes, int node_rank, int nproc) {
+  std::unique_ptr<RendezvousHandler> rendezvous(int nodes, int node_rank, int nproc,
+                                                std::shared_ptr<Store> store = nullptr) {
     RendezvousParams params;
     params.run_id = "job";
     params.min_nodes = params.max_nodes = nodes;
@@ -48,7 +106,7 @@ class AgentTest : public ::testing::Test {
     params.join_timeout = std::chrono::seconds(5);
     params.worker_master_port = 4321;
     RendezvousStore rs;
-    rs.store = store_;
+    rs.store = store ? store : store_;
     rs.host = "10.1.2.3";
     rs.port = 1234;
     return make_static_rendezvous(params, rs);
@@ -83,7 +141,8 @@ TEST_F(AgentTest, SucceedsAndGivesTheContractEnvironment) {
     EXPECT_EQ(env.at("TORCHELASTIC_RUN_ID"), "job");
     EXPECT_EQ(env.at("DDP_STORE_ADDR"), "10.1.2.3");
     EXPECT_EQ(env.at("DDP_STORE_PORT"), "1234");
-    EXPECT_EQ(env.at("DDP_STORE_PREFIX"), "rdzv/job/round_0/workers");
+    EXPECT_TRUE(env.at("DDP_STORE_PREFIX").starts_with("rdzv/job/")) << env.at("DDP_STORE_PREFIX");
+    EXPECT_TRUE(env.at("DDP_STORE_PREFIX").ends_with("/round_0/workers")) << env.at("DDP_STORE_PREFIX");
     EXPECT_EQ(env.at("OMP_NUM_THREADS"), "1");
     EXPECT_EQ(env.at("KEEP"), "me");
     EXPECT_EQ(env.count("DDP_STORE_TOKEN"), 0u);
@@ -110,14 +169,17 @@ TEST_F(AgentTest, FailureRestartsTheGroupInANewRound) {
   auto launches = launcher.launches();
   ASSERT_EQ(launches.size(), 4u);
   EXPECT_EQ(launches[2].env.at("TORCHELASTIC_RESTART_COUNT"), "1");
-  EXPECT_EQ(launches[2].env.at("DDP_STORE_PREFIX"), "rdzv/job/round_1/workers");
+  EXPECT_TRUE(launches[2].env.at("DDP_STORE_PREFIX").ends_with("/round_1/workers"));
+  EXPECT_EQ(launches[2].env.at("DDP_STORE_PREFIX").substr(0, launches[2].env.at("DDP_STORE_PREFIX").size() - 16),
+            launches[0].env.at("DDP_STORE_PREFIX").substr(0, launches[0].env.at("DDP_STORE_PREFIX").size() - 16))
+      << "one job instance for every round";
   EXPECT_NE(launches[2].env.at("TORCHELASTIC_ERROR_FILE").find("attempt_1"), std::string::npos);
   // The survivor of attempt 0 got SIGTERM on its process group.
   auto signals = launcher.signals();
   EXPECT_NE(std::find(signals.begin(), signals.end(), std::make_pair(launches[0].pid, SIGTERM)),
             signals.end());
-  // A single node has nobody to tell: no round trip for the announcement.
-  EXPECT_FALSE(store_->check({"rdzv/job/round_0/end"}));
+  // A single node has nobody to tell: not one store operation.
+  EXPECT_EQ(store_->num_keys(), 0);
 }
 
 TEST_F(AgentTest, ExhaustedRestartsReturnTheRootCauseExitCode) {
@@ -238,8 +300,8 @@ TEST_F(AgentTest, AllNodesRestartTogether) {
   EXPECT_EQ(l0.launches()[1].env.at("TORCHELASTIC_RESTART_COUNT"), "1");
   EXPECT_EQ(l1.launches()[3].env.at("RANK"), "2");
   EXPECT_EQ(l1.launches()[3].env.at("WORLD_SIZE"), "3");
-  EXPECT_EQ(store_->get("rdzv/job/round_0/end"), "restart 1 5");
-  EXPECT_EQ(store_->get("rdzv/job/round_1/end"), "done");
+  // The job ended cleanly: the last agent to leave deleted every key.
+  EXPECT_EQ(store_->num_keys(), 0);
 }
 
 TEST_F(AgentTest, ASignalledAgentStopsTheOtherNodesToo) {
@@ -256,12 +318,80 @@ TEST_F(AgentTest, ASignalledAgentStopsTheOtherNodesToo) {
   std::string err = ::testing::internal::GetCapturedStderr();
   EXPECT_EQ(c0, 128 + SIGTERM);
   EXPECT_EQ(c1, 128 + SIGTERM);
-  EXPECT_EQ(store_->get("rdzv/job/round_0/end"), "abort 0 15");
+  EXPECT_EQ(store_->num_keys(), 0) << "both agents left: no key is left behind";
   EXPECT_EQ(l1.launches().size(), 1u) << "an abort does not restart";
   auto signals = l1.signals();
   EXPECT_NE(std::find(signals.begin(), signals.end(), std::make_pair(l1.launches()[0].pid, SIGTERM)),
             signals.end());
-  EXPECT_NE(err.find("the agent of node 0 stopped the job"), std::string::npos) << err;
+  EXPECT_NE(err.find("the agent of node 0 stopped the job (signal 15)"), std::string::npos) << err;
+}
+
+// Ctrl-C with the store host frozen: the agent stops its workers at once and
+// returns within its short announce deadline; it tells the other node once
+// the store answers again.
+TEST_F(AgentTest, SignalStopsWorkersWithoutWaitingForAFrozenStore) {
+  auto store = std::make_shared<FrozenEndStore>();
+  FakeLauncher l0, l1;
+  auto r0 = rendezvous(2, 0, 1, store);
+  auto r1 = rendezvous(2, 1, 1, store);
+  auto o0 = options(1, 3, 0);
+  o0.announce_timeout = std::chrono::milliseconds(300);
+  std::atomic<int> c1{-1};
+  ::testing::internal::CaptureStderr();
+  std::thread t1([&] { c1 = Agent(options(1, 3, 1), *r1, l1).run(); });
+  Clock::time_point signalled;
+  l0.on_launch = [&](FakeLauncher& l, const FakeLauncher::Launch&) {
+    signalled = Clock::now();
+    l.signal_agent(SIGINT);
+  };
+  const int c0 = Agent(o0, *r0, l0).run();
+  const auto took = Clock::now() - signalled;
+  // Node 0 is done while its announcement is still stuck in the store.
+  EXPECT_EQ(store->blocked(), 1);
+  EXPECT_EQ(c0, 128 + SIGINT);
+  EXPECT_LT(took, std::chrono::seconds(3)) << "the agent waited for the frozen store";
+  auto signals = l0.signals();
+  EXPECT_NE(std::find(signals.begin(), signals.end(), std::make_pair(l0.launches()[0].pid, SIGINT)),
+            signals.end());
+  // The store thaws: the abandoned announcement lands and stops node 1.
+  store->release();
+  t1.join();
+  std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(c1, 128 + SIGINT);
+  EXPECT_NE(err.find("the agent of node 0 stopped the job (signal 2)"), std::string::npos) << err;
+}
+
+// A worker fails with the store host frozen: the failing node stops its other
+// workers without waiting for the store.
+TEST_F(AgentTest, FailureStopsLocalWorkersWithoutWaitingForAFrozenStore) {
+  auto store = std::make_shared<FrozenEndStore>();
+  FakeLauncher l0, l1;
+  Clock::time_point failed;
+  l1.on_launch = [&](FakeLauncher& l, const FakeLauncher::Launch& launch) {
+    if (local_rank_of(launch) == 1) {
+      failed = Clock::now();
+      l.exit(launch.pid, 3);
+    }
+  };
+  auto r0 = rendezvous(2, 0, 1, store);
+  auto r1 = rendezvous(2, 1, 2, store);
+  auto o1 = options(2, 0, 1);
+  o1.announce_timeout = std::chrono::milliseconds(300);
+  std::atomic<int> c0{-1};
+  ::testing::internal::CaptureStderr();
+  std::thread t0([&] { c0 = Agent(options(1, 0, 0), *r0, l0).run(); });
+  const int c1 = Agent(o1, *r1, l1).run();
+  const auto took = Clock::now() - failed;
+  EXPECT_EQ(store->blocked(), 1);
+  EXPECT_EQ(c1, 3);
+  EXPECT_LT(took, std::chrono::seconds(3)) << "the agent waited for the frozen store";
+  auto signals = l1.signals();
+  EXPECT_NE(std::find(signals.begin(), signals.end(), std::make_pair(l1.launches()[0].pid, SIGTERM)),
+            signals.end());
+  store->release();
+  t0.join();
+  ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(c0, 3);
 }
 
 TEST_F(AgentTest, RemoteFailureWithoutRestartsLeftUsesItsExitCode) {

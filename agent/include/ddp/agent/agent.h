@@ -10,9 +10,16 @@
 // 1 when rendezvous fails or a worker cannot be started. It prints the
 // failure report to stderr. It throws only when the launcher itself breaks
 // (InternalError: epoll/signalfd failures). The agent uses the rendezvous handler's store to
-// tell other agents to restart ("<round prefix>/end") and watches that key on a
-// thread of its own (only when there is more than one node). Not thread-safe:
-// one thread constructs the agent and calls run().
+// tell other agents to restart or stop ("<round prefix>/end") and watches that
+// key on a thread of its own (only when there is more than one node). On a
+// signal or a local failure it stops its own workers at once and tells the
+// others in parallel, on another thread, waiting for the store at most
+// AgentOptions::announce_timeout: a frozen or unreachable store never holds up
+// Ctrl-C. A call still blocked then is left on a detached thread, so the
+// process should end soon after run() returns (ddprun calls _exit). Before
+// returning, run() calls the handler's shutdown() (not when a rendezvous thread
+// was left blocked by a signal). Not thread-safe: one thread constructs the
+// agent and calls run().
 #pragma once
 
 #include <memory>

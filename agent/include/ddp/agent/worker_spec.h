@@ -59,6 +59,11 @@ struct AgentOptions {
   bool set_omp_num_threads = false;
   // SIGTERM first, SIGKILL after this long when stopping workers.
   std::chrono::milliseconds stop_grace = std::chrono::seconds(30);
+  // How long a stopping agent waits for the rendezvous store to take its word
+  // to the other agents (the round's end key) and its leaving of the job. The
+  // workers are stopped meanwhile, never after it; a store that has not
+  // answered by then is given up on.
+  std::chrono::milliseconds announce_timeout = std::chrono::seconds(5);
   // How long an agent whose workers succeeded waits for the other agents.
   std::chrono::milliseconds exit_barrier_timeout = std::chrono::seconds(300);
   // This host's name in failure reports.

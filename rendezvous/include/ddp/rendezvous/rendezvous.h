@@ -10,6 +10,31 @@
 // the keys of a new one. A later dynamic handler keeps this contract and only
 // changes how membership of a round is decided.
 //
+// Job instances. Many jobs may share one long-lived store (ddp-rendezvous), and
+// a run id may be reused. A multi-node job therefore claims an instance of its
+// run id: a random nonce stored at "rdzv/<run_id>/instance", and every round
+// lives under "rdzv/<run_id>/<instance>/round_<r>", so a new instance never
+// reads an old one's records. The agents of an instance add to
+// "rdzv/<run_id>/<instance>/heartbeat" every heartbeat_interval (on a thread and
+// store handle of their own); liveness is judged by a newcomer on its own clock
+// (the counter moved, or did not move for heartbeat_timeout), never by comparing
+// clocks of different nodes. A newcomer that finds
+//   - no instance: claims one (no waiting at all);
+//   - an instance still forming its first round: joins it, and checks in
+//     parallel that its creator still heartbeats (it beats fast while forming,
+//     so the check costs a normal start almost nothing); a dead one is taken over;
+//   - an instance whose first round formed ("<instance>/started"): refuses to
+//     start (InvalidArgument naming the run id) while it heartbeats, and takes
+//     it over when it does not.
+// Taking over replaces the instance nonce (compare_set from the old one) and
+// deletes the old instance's keys that it can name. Keys of a finished round are
+// deleted by group rank 0 once the next round formed; at the end of the job the
+// last agent to call shutdown() deletes the rest, the instance key included.
+// Workers' keys (below worker_prefix) cannot be listed through the Store
+// interface and are not deleted.
+// A single-node job (max_nodes == 1) never touches the store: its instance is a
+// local random nonce, claimed nowhere.
+//
 // Handlers use the Store interface only, so they are tested against MemoryStore.
 // Thread-safety: a handler is driven by one thread (the agent's); store() may be
 // used from other threads (the Store is thread-safe).
@@ -47,6 +72,14 @@ struct RendezvousParams {
   std::chrono::milliseconds last_call_timeout = std::chrono::seconds(1);
   // A fixed MASTER_PORT for workers (0: group rank 0 picks a free port each round).
   std::uint16_t worker_master_port = 0;
+  // Multi-node only: how often every agent of a running instance adds to its
+  // heartbeat counter (the creator of a forming instance beats ten times as
+  // often, so that joiners confirm it quickly).
+  std::chrono::milliseconds heartbeat_interval = std::chrono::seconds(1);
+  // An instance whose heartbeat counter does not move for this long, observed
+  // by a newcomer on its own clock, is dead and taken over. Must exceed
+  // heartbeat_interval by a margin for a slow store or a busy node.
+  std::chrono::milliseconds heartbeat_timeout = std::chrono::seconds(5);
 };
 
 // What one round decided, seen from one node.
@@ -63,8 +96,10 @@ struct RendezvousInfo {
   // Where worker rank 0 may host PyTorch's store (env://).
   std::string master_addr;
   std::uint16_t master_port = 0;
-  // The round's key prefix in the store ("rdzv/<run_id>/round_<r>"), and the
-  // prefix workers get as DDP_STORE_PREFIX ("<round prefix>/workers").
+  // The job instance's nonce, the round's key prefix in the store
+  // ("rdzv/<run_id>/<instance>/round_<r>"), and the prefix workers get as
+  // DDP_STORE_PREFIX ("<round prefix>/workers").
+  std::string instance;
   std::string round_prefix;
   std::string worker_prefix;
 };
@@ -73,11 +108,24 @@ class RendezvousHandler {
  public:
   virtual ~RendezvousHandler() = default;
 
-  // Joins the next round and blocks until every node of it has joined.
+  // Joins the next round and blocks until every node of it has joined. The
+  // first call of a multi-node job claims or joins the job instance (see above)
+  // and starts the heartbeat thread.
   // Throws TimeoutError naming the missing nodes after join_timeout,
   // InvalidArgument when this node does not fit (node rank out of range, two
-  // nodes with the same rank, round already full), and the store's errors.
+  // nodes with the same rank, round already full) or when a live job already
+  // uses the run id, and the store's errors.
   virtual RendezvousInfo next_rendezvous() = 0;
+
+  // This node is done with the job (after its last round, whatever the
+  // outcome). Stops the heartbeat; the last agent of the last round to call it
+  // deletes the job's remaining keys. Waits at most `deadline` for the store
+  // (a frozen store must not hold up an exit); what has not finished by then
+  // is abandoned on a detached thread that owns its own store handle. Never
+  // throws. Must not be called while next_rendezvous() runs on another thread;
+  // after it, next_rendezvous() must not be called again. A no-op for a
+  // single-node job or when no round formed.
+  virtual void shutdown(std::chrono::milliseconds deadline) { (void)deadline; }
 
   // The store the agents meet in (used by the agent's thread).
   virtual std::shared_ptr<Store> store() = 0;
