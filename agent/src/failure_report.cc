@@ -1,14 +1,18 @@
 #include "ddp/agent/failure_report.h"
 
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <csignal>
+#include <cerrno>
 #include <ctime>
-#include <fstream>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
+
+#include "safe_file.h"
 
 namespace ddp::agent {
 namespace {
@@ -40,6 +44,53 @@ std::string iso_time(std::int64_t seconds) {
   return buffer;
 }
 
+enum class ErrorFile { kMissing, kRead, kRefused };
+
+// Reads a worker's error file into `text`, or says in `text` why not. The
+// agent must never block here nor be steered elsewhere: the file lives in a
+// log directory others may write to, so a symbolic link is refused (it could
+// show any file we can read), O_NONBLOCK keeps a planted FIFO from blocking
+// the open, anything but a regular file is refused before reading, and the
+// size is bounded (a file that grows while we read is cut off and refused).
+ErrorFile read_error_file(const std::string& path, std::string& text) {
+  int fd = detail::open_no_symlinks(path, O_RDONLY | O_NONBLOCK | O_NOCTTY);
+  if (fd < 0) {
+    if (errno == ENOENT) return ErrorFile::kMissing;  // the worker wrote none
+    text = path + ": " + detail::open_error_text(errno);
+    return ErrorFile::kRefused;
+  }
+  struct stat st{};
+  ErrorFile result = ErrorFile::kRefused;
+  if (::fstat(fd, &st) != 0) {
+    text = path + ": fstat: " + std::strerror(errno);
+  } else if (!S_ISREG(st.st_mode)) {
+    text = path + " is " + detail::file_type_text(st.st_mode) + ", not a regular file (refused)";
+  } else {
+    std::string data;
+    char buffer[65536];
+    for (;;) {
+      ssize_t n = ::read(fd, buffer, sizeof(buffer));
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) {
+        text = path + ": read: " + std::strerror(errno);
+        break;
+      }
+      if (n == 0) {
+        text = std::move(data);
+        result = ErrorFile::kRead;
+        break;
+      }
+      data.append(buffer, static_cast<std::size_t>(n));
+      if (data.size() > kMaxErrorFileBytes) {
+        text = path + " is larger than " + std::to_string(kMaxErrorFileBytes) + " bytes (refused)";
+        break;
+      }
+    }
+  }
+  ::close(fd);
+  return result;
+}
+
 }  // namespace
 
 std::string signal_name(int signo) {
@@ -61,11 +112,15 @@ ProcessFailure make_failure(int local_rank, int rank, int pid, int exit_code,
   failure.timestamp =
       std::chrono::duration_cast<std::chrono::seconds>(observed.time_since_epoch()).count();
   failure.error_file = kNotAvailable;
-  std::ifstream in(error_file);
-  if (!error_file.empty() && in) {
+  std::string text;
+  const ErrorFile read = error_file.empty() ? ErrorFile::kMissing : read_error_file(error_file, text);
+  if (read == ErrorFile::kRefused) {
+    failure.error_file = error_file;
+    failure.message = "(unreadable error file: " + text + ")";
+  } else if (read == ErrorFile::kRead) {
     failure.error_file = error_file;
     try {
-      nlohmann::json data = nlohmann::json::parse(in);
+      nlohmann::json data = nlohmann::json::parse(text);
       const nlohmann::json& message = data.at("message");
       if (message.is_string()) {
         failure.message = message.get<std::string>();

@@ -23,6 +23,7 @@
 
 #include "ddp/agent/process_launcher.h"
 #include "ddp/common/error.h"
+#include "safe_file.h"
 
 namespace ddp::agent {
 namespace {
@@ -41,6 +42,35 @@ void write_all(int fd, const char* data, std::size_t size) {
     data += n;
     size -= static_cast<std::size_t>(n);
   }
+}
+
+// Opens a worker's log file for writing, safely in a directory others may
+// write to: no symbolic link (a planted one would redirect the write and the
+// truncation to another file), nothing but a regular file with a single link
+// (a FIFO would block, a device is not a log, a planted hard link is somebody
+// else's file), and only then truncated. O_NONBLOCK: opening a FIFO for writing would
+// otherwise wait for a reader. Returns -1 and sets `problem` when refused.
+int open_log_file(const std::string& path, std::string& problem) {
+  int fd = detail::open_no_symlinks(path, O_WRONLY | O_CREAT | O_NONBLOCK | O_NOCTTY, 0644);
+  if (fd < 0) {
+    problem = detail::open_error_text(errno);
+    return -1;
+  }
+  struct stat st{};
+  if (::fstat(fd, &st) != 0) {
+    problem = "fstat: " + errno_text(errno);
+  } else if (!S_ISREG(st.st_mode)) {
+    problem = "it is " + detail::file_type_text(st.st_mode) + ", not a regular file (refused)";
+  } else if (st.st_nlink != 1) {
+    problem = "it has " + std::to_string(st.st_nlink) + " hard links (refused)";
+  } else if (::ftruncate(fd, 0) != 0) {
+    problem = "truncate: " + errno_text(errno);
+  } else {
+    ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    return fd;
+  }
+  ::close(fd);
+  return -1;
 }
 
 // One output stream of one worker: the read end of its pipe, the partial line
@@ -151,12 +181,11 @@ class PosixLauncher final : public ProcessLauncher {
     };
     auto open_stream = [&](const StreamRoute& route, int console, Stream& stream, int (&p)[2]) {
       if (!route.file.empty()) {
-        stream.file_fd = ::open(route.file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        std::string problem;
+        stream.file_fd = open_log_file(route.file, problem);
         if (stream.file_fd < 0) {
-          int err = errno;
           cleanup();
-          throw InvalidArgument("launcher", "cannot open log file " + route.file + ": " +
-                                                errno_text(err));
+          throw InvalidArgument("launcher", "cannot open log file " + route.file + ": " + problem);
         }
       }
       if (route.console) stream.console_fd = console;
@@ -196,7 +225,7 @@ class PosixLauncher final : public ProcessLauncher {
       if (::getppid() != parent) ::_exit(1);
       auto redirect = [](int fd, int target) {
         if (fd < 0) {
-          int null_fd = ::open("/dev/null", O_WRONLY);
+          int null_fd = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
           if (null_fd >= 0) {
             ::dup2(null_fd, target);
             ::close(null_fd);
@@ -207,6 +236,13 @@ class PosixLauncher final : public ProcessLauncher {
       };
       redirect(out_pipe[1], STDOUT_FILENO);
       redirect(err_pipe[1], STDERR_FILENO);
+      // Whatever else is open - descriptors ddprun inherited, or a socket a
+      // library opened without close-on-exec - must not reach the worker
+      // (subprocess.Popen's close_fds=True, which torchrun relies on, does the
+      // same). Marked close-on-exec rather than closed: exec_pipe[1] reports
+      // an exec failure. Kernels before 5.11 lack the flag; then only the
+      // descriptors' own close-on-exec flags apply.
+      ::close_range(3, ~0U, CLOSE_RANGE_CLOEXEC);
       // Clean signal state: the agent blocks its handled signals and ignores
       // SIGPIPE, and both would survive exec (caught handlers do not). Other
       // dispositions ddprun inherited (nohup's SIGHUP) pass on, like Popen.
@@ -252,8 +288,11 @@ class PosixLauncher final : public ProcessLauncher {
 
   void signal_group(int pid, int signo) override {
     // Both parent and child call setpgid before anyone signals, so the group
-    // exists while any member lives; ESRCH means it is gone. Never fall back
-    // to kill(pid): a reaped pid may belong to somebody else by now.
+    // exists while any member lives; ESRCH means it is gone. Only a child not
+    // yet reaped is signalled: its unreaped zombie keeps its pid, and so the
+    // group id, from being reused. A reaped worker's group was already killed
+    // (reap()), and its id may belong to somebody else by now.
+    if (children_.count(pid) == 0) return;
     ::kill(-pid, signo);
   }
 
@@ -364,14 +403,29 @@ class PosixLauncher final : public ProcessLauncher {
     }
   }
 
-  // SIGCHLD coalesces: reap every exited child.
+  // SIGCHLD coalesces: reap every exited child. A worker's process group is
+  // killed before the worker is reaped: until then its zombie holds the pid,
+  // so the group id cannot have been reused by an unrelated group, and the
+  // worker's own children (which stay in its group unless they leave it) do
+  // not outlive it, whether it succeeded, failed or was stopped.
   void reap() {
     for (;;) {
-      int status = 0;
-      pid_t pid = ::waitpid(-1, &status, WNOHANG);
-      if (pid <= 0) return;
+      siginfo_t info{};
+      // WNOWAIT: find an exited child but leave it a zombie for now.
+      if (::waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) != 0) {
+        if (errno == EINTR) continue;
+        return;  // ECHILD: no children at all
+      }
+      const pid_t pid = info.si_pid;
+      if (pid == 0) return;  // children exist, none has exited
       auto it = children_.find(pid);
-      if (it == children_.end()) continue;  // not ours (or already failed to exec)
+      if (it != children_.end()) ::kill(-pid, SIGKILL);
+      int status = 0;
+      pid_t reaped;
+      do {
+        reaped = ::waitpid(pid, &status, 0);  // exited already: does not block
+      } while (reaped < 0 && errno == EINTR);
+      if (reaped != pid || it == children_.end()) continue;  // not ours
       LauncherEvent event;
       event.kind = LauncherEvent::Kind::kExited;
       event.pid = pid;

@@ -371,8 +371,10 @@ class Parser {
     // Rendezvous.
     c.standalone = raw_.standalone;
     c.rdzv_id = raw_.rdzv_id;
-    if (c.rdzv_id.empty() || c.rdzv_id.find_first_of("/ \t\n") != std::string::npos) {
-      fail(what("rdzv_id") + ": expected a non-empty id without '/' or spaces, got '" + c.rdzv_id + "'");
+    // The id names a directory under --log_dir: "." or ".." would leave it.
+    if (c.rdzv_id.empty() || c.rdzv_id == "." || c.rdzv_id == ".." ||
+        c.rdzv_id.find_first_of("/ \t\n") != std::string::npos) {
+      fail(what("rdzv_id") + ": expected a non-empty id without '/' or spaces (and not '.' or '..'), got '" + c.rdzv_id + "'");
     }
     c.master_addr = raw_.master_addr;
     if (c.master_addr.empty()) fail(what("master_addr") + ": must not be empty");

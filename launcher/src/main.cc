@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 
 #include "ddp/agent/agent.h"
@@ -48,6 +49,41 @@ void remove_stale_temp_dirs(const std::filesystem::path& tmp) {
     std::error_code remove_error;
     fs::remove_all(it->path(), remove_error);
   }
+}
+
+// Creates <base>/<run_id>, the directory under which the agent creates every
+// attempt's log directory, and returns its path with every symbolic link of
+// `base` resolved. A log directory may be shared with other users, so the run
+// directory must be ours: a real directory (not a symbolic link somebody
+// planted) that we created or that belongs to us. Inside it only we can
+// create entries, and the launcher refuses symbolic links in log paths
+// (those the user's own --log_dir contains are resolved here, so they stay
+// usable). Throws InvalidArgument naming the path and what is wrong.
+std::string prepare_run_log_dir(const std::string& base, const std::string& run_id) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::create_directories(base, ec);
+  if (ec) throw ddp::InvalidArgument("--log_dir", "cannot create " + base + ": " + ec.message());
+  const fs::path resolved = fs::canonical(base, ec);
+  if (ec) throw ddp::InvalidArgument("--log_dir", "cannot resolve " + base + ": " + ec.message());
+  const std::string dir = (resolved / run_id).string();
+  const bool created = ::mkdir(dir.c_str(), 0755) == 0;
+  if (!created && errno != EEXIST) {
+    throw ddp::InvalidArgument("--log_dir", "cannot create " + dir + ": " + std::strerror(errno));
+  }
+  struct stat st {};
+  if (::lstat(dir.c_str(), &st) != 0) {
+    throw ddp::InvalidArgument("--log_dir", "cannot stat " + dir + ": " + std::strerror(errno));
+  }
+  if (S_ISLNK(st.st_mode)) {
+    throw ddp::InvalidArgument("--log_dir", dir + " is a symbolic link (refused: somebody may have planted it)");
+  }
+  if (!S_ISDIR(st.st_mode)) throw ddp::InvalidArgument("--log_dir", dir + " exists and is not a directory");
+  if (!created && st.st_uid != ::geteuid()) {
+    throw ddp::InvalidArgument("--log_dir", dir + " belongs to uid " + std::to_string(st.st_uid) +
+                                                ", not to this user (refused: use another --log_dir or --rdzv_id)");
+  }
+  return dir;
 }
 
 int run(const ddp::launcher::LaunchConfig& config) {
@@ -113,9 +149,16 @@ int run(const ddp::launcher::LaunchConfig& config) {
       return 1;
     }
     temp_dir = pattern;
-    options.run_log_dir = temp_dir + "/" + config.rdzv_id;
-  } else {
-    options.run_log_dir = config.log_dir + "/" + config.rdzv_id;
+  }
+  try {
+    options.run_log_dir = prepare_run_log_dir(temp_dir.empty() ? config.log_dir : temp_dir, config.rdzv_id);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ddprun: error: %s\n", e.what());
+    if (!temp_dir.empty()) {
+      std::error_code ec;
+      fs::remove_all(temp_dir, ec);
+    }
+    return 1;
   }
 
   ddp::agent::Agent agent(std::move(options), *handler, *launcher);

@@ -1,8 +1,14 @@
 #include "ddp/agent/failure_report.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <poll.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <csignal>
+#include <optional>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -57,6 +63,99 @@ TEST(FailureReport, MalformedErrorFileIsNamedNotFatal) {
   ErrorFile file("{not json");
   auto f = make_failure(0, 0, 1, 2, file.path(), system_clock::now());
   EXPECT_NE(f.message.find("unreadable error file"), std::string::npos) << f.message;
+}
+
+// A temporary directory (resolved: error files are refused behind symlinks).
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = (fs::temp_directory_path() / "ddp-report-test-XXXXXX").string();
+    if (::mkdtemp(pattern.data()) == nullptr) std::abort();
+    path_ = fs::canonical(pattern);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+// make_failure(path)'s message, computed in a child process that is killed
+// after `timeout`: a make_failure that blocks fails the test instead of
+// hanging it. Returns nullopt on a timeout.
+std::optional<std::string> message_within(const std::string& path,
+                                          std::chrono::milliseconds timeout) {
+  int p[2];
+  if (::pipe2(p, O_CLOEXEC) != 0) return std::string("pipe failed");
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    auto f = make_failure(0, 0, 1, 2, path, system_clock::now());
+    std::string text = f.error_file + "\n" + f.message;
+    ssize_t ignored = ::write(p[1], text.data(), text.size());
+    (void)ignored;
+    ::_exit(0);
+  }
+  ::close(p[1]);
+  pollfd poll_fd{p[0], POLLIN, 0};
+  std::string text;
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  bool done = false;
+  while (!done) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0 || ::poll(&poll_fd, 1, static_cast<int>(left.count())) <= 0) break;
+    char buffer[4096];
+    ssize_t n = ::read(p[0], buffer, sizeof(buffer));
+    if (n <= 0) done = true;
+    else text.append(buffer, static_cast<std::size_t>(n));
+  }
+  ::close(p[0]);
+  if (!done) ::kill(pid, SIGKILL);
+  ::waitpid(pid, nullptr, 0);
+  if (!done) return std::nullopt;
+  return text;
+}
+
+TEST(FailureReport, FifoAsErrorFileDoesNotBlockAndIsNamed) {
+  TempDir dir;
+  const fs::path path = dir.path() / "error.json";
+  ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0);
+  auto text = message_within(path.string(), std::chrono::seconds(5));
+  ASSERT_TRUE(text.has_value()) << "make_failure blocked on a FIFO error file";
+  EXPECT_NE(text->find(path.string() + " is a FIFO, not a regular file"), std::string::npos) << *text;
+}
+
+TEST(FailureReport, SymlinkAsErrorFileIsNotFollowed) {
+  TempDir dir;
+  const fs::path victim = dir.path() / "secret.json";
+  std::ofstream(victim) << R"({"message": "the secret"})";
+  const fs::path path = dir.path() / "error.json";
+  fs::create_symlink(victim, path);
+  auto f = make_failure(0, 0, 1, 2, path.string(), system_clock::now());
+  EXPECT_EQ(f.message.find("the secret"), std::string::npos) << f.message;
+  EXPECT_NE(f.message.find("symbolic link"), std::string::npos) << f.message;
+  EXPECT_EQ(f.error_file, path.string());
+}
+
+TEST(FailureReport, DirectoryOrHugeErrorFileIsRefused) {
+  TempDir dir;
+  const fs::path as_dir = dir.path() / "error.json";
+  fs::create_directories(as_dir);
+  auto f = make_failure(0, 0, 1, 2, as_dir.string(), system_clock::now());
+  EXPECT_NE(f.message.find("is a directory, not a regular file"), std::string::npos) << f.message;
+
+  // Valid JSON, but over the bound: not read into memory in full.
+  const fs::path huge = dir.path() / "huge.json";
+  {
+    std::ofstream out(huge);
+    out << R"({"message": ")" << std::string(kMaxErrorFileBytes, 'x') << R"("})";
+  }
+  auto g = make_failure(0, 0, 1, 2, huge.string(), system_clock::now());
+  EXPECT_NE(g.message.find("larger than " + std::to_string(kMaxErrorFileBytes) + " bytes"),
+            std::string::npos)
+      << g.message.substr(0, 200);
 }
 
 TEST(FailureReport, NoErrorFile) {

@@ -2,16 +2,78 @@
 // signals through the signalfd, wake() from another thread, exec failures.
 #include "ddp/agent/process_launcher.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
 #include <thread>
 
 #include "ddp/common/error.h"
 
 namespace ddp::agent {
 namespace {
+
+namespace fs = std::filesystem;
+
+// A temporary directory, removed with everything in it.
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = (fs::temp_directory_path() / "ddp-launcher-test-XXXXXX").string();
+    if (::mkdtemp(pattern.data()) == nullptr) std::abort();
+    // Resolved: the launcher refuses log paths that pass through a symlink.
+    path_ = fs::canonical(pattern);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+std::string slurp(const fs::path& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// true when `pid` is gone or a zombie: on this machine nobody may reap
+// orphans, so a killed grandchild can stay a zombie.
+bool process_dead(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  if (!stat) return true;
+  std::string text((std::istreambuf_iterator<char>(stat)), {});
+  auto close = text.rfind(')');
+  return close == std::string::npos || close + 2 >= text.size() || text[close + 2] == 'Z' ||
+         text[close + 2] == 'X';
+}
+
+bool eventually_dead(pid_t pid, std::chrono::milliseconds timeout = std::chrono::seconds(5)) {
+  auto deadline = Clock::now() + timeout;
+  while (!process_dead(pid)) {
+    if (Clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return true;
+}
+
+// The pid a worker's shell wrote for its background child.
+pid_t read_pid(const fs::path& path) {
+  for (int i = 0; i < 1000 && slurp(path).empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return static_cast<pid_t>(std::stol(slurp(path)));
+}
 
 ProcessSpec shell(const std::string& script) {
   ProcessSpec spec;
@@ -98,6 +160,178 @@ TEST(PosixLauncher, OutputIsPrefixedLineByLineAndFlushedBeforeTheExit) {
   std::string out = ::testing::internal::GetCapturedStdout();
   ASSERT_EQ(e.kind, LauncherEvent::Kind::kExited);
   EXPECT_EQ(out, "[t]:one\n[t]:two\n[t]:last-without-newline\n");
+}
+
+// ---------------------------------------------------------- process groups
+
+// A worker whose shell starts a background child (in the worker's process
+// group: sh without job control does not make new groups) and then ends as
+// `ending` says. The child must be gone once the exit has been reported.
+void expect_child_dies_with_worker(const std::string& ending, int expected_status,
+                                   bool term_worker) {
+  TempDir dir;
+  const fs::path child_file = dir.path() / "child";
+  auto launcher = make_posix_launcher({});
+  // The child ignores SIGTERM: only the group's SIGKILL ends it.
+  int pid = launcher->launch(shell("(trap '' TERM; exec sleep 300) & echo $! > " +
+                                   child_file.string() + "; " + ending));
+  const pid_t child = read_pid(child_file);
+  ASSERT_FALSE(process_dead(child));
+  if (term_worker) launcher->signal_group(pid, SIGTERM);
+  auto e = next(*launcher, 10000);
+  ASSERT_EQ(e.kind, LauncherEvent::Kind::kExited);
+  EXPECT_EQ(e.pid, pid);
+  EXPECT_EQ(e.status, expected_status);
+  EXPECT_TRUE(eventually_dead(child)) << "the worker's child " << child << " outlived it";
+  if (!process_dead(child)) ::kill(child, SIGKILL);
+}
+
+TEST(PosixLauncher, WorkersChildrenDieWhenItSucceeds) {
+  expect_child_dies_with_worker("exit 0", 0, false);
+}
+
+TEST(PosixLauncher, WorkersChildrenDieWhenItFails) {
+  expect_child_dies_with_worker("exit 3", 3, false);
+}
+
+TEST(PosixLauncher, WorkersChildrenDieWhenItIsStopped) {
+  // The worker leaves on SIGTERM; its child ignores SIGTERM.
+  expect_child_dies_with_worker("trap 'exit 5' TERM; while true; do sleep 0.01; done", 5, true);
+}
+
+TEST(PosixLauncher, ReapedWorkerIsNeverSignalledAgain) {
+  auto launcher = make_posix_launcher({});
+  int pid = launcher->launch(shell("exit 0"));
+  auto e = next(*launcher);
+  ASSERT_EQ(e.kind, LauncherEvent::Kind::kExited);
+  // The pid (and group id) may be reused by now; a signal must not reach the
+  // new owner. Nothing observable is left to check but that this is a no-op
+  // and does not throw; the launcher keeps working afterwards.
+  launcher->signal_group(pid, SIGKILL);
+  int again = launcher->launch(shell("exit 4"));
+  e = next(*launcher);
+  ASSERT_EQ(e.kind, LauncherEvent::Kind::kExited);
+  EXPECT_EQ(e.pid, again);
+  EXPECT_EQ(e.status, 4);
+}
+
+// ---------------------------------------------------------- descriptors
+
+TEST(PosixLauncher, WorkerInheritsNoDescriptorButItsStreams) {
+  TempDir dir;
+  // A descriptor of the agent that is NOT close-on-exec (as a library might
+  // open one): the worker must not get it all the same.
+  // Far above what the shell and ls open themselves (F_DUPFD leaves
+  // close-on-exec off).
+  int null_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(null_fd, 0);
+  int leaky = ::fcntl(null_fd, F_DUPFD, 200);
+  ::close(null_fd);
+  ASSERT_GE(leaky, 200);
+  auto launcher = make_posix_launcher({});
+  const fs::path listing = dir.path() / "fds";
+  launcher->launch(shell("ls /proc/self/fd > " + listing.string() + ".tmp; mv " + listing.string() +
+                         ".tmp " + listing.string()));
+  auto e = next(*launcher);
+  ::close(leaky);
+  ASSERT_EQ(e.kind, LauncherEvent::Kind::kExited);
+  ASSERT_EQ(e.status, 0);
+  // ls also lists its own directory descriptor, a low number: only
+  // descriptors from 3 up to what ls could have opened are expected.
+  std::set<int> fds;
+  std::istringstream in(slurp(listing));
+  for (int fd; in >> fd;) fds.insert(fd);
+  EXPECT_EQ(fds.count(leaky), 0u) << "descriptor " << leaky << " leaked into the worker: "
+                                  << slurp(listing);
+  for (int fd : fds) EXPECT_LT(fd, 10) << "the worker inherited descriptor " << fd;
+}
+
+// ---------------------------------------------------------- log files
+
+ProcessSpec logging(const std::string& file) {
+  ProcessSpec spec = shell("echo written");
+  spec.out.file = file;
+  spec.out.console = false;
+  return spec;
+}
+
+std::string launch_error(ProcessLauncher& launcher, const ProcessSpec& spec) {
+  try {
+    launcher.launch(spec);
+  } catch (const InvalidArgument& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(PosixLauncher, LogFileIsCreatedOrTruncated) {
+  TempDir dir;
+  const fs::path log = dir.path() / "stdout.log";
+  std::ofstream(log) << "an earlier run's much longer output\n";
+  auto launcher = make_posix_launcher({});
+  launcher->launch(logging(log.string()));
+  ASSERT_EQ(next(*launcher).kind, LauncherEvent::Kind::kExited);
+  EXPECT_EQ(slurp(log), "written\n");
+}
+
+TEST(PosixLauncher, SymlinkPlantedAsLogFileIsRefusedAndItsTargetUntouched) {
+  TempDir dir;
+  const fs::path victim = dir.path() / "victim";
+  std::ofstream(victim) << "precious";
+  const fs::path log = dir.path() / "stdout.log";
+  fs::create_symlink(victim, log);
+  auto launcher = make_posix_launcher({});
+  std::string error = launch_error(*launcher, logging(log.string()));
+  EXPECT_NE(error.find("cannot open log file " + log.string()), std::string::npos) << error;
+  EXPECT_NE(error.find("symbolic link"), std::string::npos) << error;
+  EXPECT_EQ(slurp(victim), "precious");
+}
+
+TEST(PosixLauncher, SymlinkedLogDirectoryIsRefused) {
+  TempDir dir;
+  const fs::path elsewhere = dir.path() / "elsewhere";
+  fs::create_directories(elsewhere);
+  std::ofstream(elsewhere / "stdout.log") << "precious";
+  fs::create_directory_symlink(elsewhere, dir.path() / "0");
+  const fs::path log = dir.path() / "0" / "stdout.log";
+  auto launcher = make_posix_launcher({});
+  std::string error = launch_error(*launcher, logging(log.string()));
+  EXPECT_NE(error.find("symbolic link"), std::string::npos) << error;
+  EXPECT_EQ(slurp(elsewhere / "stdout.log"), "precious");
+}
+
+TEST(PosixLauncher, HardLinkPlantedAsLogFileIsRefused) {
+  TempDir dir;
+  const fs::path victim = dir.path() / "victim";
+  std::ofstream(victim) << "precious";
+  const fs::path log = dir.path() / "stdout.log";
+  fs::create_hard_link(victim, log);
+  auto launcher = make_posix_launcher({});
+  std::string error = launch_error(*launcher, logging(log.string()));
+  EXPECT_NE(error.find("2 hard links"), std::string::npos) << error;
+  EXPECT_EQ(slurp(victim), "precious");
+}
+
+TEST(PosixLauncher, FifoPlantedAsLogFileIsRefusedWithoutBlocking) {
+  TempDir dir;
+  const fs::path log = dir.path() / "stdout.log";
+  ASSERT_EQ(::mkfifo(log.c_str(), 0600), 0);
+  // A reader, so that a launcher that opens the FIFO does not block forever
+  // (this test would hang instead of failing) but gets it and writes to it.
+  int reader = ::open(log.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  ASSERT_GE(reader, 0);
+  auto launcher = make_posix_launcher({});
+  std::string error = launch_error(*launcher, logging(log.string()));
+  ::close(reader);
+  EXPECT_NE(error.find("cannot open log file " + log.string()), std::string::npos) << error;
+  // Without a reader: refused at open, never blocked. Only tried when the
+  // FIFO was refused above: a launcher that opens FIFOs would block here.
+  if (error.find("FIFO") == std::string::npos) {
+    ADD_FAILURE() << "FIFO accepted as a log file: " << error;
+    return;
+  }
+  error = launch_error(*launcher, logging(log.string()));
+  EXPECT_NE(error.find("FIFO"), std::string::npos) << error;
 }
 
 TEST(PosixLauncher, ResolveProgram) {

@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <fstream>
 #include <regex>
 #include <set>
 
@@ -242,7 +243,9 @@ TEST_F(DdprunTest, TwoAgentsRestartTogether) {
   int c1 = wait_child(n1.pid, std::chrono::seconds(20));
   EXPECT_EQ(c0, 0) << read_text(n0.err);
   EXPECT_EQ(c1, 0) << read_text(n1.err);
-  EXPECT_NE(read_text(n0.out).find("n0 attempt 1 rdzv/none/round_1/workers"), std::string::npos)
+  // DDP_STORE_PREFIX is rdzv/<run id>/<job instance>/round_<restart>/workers.
+  EXPECT_TRUE(std::regex_search(read_text(n0.out),
+                                std::regex("n0 attempt 1 rdzv/none/[0-9a-f]{16}/round_1/workers")))
       << read_text(n0.out);
   EXPECT_NE(read_text(n1.out).find("n1 attempt 1"), std::string::npos);
 }
@@ -328,6 +331,81 @@ TEST_F(DdprunTest, SigtermLeavesNoDescendant) {
   for (pid_t pid : pids) EXPECT_TRUE(process_dead(pid)) << pid;
   EXPECT_TRUE(live_members_of_group(pids[0]).empty());
   EXPECT_TRUE(live_members_of_group(pids[2]).empty());
+}
+
+// A worker's children (in its process group) do not outlive it, whichever way
+// it ends: reads the worker's and its child's pids, checks both are gone.
+void expect_no_orphan(const fs::path& dir, const Child& child) {
+  ASSERT_TRUE(wait_for_file(dir / "0.child")) << read_text(child.err);
+  const pid_t grandchild = std::stoi(read_text(dir / "0.child"));
+  EXPECT_TRUE(eventually([&] { return process_dead(grandchild); }, std::chrono::seconds(5)))
+      << "the worker's child " << grandchild << " outlived it";
+  kill_if_alive(grandchild);
+}
+
+TEST_F(DdprunTest, WorkersChildrenDieWhenItSucceeds) {
+  Child child = spawn(cmd({"--standalone", "--nproc_per_node=1", "--no_python"},
+                          {worker(), "orphan", dir_.str(), "0"}),
+                      base_env(), dir_.path());
+  EXPECT_EQ(wait_child(child.pid), 0) << read_text(child.err);
+  expect_no_orphan(dir_.path(), child);
+}
+
+TEST_F(DdprunTest, WorkersChildrenDieWhenItFails) {
+  Child child = spawn(cmd({"--standalone", "--nproc_per_node=1", "--no_python"},
+                          {worker(), "orphan", dir_.str(), "3"}),
+                      base_env(), dir_.path());
+  EXPECT_EQ(wait_child(child.pid), 3) << read_text(child.err);
+  expect_no_orphan(dir_.path(), child);
+}
+
+TEST_F(DdprunTest, WorkersChildrenDieOnSigtermEvenWhenTheyIgnoreIt) {
+  Child child = spawn(cmd({"--standalone", "--nproc_per_node=1", "--stop_grace=5", "--no_python"},
+                          {worker(), "stubborn", dir_.str()}),
+                      base_env(), dir_.path());
+  ASSERT_TRUE(wait_for_file(dir_.path() / "0.pid"));
+  ASSERT_TRUE(wait_for_file(dir_.path() / "0.child"));
+  ::kill(child.pid, SIGTERM);
+  EXPECT_EQ(wait_child(child.pid, std::chrono::seconds(10)), 128 + SIGTERM) << read_text(child.err);
+  expect_no_orphan(dir_.path(), child);
+}
+
+// ---------------------------------------------------------------- descriptors
+
+// Two agents on this host with c10d: the first hosts the store (a listening
+// socket and the agents' connections), both hold client connections. Not one
+// of those may reach a worker, and every descriptor an agent holds beyond
+// 0, 1, 2 is close-on-exec (anything it might ever exec gets none of them).
+TEST_F(DdprunTest, WorkersInheritNoSocketAndAgentsHoldOnlyCloseOnExecDescriptors) {
+  const std::string endpoint = "127.0.0.1:" + std::to_string(free_port());
+  auto node = [&](const std::string& tag) {
+    return spawn(cmd({"--nnodes=2", "--rdzv_backend=c10d", "--rdzv_endpoint=" + endpoint,
+                      "--rdzv_id=fds", "--nproc_per_node=1", "--no_python"},
+                     {worker(), "fds", dir_.str()}),
+                 base_env(), dir_.path(), tag);
+  };
+  Child first = node("first");
+  Child second = node("second");
+  for (int rank = 0; rank < 2; ++rank) {
+    const fs::path listing = dir_.path() / ("fds_" + std::to_string(rank) + ".txt");
+    ASSERT_TRUE(wait_for_file(listing, std::chrono::seconds(30)))
+        << read_text(first.err) << read_text(second.err);
+    std::vector<std::string> inherited;
+    for (const auto& line : lines_of(read_text(listing))) {
+      if (std::stoi(line) > 2 || line.find("socket:") != std::string::npos) inherited.push_back(line);
+    }
+    EXPECT_TRUE(inherited.empty()) << "rank " << rank << " inherited (fd target): "
+                                   << ::testing::PrintToString(inherited);
+  }
+  for (const Child* agent : {&first, &second}) {
+    auto leaky = inheritable_fds(agent->pid);
+    EXPECT_TRUE(leaky.empty()) << "ddprun " << agent->pid << " holds descriptors without close-on-exec: "
+                               << ::testing::PrintToString(leaky);
+  }
+  ::kill(first.pid, SIGTERM);
+  ::kill(second.pid, SIGTERM);
+  EXPECT_EQ(wait_child(first.pid, std::chrono::seconds(20)), 128 + SIGTERM) << read_text(first.err);
+  EXPECT_EQ(wait_child(second.pid, std::chrono::seconds(20)), 128 + SIGTERM) << read_text(second.err);
 }
 
 TEST_F(DdprunTest, SigkilledAgentTakesWorkersWithinOneSecond) {
@@ -493,6 +571,60 @@ TEST_F(DdprunTest, TeeAndRedirectFiles) {
   EXPECT_EQ(result.out.find("r1 line"), std::string::npos) << result.out;
   EXPECT_NE(result.err.find("[default1]:err 1 0"), std::string::npos) << result.err;
   EXPECT_NE(result.err.find("[default0]:err 0 0"), std::string::npos) << result.err;
+}
+
+// A c10d endpoint on this host (the agent hosts the store): unlike
+// --standalone, it keeps the given --rdzv_id, so the log paths are known.
+std::string local_endpoint() { return "127.0.0.1:" + std::to_string(free_port()); }
+
+// A shared --log_dir: somebody planted a symlink where a log file will go.
+TEST_F(DdprunTest, SymlinkPlantedAsLogFileIsRefusedAndItsTargetUntouched) {
+  const fs::path root = fs::canonical(dir_.path());
+  const fs::path victim = root / "victim";
+  std::ofstream(victim) << "precious";
+  const fs::path attempt = root / "logs" / "job" / "attempt_0" / "0";
+  fs::create_directories(attempt);
+  fs::create_symlink(victim, attempt / "stdout.log");
+  auto result = run(cmd({"--rdzv_backend=c10d", "--rdzv_endpoint=" + local_endpoint(), "--rdzv_id=job", "--log_dir",
+                         (root / "logs").string(), "-r", "3", "--no_python"},
+                        {worker(), "exit", "0"}),
+                    base_env(), dir_.path());
+  EXPECT_EQ(result.code, 1) << result.err;
+  EXPECT_NE(result.err.find("cannot open log file " + (attempt / "stdout.log").string()),
+            std::string::npos)
+      << result.err;
+  EXPECT_NE(result.err.find("symbolic link"), std::string::npos) << result.err;
+  EXPECT_EQ(read_text(victim), "precious");
+}
+
+TEST_F(DdprunTest, SymlinkPlantedAsRunLogDirectoryIsRefused) {
+  const fs::path root = fs::canonical(dir_.path());
+  fs::create_directories(root / "elsewhere");
+  fs::create_directories(root / "logs");
+  fs::create_directory_symlink(root / "elsewhere", root / "logs" / "job");
+  auto result = run(cmd({"--rdzv_backend=c10d", "--rdzv_endpoint=" + local_endpoint(), "--rdzv_id=job", "--log_dir",
+                         (root / "logs").string(), "--no_python"},
+                        {worker(), "exit", "0"}),
+                    base_env(), dir_.path());
+  EXPECT_EQ(result.code, 1) << result.err;
+  EXPECT_NE(result.err.find((root / "logs" / "job").string() + " is a symbolic link"),
+            std::string::npos)
+      << result.err;
+  EXPECT_TRUE(fs::is_empty(root / "elsewhere"));
+}
+
+TEST_F(DdprunTest, FifoAsErrorFileDoesNotHangTheReport) {
+  const fs::path root = fs::canonical(dir_.path());
+  auto result = run(cmd({"--rdzv_backend=c10d", "--rdzv_endpoint=" + local_endpoint(), "--rdzv_id=job", "--log_dir",
+                         (root / "logs").string(), "--no_python"},
+                        {worker(), "error_fifo", "3"}),
+                    base_env(), dir_.path(), std::chrono::seconds(20));
+  ASSERT_EQ(result.code, 3) << "a hang shows as -1: " << result.err;
+  const std::string error_file = (root / "logs" / "job" / "attempt_0" / "0" / "error.json").string();
+  EXPECT_NE(result.err.find("FAILED"), std::string::npos) << result.err;
+  EXPECT_NE(result.err.find("error_file: " + error_file), std::string::npos) << result.err;
+  EXPECT_NE(result.err.find(error_file + " is a FIFO, not a regular file"), std::string::npos)
+      << result.err;
 }
 
 TEST_F(DdprunTest, LocalRanksFilterAndPrefixTemplate) {

@@ -99,6 +99,9 @@ inline Child spawn(const std::vector<std::string>& argv,
   if (child.pid == 0) {
     ::dup2(out, 1);
     ::dup2(err, 2);
+    // ddprun gets nothing of the test process but 0, 1 and 2, so that the
+    // descriptors a test finds in ddprun (or its workers) are ddprun's own.
+    ::close_range(3, ~0U, 0);
     ::execve(args[0], args.data(), envp.data());
     ::_exit(127);
   }
@@ -151,6 +154,43 @@ inline bool process_dead(pid_t pid) {
   auto close = text.rfind(')');
   return close == std::string::npos || close + 2 >= text.size() || text[close + 2] == 'Z' ||
          text[close + 2] == 'X';
+}
+
+// Kills `pid` when it still runs: the cleanup of a test whose process should
+// have been killed by the code under test but was not.
+inline void kill_if_alive(pid_t pid) {
+  if (pid > 0 && !process_dead(pid)) ::kill(pid, SIGKILL);
+}
+
+// The descriptors of process `pid` that are not close-on-exec, as
+// "<fd> -> <target>" (from /proc/<pid>/fd and the flags in /proc/<pid>/fdinfo),
+// leaving out 0, 1 and 2. Empty when the process is gone.
+inline std::vector<std::string> inheritable_fds(pid_t pid) {
+  std::vector<std::string> found;
+  const std::string base = "/proc/" + std::to_string(pid);
+  DIR* dir = ::opendir((base + "/fd").c_str());
+  if (dir == nullptr) return found;
+  while (dirent* entry = ::readdir(dir)) {
+    if (entry->d_name[0] == '.') continue;
+    if (std::atoi(entry->d_name) <= 2) continue;
+    std::ifstream info(base + "/fdinfo/" + entry->d_name);
+    std::string key;
+    std::string flags;
+    while (info >> key) {
+      if (key == "flags:") {
+        info >> flags;
+        break;
+      }
+    }
+    if (flags.empty()) continue;  // closed meanwhile
+    if ((std::stoul(flags, nullptr, 8) & O_CLOEXEC) != 0) continue;
+    char target[512] = {};
+    ssize_t n = ::readlink((base + "/fd/" + entry->d_name).c_str(), target, sizeof(target) - 1);
+    found.push_back(std::string(entry->d_name) + " -> " +
+                    (n > 0 ? std::string(target, static_cast<std::size_t>(n)) : "?"));
+  }
+  ::closedir(dir);
+  return found;
 }
 
 // Live (non-zombie) processes whose process group is `pgid`, from /proc.

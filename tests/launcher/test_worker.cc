@@ -9,6 +9,16 @@
 //   lines <n> <len>           write n lines of len characters to stdout and stderr, in
 //                             pieces, so that lines of two workers could interleave
 //   crash_rank <rank>         the worker with that RANK exits 7; others sleep
+//   orphan <pid dir> <code>   fork a grandchild that sleeps (in the worker's process
+//                             group; its pid goes to <pid dir>/<LOCAL_RANK>.child),
+//                             then exit <code> at once
+//   stubborn <pid dir>        like family, but the grandchild ignores SIGTERM
+//   error_fifo <code>         make TORCHELASTIC_ERROR_FILE a FIFO (nobody ever writes
+//                             it), exit <code>
+//   fds <dir>                 write every open descriptor but the directory listing
+//                             them ("<fd> <target>" lines) to <dir>/fds_<RANK>.txt,
+//                             then sleep until killed
+#include <dirent.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -89,14 +99,44 @@ int main(int argc, char** argv) {
     write_file(env_or("TORCHELASTIC_ERROR_FILE", "/nonexistent/error.json"), data.dump());
     return std::atoi(argv[2]);
   }
-  if ((mode == "sleep" || mode == "family") && argc >= 3) {
+  if ((mode == "sleep" || mode == "family" || mode == "stubborn" || mode == "orphan") &&
+      argc >= 3) {
     const std::string dir = argv[2];
-    if (mode == "family") {
+    if (mode != "sleep") {
+      // Ignored before fork: the grandchild cannot miss a SIGTERM sent at once.
+      if (mode == "stubborn") ::signal(SIGTERM, SIG_IGN);
       pid_t child = ::fork();
       if (child == 0) sleep_forever();
+      if (mode == "stubborn") ::signal(SIGTERM, SIG_DFL);
       write_file(dir + "/" + local_rank + ".child", std::to_string(child));
     }
     write_file(dir + "/" + local_rank + ".pid", std::to_string(::getpid()));
+    if (mode == "orphan") return argc >= 4 ? std::atoi(argv[3]) : 0;
+    sleep_forever();
+  }
+  if (mode == "error_fifo" && argc >= 3) {
+    const std::string path = env_or("TORCHELASTIC_ERROR_FILE", "");
+    if (path.empty() || ::mkfifo(path.c_str(), 0600) != 0) {
+      std::fprintf(stderr, "test_worker: cannot make a FIFO at '%s'\n", path.c_str());
+      return 65;
+    }
+    return std::atoi(argv[2]);
+  }
+  if (mode == "fds" && argc >= 3) {
+    DIR* fds = ::opendir("/proc/self/fd");
+    if (fds == nullptr) return 66;
+    std::string listing;
+    while (dirent* entry = ::readdir(fds)) {
+      if (entry->d_name[0] == '.') continue;
+      const int fd = std::atoi(entry->d_name);
+      if (fd == ::dirfd(fds)) continue;
+      char target[512] = {};
+      const std::string link = std::string("/proc/self/fd/") + entry->d_name;
+      ssize_t n = ::readlink(link.c_str(), target, sizeof(target) - 1);
+      listing += std::to_string(fd) + " " + (n > 0 ? std::string(target, static_cast<std::size_t>(n)) : "?") + "\n";
+    }
+    ::closedir(fds);
+    write_file(std::string(argv[2]) + "/fds_" + rank + ".txt", listing);
     sleep_forever();
   }
   if (mode == "lines" && argc >= 4) {

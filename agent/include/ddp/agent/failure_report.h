@@ -4,6 +4,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -31,7 +32,12 @@ struct ProcessFailure {
 // Builds a failure from an exit; reads `error_file` when it exists (torchrun's
 // JSON: {"message": {"message": ..., "extraInfo": {"py_callstack": ...,
 // "timestamp": ...}}} or {"message": "...", "timestamp": ...}). An unreadable
-// or malformed error file is named in the message, never fatal.
+// or malformed error file is named in the message, never fatal. Never blocks
+// and never follows a symbolic link: the file is refused (and the reason put
+// in the message) when the path is or passes through a symbolic link, when it
+// is not a regular file (a FIFO, a directory, a device), or when it is larger
+// than kMaxErrorFileBytes.
+inline constexpr std::size_t kMaxErrorFileBytes = 4 * 1024 * 1024;
 ProcessFailure make_failure(int local_rank, int rank, int pid, int exit_code,
                             const std::string& error_file,
                             std::chrono::system_clock::time_point observed);

@@ -7,6 +7,16 @@
 // into each other) and to log files, and turns child exits (SIGCHLD through a
 // signalfd), handled signals and wake() calls into events: nothing polls.
 //
+// A worker's process group is killed (SIGKILL) when the worker exits, before
+// it is reaped, whatever the exit: success, failure or a stop. Its children
+// therefore do not outlive it unless they left its process group (setsid,
+// setpgid). Killing before reaping is what makes this safe: the unreaped
+// zombie keeps its pid, and so the group id, from being reused.
+//
+// A worker inherits only its stdin and its stdout/stderr pipes (or
+// /dev/null): every other descriptor of the agent is closed at exec, whether
+// or not it was opened close-on-exec (like subprocess.Popen's close_fds).
+//
 // Thread-safety: everything but wake() must be called from one thread (the
 // agent's). wake() may be called from any thread.
 #pragma once
@@ -22,7 +32,12 @@ namespace ddp::agent {
 
 // Where one output stream of a worker goes.
 struct StreamRoute {
-  // Copy raw bytes to this file (truncated at spawn); empty: no file.
+  // Copy raw bytes to this file (created, or truncated at spawn); empty: no
+  // file. The log directory may be shared, so launch() refuses (InvalidArgument
+  // naming the path and the reason) a path that is or passes through a
+  // symbolic link (every component where the kernel supports openat2, else the
+  // last one), and a file that is not a regular file (a FIFO, a device, a
+  // directory) or has more than one hard link; nothing is truncated then.
   std::string file;
   // Write each line to the agent's own stream (stdout for stdout, stderr for
   // stderr) behind `prefix`.
@@ -63,12 +78,15 @@ class ProcessLauncher {
   virtual ~ProcessLauncher() = default;
 
   // Starts a process; returns its pid (also its process group id).
-  // Throws InvalidArgument when the program cannot be executed (the message
-  // names it and the reason), InternalError when fork/pipe fail.
+  // Throws InvalidArgument when the program cannot be executed or a log file
+  // is refused (the message names it and the reason), InternalError when
+  // fork/pipe fail.
   virtual int launch(const ProcessSpec& spec) = 0;
 
   // Sends `signo` to the process group of `pid` (a launched process). A group
-  // that is already gone is not an error.
+  // that is already gone is not an error; a worker whose exit the launcher has
+  // already seen is not signalled (its group was killed then, and the id may
+  // have been reused since).
   virtual void signal_group(int pid, int signo) = 0;
 
   // Blocks until the next event or until `deadline` (kTimeout). Output of the
