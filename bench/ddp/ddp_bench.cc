@@ -13,11 +13,17 @@
 //     without DDP), next to a blocking all-reduce of all gradients;
 //   - the plain C++ path (OpenBLAS MLP + ddp::DistributedDataParallel).
 // Every configuration runs as 2 processes of this binary (or of the Python
-// script) started with env:// variables; rank 0 reports one RESULT line.
+// script) started with env:// variables; rank 0 reports one RESULT line. A run
+// that takes longer than --run-timeout is killed (its whole process group) and
+// its row reads "timed out after N s"; the other rows still print.
 //
 //   ddp_bench [--layers 784,1024,1024,1024,1024,10] [--batch 64] [--steps 30] [--bucket-cap-mb 4]
+//             [--repeat 3] [--run-timeout 180]
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -25,13 +31,16 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <csignal>
 #include <cmath>
 #include <cstdio>
 #include <functional>
 #include <map>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -58,6 +67,7 @@ struct Args {
   std::string mode;  // worker mode; empty: the driver
   std::string python = "/usr/bin/python3";
   int repeat = 3;
+  int run_timeout_s = 180;
 };
 
 std::vector<int> parse_layers(const std::string& s) {
@@ -220,15 +230,72 @@ int free_port() {
   return ntohs(addr.sin_port);
 }
 
-// Runs `argv` as 2 ranks; returns rank 0's RESULT fields.
-std::map<std::string, double> run_pair(const std::vector<std::string>& argv) {
+// What one run of a configuration gave: rank 0's RESULT fields (empty when it
+// failed), and whether it was killed for overrunning its deadline.
+struct RunOutcome {
+  std::map<std::string, double> fields;
+  bool timed_out = false;
+};
+
+// A configuration's command line, shortened for messages: the program's name
+// and its --mode or flags.
+std::string describe(const std::vector<std::string>& argv) {
+  std::string text = argv.empty() ? "" : argv[0].substr(argv[0].rfind('/') + 1);
+  for (std::size_t i = 1; i < argv.size(); ++i) {
+    if (argv[i] == "--layers") break;  // the common flags follow; every run has them
+    text += " " + argv[i].substr(argv[i].rfind('/') + 1);
+  }
+  // The Python flags come after the common ones.
+  for (std::size_t i = 1; i < argv.size(); ++i) {
+    if (argv[i] == "--local" || argv[i] == "--gradient-as-bucket-view" || argv[i] == "--fp16-hook") {
+      text += " " + argv[i];
+    }
+  }
+  return text;
+}
+
+// true once `pid` has exited; the child stays a zombie (not reaped), so its
+// process group cannot go away and its id cannot be reused while we still
+// mean to signal it.
+bool has_exited(pid_t pid) {
+  siginfo_t info{};
+  if (::waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOHANG | WNOWAIT) != 0) {
+    return true;  // not our child any more (cannot happen): nothing to wait for
+  }
+  return info.si_pid == pid;
+}
+
+// Runs `argv` as 2 ranks in a process group of their own; returns rank 0's
+// RESULT fields. A run still going after `deadline` (PyTorch 1.13 on Python 3.11
+// sometimes never finishes shutting one rank down) has its whole process group
+// killed, so whatever the ranks started goes too, and is reported as timed out.
+RunOutcome run_pair(const std::vector<std::string>& argv, std::chrono::seconds deadline) {
+  const auto give_up_at = Clock::now() + deadline;
   const int port = free_port();
   int pipe_fds[2];
-  if (::pipe(pipe_fds) != 0) throw std::runtime_error("pipe failed");
+  if (::pipe2(pipe_fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe failed");
+  const pid_t parent = ::getpid();
   std::vector<pid_t> pids;
   for (int rank = 0; rank < 2; ++rank) {
+    // Rank 0 leads the group, rank 1 joins it; both sides call setpgid so the
+    // group exists whichever runs first.
+    const pid_t group = rank == 0 ? 0 : pids[0];
     const pid_t pid = ::fork();
+    if (pid < 0) {
+      if (!pids.empty()) {
+        ::kill(-pids[0], SIGKILL);
+        ::waitpid(pids[0], nullptr, 0);
+      }
+      ::close(pipe_fds[0]);
+      ::close(pipe_fds[1]);
+      throw std::runtime_error("fork failed");
+    }
     if (pid == 0) {
+      ::setpgid(0, group);
+      // The ranks are outside the terminal's process group, so Ctrl-C on the
+      // driver does not reach them: die with the driver instead.
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (::getppid() != parent) ::_exit(127);
       ::setenv("MASTER_ADDR", "127.0.0.1", 1);
       ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
       ::setenv("RANK", std::to_string(rank).c_str(), 1);
@@ -237,43 +304,84 @@ std::map<std::string, double> run_pair(const std::vector<std::string>& argv) {
       ::setenv("LOCAL_WORLD_SIZE", "2", 1);
       ::setenv("OMP_NUM_THREADS", "1", 1);
       ::unsetenv("DDP_STORE_ADDR");
-      if (rank == 0) ::dup2(pipe_fds[1], 1);
-      ::close(pipe_fds[0]);
-      ::close(pipe_fds[1]);
+      if (rank == 0) ::dup2(pipe_fds[1], 1);  // dup2 clears close-on-exec on fd 1
       std::vector<char*> args;
       for (const auto& s : argv) args.push_back(const_cast<char*>(s.c_str()));
       args.push_back(nullptr);
       ::execv(args[0], args.data());
       ::_exit(127);
     }
+    ::setpgid(pid, rank == 0 ? pid : pids[0]);
     pids.push_back(pid);
   }
+  const pid_t group = pids[0];
   ::close(pipe_fds[1]);
+  auto remaining_ms = [&] {
+    return static_cast<int>(std::max<std::int64_t>(
+        0, std::chrono::duration_cast<std::chrono::milliseconds>(give_up_at - Clock::now()).count()));
+  };
+  // Rank 0's output until it closes stdout (normally at exit) or time runs out.
   std::string out;
+  bool timed_out = false;
   char buf[4096];
-  ssize_t n;
-  while ((n = ::read(pipe_fds[0], buf, sizeof buf)) > 0) out.append(buf, static_cast<std::size_t>(n));
+  while (true) {
+    pollfd pfd{pipe_fds[0], POLLIN, 0};
+    const int ready = ::poll(&pfd, 1, remaining_ms());
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready == 0) {
+      timed_out = true;
+      break;
+    }
+    const ssize_t n = ::read(pipe_fds[0], buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    out.append(buf, static_cast<std::size_t>(n));
+  }
   ::close(pipe_fds[0]);
-  bool ok = true;
+  // Then both ranks' exits, by the same deadline.
+  while (!timed_out && !(has_exited(pids[0]) && has_exited(pids[1]))) {
+    if (remaining_ms() == 0) {
+      timed_out = true;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  // The leader is not reaped yet, so the group id is still ours: kill whatever
+  // is left in it (everything on a timeout; any stray grandchild otherwise).
+  ::kill(-group, SIGKILL);
+  bool ok = !timed_out;
   for (pid_t pid : pids) {
     int status = 0;
-    ::waitpid(pid, &status, 0);
+    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
     ok = ok && WIFEXITED(status) && WEXITSTATUS(status) == 0;
   }
-  std::map<std::string, double> fields;
+  RunOutcome outcome;
+  outcome.timed_out = timed_out;
   const auto pos = out.find("RESULT ");
+  if (timed_out) {
+    std::fprintf(stderr, "ddp_bench: %s timed out after %lld s; its process group was killed%s\n",
+                 describe(argv).c_str(), static_cast<long long>(deadline.count()),
+                 pos == std::string::npos ? "" : " (its RESULT line is not used)");
+    return outcome;
+  }
   if (!ok || pos == std::string::npos) {
-    std::fprintf(stderr, "ddp_bench: %s failed:\n%s\n", argv[0].c_str(), out.c_str());
-    return fields;
+    std::fprintf(stderr, "ddp_bench: %s failed:\n%s\n", describe(argv).c_str(), out.c_str());
+    return outcome;
   }
   std::stringstream ss(out.substr(pos + 7, out.find('\n', pos) - pos - 7));
   std::string kv;
   while (ss >> kv) {
     const auto eq = kv.find('=');
-    if (eq != std::string::npos) fields[kv.substr(0, eq)] = std::stod(kv.substr(eq + 1));
+    if (eq != std::string::npos) outcome.fields[kv.substr(0, eq)] = std::stod(kv.substr(eq + 1));
   }
-  return fields;
+  return outcome;
 }
+
+// A configuration whose every run timed out is this one key; see succeeded().
+constexpr const char* kTimedOutKey = "timed_out_after_s";
+
+bool succeeded(const std::map<std::string, double>& r) { return !r.empty() && !r.count(kTimedOutKey); }
 
 int run_driver(const Args& a, const std::string& self) {
   const auto layers = parse_layers(a.layers);
@@ -283,12 +391,18 @@ int run_driver(const Args& a, const std::string& self) {
                                            std::to_string(a.bucket_cap_mb)};
   // The machine may be shared: each configuration runs `repeat` times and the
   // fastest run counts (the least disturbed one).
+  // A run that overran its deadline counts as failed; when every run of a
+  // configuration did, its row says so.
   auto best_of = [&](const std::vector<std::string>& argv) {
     std::map<std::string, double> best;
+    bool any_timed_out = false;
     for (int i = 0; i < std::max(a.repeat, 1); ++i) {
-      auto r = run_pair(argv);
-      if (!r.empty() && (best.empty() || r["samples_per_s"] > best["samples_per_s"])) best = r;
+      auto r = run_pair(argv, std::chrono::seconds(a.run_timeout_s));
+      any_timed_out = any_timed_out || r.timed_out;
+      auto& f = r.fields;
+      if (!f.empty() && (best.empty() || f["samples_per_s"] > best["samples_per_s"])) best = f;
     }
+    if (best.empty() && any_timed_out) best[kTimedOutKey] = a.run_timeout_s;
     return best;
   };
   auto mode = [&](const std::string& m) {
@@ -297,10 +411,10 @@ int run_driver(const Args& a, const std::string& self) {
     return best_of(v);
   };
   std::printf("ddp_bench: 2 ranks on this machine, MLP %s (%.1f M params, %.1f MiB of gradients), "
-              "batch %d per rank, %d steps, bucket cap %.1f MiB, best of %d runs\n",
+              "batch %d per rank, %d steps, bucket cap %.1f MiB, best of %d runs, %d s per run at most\n",
               a.layers.c_str(), static_cast<double>(param_count(layers)) / 1e6,
               static_cast<double>(param_count(layers)) * 4 / static_cast<double>(ddp::kMiB), a.batch,
-              a.steps, a.bucket_cap_mb, a.repeat);
+              a.steps, a.bucket_cap_mb, a.repeat, a.run_timeout_s);
   std::fflush(stdout);
   auto allreduce = mode("allreduce");
   auto python = [&](std::vector<std::string> flags) {
@@ -320,9 +434,12 @@ int run_driver(const Args& a, const std::string& self) {
 
   std::printf("\n%-46s %10s %9s %12s\n", "configuration", "samples/s", "step ms", "vs PyTorch");
   auto row = [](const char* name, Result& r, const Result& reference) {
-    if (r.empty()) {
+    if (r.count(kTimedOutKey)) {
+      std::printf("%-46s %s\n", name,
+                  ("timed out after " + std::to_string(static_cast<int>(r[kTimedOutKey])) + " s").c_str());
+    } else if (r.empty()) {
       std::printf("%-46s %10s %9s\n", name, "failed", "-");
-    } else if (reference.empty()) {
+    } else if (!succeeded(reference)) {
       std::printf("%-46s %10.1f %9.2f\n", name, r["samples_per_s"], r["step_ms"]);
     } else {
       std::printf("%-46s %10.1f %9.2f %11.2fx\n", name, r["samples_per_s"], r["step_ms"],
@@ -366,7 +483,7 @@ int run_driver(const Args& a, const std::string& self) {
   std::printf("\nall-reduce hidden behind the backward pass (each DDP's own statistics, PyTorch's definition:\n"
               "the part of the all-reduce span, first launch to last completion, before backward ended)\n");
   auto hidden_row = [&](const char* name, Result& r) {
-    if (r.empty()) return;
+    if (!succeeded(r)) return;
     const double span = r.count("torch_comm_ms") ? r["torch_comm_ms"] : r["reducer_comm_ms"];
     const double h = hidden(r);
     if (h < 0) {
@@ -387,7 +504,7 @@ int run_driver(const Args& a, const std::string& self) {
 
   std::printf("\nstep time added by communication (step ms minus the same training without DDP)\n");
   auto added = [](const char* name, Result& r, Result& local) {
-    if (r.empty() || local.empty()) return;
+    if (!succeeded(r) || !succeeded(local)) return;
     std::printf("%-46s %6.2f ms\n", name, r["step_ms"] - local["step_ms"]);
   };
   added("PyTorch DDP, buckets", pytorch, pytorch_local);
@@ -399,7 +516,7 @@ int run_driver(const Args& a, const std::string& self) {
 #endif
   added("plain C++, buckets", cpp, cpp_local);
   added("plain C++, one whole-model bucket", cpp_single, cpp_local);
-  if (!allreduce.empty()) {
+  if (succeeded(allreduce)) {
     std::printf("%-46s %6.2f ms\n", "(a blocking all-reduce of all gradients)", allreduce["step_ms"]);
   }
 
@@ -409,7 +526,7 @@ int run_driver(const Args& a, const std::string& self) {
     return h < 0 ? std::string("n/a") : std::to_string(static_cast<int>(std::lround(100 * h))) + "%";
   };
 #ifdef DDP_WITH_TORCH
-  if (!torch_ddp.empty() && !pytorch.empty()) {
+  if (succeeded(torch_ddp) && succeeded(pytorch)) {
     std::printf("libtorch adapter / PyTorch DDP samples/s: %.2fx (target >= 1.2x)\n",
                 torch_ddp["samples_per_s"] / pytorch["samples_per_s"]);
   }
@@ -434,6 +551,11 @@ int main(int argc, char** argv) {
   app.add_option("--bucket-cap-mb", a.bucket_cap_mb, "bucket cap (MiB) for both DDPs")->capture_default_str();
   app.add_option("--python", a.python, "Python with torch 1.13")->capture_default_str();
   app.add_option("--repeat", a.repeat, "runs per configuration; the fastest counts")->capture_default_str();
+  app.add_option("--run-timeout", a.run_timeout_s,
+                 "seconds one run of a configuration (2 ranks) may take; one still going then "
+                 "is killed with everything it started and reported as timed out")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 86400));
   app.add_option("--mode", a.mode, "internal: run as one rank of a configuration");
   CLI11_PARSE(app, argc, argv);
   try {

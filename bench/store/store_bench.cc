@@ -15,7 +15,27 @@
 // A few driver threads (--threads) each own N/threads clients and use them
 // round-robin, as an agent process multiplexing many peers would; both stores
 // get exactly the same driver.
+//
+// --attack runs something else: the store under attack. The real daemon
+// (ddp-rendezvous, a process of its own so that its resident memory can be
+// measured) serves --attack-honest honest TcpStore clients doing set/get in a
+// loop, first quietly, then for as long again while, at the same time,
+// --attack-idle connections sit half-open, one client sends random garbage at
+// full speed (reconnecting whenever the server drops it) and one client stores a
+// large value and pipelines gets of it without ever reading a reply (see
+// attackers.h). It prints the honest clients' p99 latency in both phases and the
+// daemon's peak RSS (VmHWM), ending with one line
+//   attack: quiet_p99_us=<a> attacked_p99_us=<b> ratio=<b/a> server_peak_rss_mib=<m>
+// A daemon whose RSS passes --attack-rss-cap-mib is killed (so that an unbounded
+// server cannot push the machine into swapping or the OOM killer) and the run
+// fails.
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -23,10 +43,12 @@
 #include <chrono>
 #include <cstdint>
 #include <exception>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <latch>
-#include <numeric>
 #include <memory>
+#include <numeric>
 #include <optional>
 #include <string>
 #include <thread>
@@ -35,6 +57,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "attackers.h"
 #include "ddp/rendezvous/store_server.h"
 #include "ddp/rendezvous/tcp_store.h"
 
@@ -380,6 +403,301 @@ void raise_fd_limit() {
   }
 }
 
+
+// --- The store under attack (--attack) ---------------------------------------
+
+struct AttackSettings {
+  bool enabled = false;
+  double seconds = 3.0;
+  int honest = 64;
+  int idle = 1000;
+  double value_mib = 64;
+  double rss_cap_mib = 4096;
+  std::string daemon;  // empty: ddp-rendezvous next to this binary
+};
+
+// The ddp-rendezvous daemon as a child process on a free loopback port. Its
+// stderr (the server's log) goes to an unlinked temporary file: nothing is left
+// behind, and a daemon that fails to start can still be explained.
+class Daemon {
+ public:
+  explicit Daemon(const std::string& path) {
+    log_fd_ = ::open(std::filesystem::temp_directory_path().c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+    if (log_fd_ < 0) throw ddp::attack::sys_error("a temporary file for the daemon's log");
+    int out[2];
+    if (::pipe2(out, O_CLOEXEC) != 0) {
+      ::close(log_fd_);
+      throw ddp::attack::sys_error("pipe");
+    }
+    const pid_t parent = ::getpid();
+    pid_ = ::fork();
+    if (pid_ < 0) {
+      const auto error = ddp::attack::sys_error("fork");
+      for (int fd : {out[0], out[1], log_fd_}) ::close(fd);
+      throw error;
+    }
+    if (pid_ == 0) {
+      ::dup2(out[1], 1);
+      ::dup2(log_fd_, 2);
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the benchmark
+      if (::getppid() != parent) ::_exit(127);
+      ::execl(path.c_str(), path.c_str(), "--host", "127.0.0.1", "--port", "0", nullptr);
+      std::fprintf(stderr, "cannot execute %s: %s\n", path.c_str(), std::strerror(errno));
+      ::_exit(127);
+    }
+    ::close(out[1]);
+    out_fd_ = out[0];  // kept open to the end: the daemon must never get SIGPIPE
+    std::string line;
+    const auto deadline = Clock::now() + 10s;
+    while (line.find('\n') == std::string::npos && Clock::now() < deadline) {
+      pollfd pfd{out_fd_, POLLIN, 0};
+      if (::poll(&pfd, 1, 100) <= 0) continue;
+      char buf[256];
+      const ssize_t n = ::read(out_fd_, buf, sizeof buf);
+      if (n <= 0) break;
+      line.append(buf, static_cast<std::size_t>(n));
+    }
+    try {
+      port_ = static_cast<std::uint16_t>(std::stoi(line));
+    } catch (const std::exception&) {
+      const std::string log = log_tail();
+      stop();
+      throw std::runtime_error(fmt::format("{} did not print its port within 10 s (stdout '{}'); its log: {}",
+                                           path, line, log));
+    }
+  }
+  ~Daemon() { stop(); }
+  Daemon(const Daemon&) = delete;
+  Daemon& operator=(const Daemon&) = delete;
+
+  pid_t pid() const { return pid_; }
+  std::uint16_t port() const { return port_; }
+
+  // A field of /proc/<pid>/status in MiB ("VmRSS", "VmHWM"); nullopt once the
+  // process is gone.
+  std::optional<double> status_mib(const std::string& field) const {
+    std::ifstream status(fmt::format("/proc/{}/status", pid_));
+    std::string line;
+    while (std::getline(status, line)) {
+      if (line.rfind(field + ":", 0) == 0) {
+        return std::stod(line.substr(field.size() + 1)) / 1024.0;  // the kernel writes kB
+      }
+    }
+    return std::nullopt;
+  }
+
+  void kill_now() {
+    if (pid_ > 0) ::kill(pid_, SIGKILL);
+  }
+
+  // SIGTERM, SIGKILL after 5 s, reaped; says how it ended ("" before it started).
+  std::string stop() {
+    if (pid_ <= 0) return "";
+    ::kill(pid_, SIGTERM);
+    int status = 0;
+    const auto deadline = Clock::now() + 5s;
+    pid_t reaped = 0;
+    while ((reaped = ::waitpid(pid_, &status, WNOHANG)) == 0 && Clock::now() < deadline) {
+      std::this_thread::sleep_for(10ms);
+    }
+    if (reaped == 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, &status, 0);
+    }
+    pid_ = -1;
+    if (out_fd_ >= 0) ::close(out_fd_);
+    out_fd_ = -1;
+    if (log_fd_ >= 0) ::close(log_fd_);
+    log_fd_ = -1;
+    if (WIFSIGNALED(status)) return fmt::format("killed by signal {}", WTERMSIG(status));
+    return fmt::format("exited with status {}", WEXITSTATUS(status));
+  }
+
+  // The last lines of the daemon's log.
+  std::string log_tail() const {
+    if (log_fd_ < 0) return "";
+    const off_t size = ::lseek(log_fd_, 0, SEEK_END);
+    const off_t from = std::max<off_t>(0, size - 2000);
+    std::string text(static_cast<std::size_t>(size - from), '\0');
+    const ssize_t n = ::pread(log_fd_, text.data(), text.size(), from);
+    text.resize(n > 0 ? static_cast<std::size_t>(n) : 0);
+    return text;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  std::uint16_t port_ = 0;
+  int out_fd_ = -1;
+  int log_fd_ = -1;
+};
+
+// One phase of the honest load: every client in its own thread does set then
+// get of its own small keys, timing each operation.
+struct HonestPhase {
+  std::vector<std::int64_t> latencies_ns;  // sorted
+  std::size_t errors = 0;
+  std::string first_error;
+};
+
+HonestPhase honest_phase(std::vector<std::unique_ptr<ddp::TcpStore>>& clients, double seconds) {
+  const int n = static_cast<int>(clients.size());
+  std::vector<std::vector<std::int64_t>> latencies(static_cast<std::size_t>(n));
+  std::vector<std::string> errors(static_cast<std::size_t>(n));
+  const auto duration = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+  const std::string value(32, 'v');
+  run_threads(n, [&](int i) {
+    auto& lat = latencies[static_cast<std::size_t>(i)];
+    auto& store = *clients[static_cast<std::size_t>(i)];
+    const auto end = Clock::now() + duration;
+    std::size_t sink = 0;
+    try {
+      for (int k = 0; Clock::now() < end; ++k) {
+        const std::string key = fmt::format("honest/{}/{}", i, k % kKeysPerClient);
+        auto begin = Clock::now();
+        store.set(key, value);
+        auto middle = Clock::now();
+        sink += store.get(key).size();
+        auto after = Clock::now();
+        lat.push_back(std::chrono::duration_cast<std::chrono::nanoseconds>(middle - begin).count());
+        lat.push_back(std::chrono::duration_cast<std::chrono::nanoseconds>(after - middle).count());
+      }
+    } catch (const std::exception& e) {
+      // This client's connection is unusable from here on: it stops.
+      errors[static_cast<std::size_t>(i)] = e.what();
+    }
+    g_sink += sink;
+  });
+  HonestPhase phase;
+  for (int i = 0; i < n; ++i) {
+    const auto& lat = latencies[static_cast<std::size_t>(i)];
+    phase.latencies_ns.insert(phase.latencies_ns.end(), lat.begin(), lat.end());
+    if (!errors[static_cast<std::size_t>(i)].empty()) {
+      if (phase.errors++ == 0) phase.first_error = fmt::format("client {}: {}", i, errors[static_cast<std::size_t>(i)]);
+    }
+  }
+  std::sort(phase.latencies_ns.begin(), phase.latencies_ns.end());
+  return phase;
+}
+
+std::string describe(HonestPhase& phase, double seconds) {
+  return fmt::format("{} ops ({:.0f}/s), p50 {:.1f} us, p99 {:.1f} us, max {:.1f} us, {} client(s) failed{}",
+                     phase.latencies_ns.size(), static_cast<double>(phase.latencies_ns.size()) / seconds,
+                     percentile(phase.latencies_ns, 0.50), percentile(phase.latencies_ns, 0.99),
+                     percentile(phase.latencies_ns, 1.0), phase.errors,
+                     phase.errors ? " (first: " + phase.first_error + ")" : "");
+}
+
+int run_attack(const AttackSettings& a, const std::string& self_dir) {
+  const std::string daemon_path = a.daemon.empty() ? self_dir + "/ddp-rendezvous" : a.daemon;
+  std::vector<std::string> failures;
+  Daemon daemon(daemon_path);
+  fmt::print("store_bench --attack: {} (pid {}, port {}), {} honest clients (set/get of 32 B values), "
+             "{:.1f} s quiet then {:.1f} s under attack; RSS cap {:.0f} MiB; {} hardware thread(s), "
+             "load average {}\n",
+             daemon_path, daemon.pid(), daemon.port(), a.honest, a.seconds, a.seconds, a.rss_cap_mib,
+             std::thread::hardware_concurrency(), load_average());
+  std::fflush(stdout);
+
+  // The daemon's RSS, sampled often: the peak is also read from VmHWM at the
+  // end, but a daemon killed at the cap has no status left to read.
+  std::atomic<bool> monitoring{true};
+  std::atomic<bool> capped{false};
+  std::atomic<double> sampled_peak_mib{0};
+  std::mutex pipeliner_mutex;
+  ddp::attack::PipeliningClient* pipeliner = nullptr;  // guarded by pipeliner_mutex
+  std::thread monitor([&] {
+    while (monitoring.load()) {
+      if (auto rss = daemon.status_mib("VmRSS")) {
+        if (*rss > sampled_peak_mib.load()) sampled_peak_mib.store(*rss);
+        if (*rss > a.rss_cap_mib && !capped.exchange(true)) {
+          daemon.kill_now();
+          std::lock_guard lock(pipeliner_mutex);
+          if (pipeliner != nullptr) pipeliner->abort();
+        }
+      }
+      std::this_thread::sleep_for(2ms);
+    }
+  });
+
+  std::vector<std::unique_ptr<ddp::TcpStore>> clients;
+  ddp::TcpStoreOptions options;
+  options.port = daemon.port();
+  options.connect_timeout = 30s;
+  options.timeout = 30s;
+  for (int i = 0; i < a.honest; ++i) clients.push_back(std::make_unique<ddp::TcpStore>(options));
+  honest_phase(clients, std::min(0.5, a.seconds));  // warm-up, not counted
+  HonestPhase quiet = honest_phase(clients, a.seconds);
+  const auto quiet_rss = daemon.status_mib("VmRSS");
+  fmt::print("quiet:      {}\n", describe(quiet, a.seconds));
+  std::fflush(stdout);
+
+  // The attack: set up first (connections opened, the large value stored), then
+  // the honest load runs again while all of it is going on.
+  const auto setup_begin = Clock::now();
+  ddp::attack::IdleConnections idle;
+  try {
+    idle.open(daemon.port(), a.idle);
+  } catch (const std::exception& e) {
+    failures.push_back(fmt::format("opening idle connections: {} (opened {})", e.what(), idle.size()));
+  }
+  ddp::attack::GarbageClient garbage(daemon.port(), 10'000'000);
+  std::unique_ptr<ddp::attack::PipeliningClient> pipelining;
+  try {
+    pipelining = std::make_unique<ddp::attack::PipeliningClient>(
+        daemon.port(), static_cast<std::size_t>(a.value_mib * 1024 * 1024));
+    std::lock_guard lock(pipeliner_mutex);
+    pipeliner = pipelining.get();
+  } catch (const std::exception& e) {
+    failures.push_back(e.what());
+  }
+  const double setup_s = std::chrono::duration<double>(Clock::now() - setup_begin).count();
+  HonestPhase attacked = honest_phase(clients, a.seconds);
+  const std::size_t idle_closed = idle.closed_by_server();
+  const auto hwm = daemon.status_mib("VmHWM");
+  const std::uint64_t gets = pipelining ? pipelining->gets_sent() : 0;
+  const std::size_t value_bytes = pipelining ? pipelining->value_bytes() : 0;
+  {
+    std::lock_guard lock(pipeliner_mutex);
+    pipeliner = nullptr;
+  }
+  pipelining.reset();
+  garbage.stop();
+  const std::size_t idle_opened = idle.size();
+  idle.close_all();
+  clients.clear();
+  monitoring.store(false);
+  monitor.join();
+  const std::string log = daemon.log_tail();
+  const std::string ended = daemon.stop();
+
+  fmt::print("attacked:   {}\n", describe(attacked, a.seconds));
+  fmt::print("  attack set up in {:.2f} s: {} idle connections ({} closed by the server by the end); "
+             "garbage client: {} connections, {:.1f} MiB sent; pipelining client: a {:.1f} MiB value, "
+             "{} gets sent unread ({:.1f} GiB of replies asked for)\n",
+             setup_s, idle_opened, idle_closed, garbage.connections(),
+             static_cast<double>(garbage.bytes_sent()) / (1 << 20),
+             static_cast<double>(value_bytes) / (1 << 20), gets,
+             static_cast<double>(gets) * static_cast<double>(value_bytes) / (1ull << 30));
+  const double peak = std::max(hwm.value_or(0.0), sampled_peak_mib.load());
+  fmt::print("server RSS: {:.1f} MiB after the quiet phase, peak {:.1f} MiB (VmHWM{}); the daemon {} at the end\n",
+             quiet_rss.value_or(0.0), peak, hwm ? "" : " unreadable: sampled", ended);
+  if (capped.load()) {
+    failures.push_back(fmt::format("the daemon's RSS passed the {:.0f} MiB cap and it was killed", a.rss_cap_mib));
+  }
+  if (quiet.errors > 0) failures.push_back("honest clients failed in the quiet phase: " + quiet.first_error);
+  if (attacked.errors > 0) failures.push_back("honest clients failed under attack: " + attacked.first_error);
+  if (!failures.empty()) {
+    for (const auto& f : failures) fmt::print("FAILED: {}\n", f);
+    fmt::print("daemon log (last lines):\n{}\n", log);
+  }
+  const double quiet_p99 = percentile(quiet.latencies_ns, 0.99);
+  const bool attacked_ok = attacked.errors == 0 && !attacked.latencies_ns.empty() && !capped.load();
+  const double attacked_p99 = percentile(attacked.latencies_ns, 0.99);
+  fmt::print("attack: quiet_p99_us={:.1f} attacked_p99_us={} ratio={} server_peak_rss_mib={:.1f}\n", quiet_p99,
+             attacked_ok ? fmt::format("{:.1f}", attacked_p99) : "failed",
+             attacked_ok && quiet_p99 > 0 ? fmt::format("{:.2f}", attacked_p99 / quiet_p99) : "n/a", peak);
+  return failures.empty() ? 0 : 1;
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -405,9 +723,45 @@ int main(int argc, char** argv) {
   app.add_flag("--best", s.best,
                "show the best run (highest ops/s, lowest times) instead of the median: "
                "outside load only ever makes a run worse");
+  AttackSettings attack;
+  app.add_flag("--attack", attack.enabled,
+               "run the store under attack instead (see the top of store_bench.cc)");
+  app.add_option("--attack-seconds", attack.seconds, "length of the quiet and of the attacked phase")
+      ->capture_default_str()
+      ->check(CLI::Range(0.1, 3600.0));
+  app.add_option("--attack-honest", attack.honest, "honest client threads")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
+  app.add_option("--attack-idle", attack.idle, "idle half-open connections")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1000000));
+  app.add_option("--attack-value-mib", attack.value_mib,
+                 "size of the value the pipelining client gets (lowered to the server's max value size)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.001, 4096.0));
+  app.add_option("--attack-rss-cap-mib", attack.rss_cap_mib,
+                 "the daemon is killed (and the run fails) when its RSS passes this")
+      ->capture_default_str()
+      ->check(CLI::Range(16.0, 1e7));
+  app.add_option("--daemon", attack.daemon, "the ddp-rendezvous binary (default: next to this one)");
   CLI11_PARSE(app, argc, argv);
 
+  // Thousands of connections (the 1,024 clients; the attack's idle ones, whose
+  // server end the daemon inherits the same limit for) need more descriptors
+  // than the usual soft limit.
   raise_fd_limit();
+  if (attack.enabled) {
+    try {
+      char self[4096];
+      const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
+      if (n <= 0) throw std::runtime_error("cannot locate /proc/self/exe");
+      self[n] = '\0';
+      return run_attack(attack, std::filesystem::path(self).parent_path().string());
+    } catch (const std::exception& e) {
+      fmt::print(stderr, "store_bench --attack: {}\n", e.what());
+      return 1;
+    }
+  }
 #if DDP_STORE_BENCH_WITH_C10D
   const bool with_c10d = !s.skip_c10d;
 #else

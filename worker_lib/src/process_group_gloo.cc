@@ -293,7 +293,15 @@ void ProcessGroupGloo::run_task(Task& task) {
     // collective, so the group stays consistent and usable.
     task.work->fail(std::current_exception());
   } catch (const std::exception& e) {
-    auto error = translate(e, desc);
+    // Our own errors other than timeouts and broken connections (which get the
+    // collective's diagnosis) pass through as they are: the exception object
+    // itself, so that callers can catch the specific subclass (a copy through
+    // the ddp::Error base would slice it into a plain ddp::Error).
+    auto* own = dynamic_cast<const ddp::Error*>(&e);
+    auto error = own != nullptr && own->kind() != ErrorKind::kTimeout &&
+                         own->kind() != ErrorKind::kNetwork
+                     ? std::current_exception()
+                     : translate(e, desc);
     try {
       std::rethrow_exception(error);
     } catch (const std::exception& translated) {
@@ -330,11 +338,6 @@ void ProcessGroupGloo::check_consistency(const CollectiveDescriptor& desc) {
 std::exception_ptr ProcessGroupGloo::translate(const std::exception& error,
                                                const CollectiveDescriptor& desc) {
   const std::string origin = fmt::format("ProcessGroupGloo::{}", to_string(desc.op));
-  if (auto* own = dynamic_cast<const ddp::Error*>(&error)) {
-    if (own->kind() != ErrorKind::kTimeout && own->kind() != ErrorKind::kNetwork) {
-      return std::make_exception_ptr(*own);
-    }
-  }
   std::string what = error.what();
   const bool timed_out = what.find("imed out") != std::string::npos ||
                          dynamic_cast<const TimeoutError*>(&error) != nullptr;
