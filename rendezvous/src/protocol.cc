@@ -16,6 +16,8 @@ namespace {
 constexpr std::string_view kServerAuthContext = "ddp-store-auth-v2 server";
 constexpr std::string_view kClientAuthContext = "ddp-store-auth-v2 client";
 constexpr std::uint8_t kHelloFlagAuth = 0x01;
+// A frame buffer up to this size is kept for the next frame; a larger one is freed.
+constexpr std::size_t kKeptBodyCapacity = 64 * 1024;
 
 // ---- writing ---------------------------------------------------------------
 
@@ -324,6 +326,9 @@ FrameParser::State FrameParser::fail(Status status, std::string message) {
 
 FrameParser::State FrameParser::consume(std::string_view& input) {
   payload_ = {};
+  // The last frame's payload is no longer referenced: a buffer a large frame
+  // grew is given back rather than kept for the life of the connection.
+  if (phase_ == Phase::kHeader && body_.capacity() > kKeptBodyCapacity) std::string().swap(body_);
   while (true) {
     switch (phase_) {
       case Phase::kBad:

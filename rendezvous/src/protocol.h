@@ -160,6 +160,8 @@ class FrameParser {
   const Result& error() const { return error_; }
   // true between frames (no partial frame buffered).
   bool idle() const { return phase_ == Phase::kHeader && header_have_ == 0; }
+  // Bytes of an incomplete frame held in the parser (its own buffer).
+  std::size_t buffered() const { return body_.size(); }
 
  private:
   enum class Phase { kHeader, kPayload, kBad };

@@ -44,6 +44,17 @@ class Server {
   const protocol::Limits& limits() const { return limits_; }
   std::size_t num_clients() const { return sessions_.active(); }
 
+  // Moves one connection's buffered input from `before` to `after` bytes in
+  // the server-wide total; false when growing it passed max_buffered_input()
+  // (the total is updated either way). io_context thread only.
+  bool account_input(std::size_t before, std::size_t after) {
+    buffered_input_ = buffered_input_ - before + after;
+    return after <= before || buffered_input_ <= max_buffered_input();
+  }
+  // Incomplete frames and backlogs of every connection together: twice the
+  // largest frame, so that one maximal request always fits.
+  std::uint64_t max_buffered_input() const { return 2ull * options_.max_frame_size; }
+
   // Serves an already connected socket as if it had been accepted (a socket
   // pair in the session fuzzer and tests). io_context thread only.
   void adopt(asio::ip::tcp::socket socket);
@@ -75,6 +86,7 @@ class Server {
   std::uint16_t port_ = 0;
   bool stopping_ = false;  // io_context thread
   bool accept_failed_ = false;
+  std::uint64_t buffered_input_ = 0;
   std::string accept_error_;
   std::atomic<bool> stop_requested_{false};
 };

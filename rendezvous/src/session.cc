@@ -160,6 +160,7 @@ void Session::on_read(const boost::system::error_code& ec, std::size_t n) {
       } else {
         process(input);
       }
+      account_input();
       flush();
     }
     read();
@@ -260,6 +261,7 @@ void Session::resume() {
       std::string pending;
       pending.swap(backlog_);
       process(pending);
+      account_input();
       flush();
     }
     read();
@@ -416,8 +418,24 @@ void Session::begin_linger() {
   read();
 }
 
+void Session::account_input() {
+  if (state_ != State::kOpen) return;
+  const std::size_t now = parser_.buffered() + backlog_.size();
+  if (!server_.account_input(accounted_input_, now)) {
+    accounted_input_ = now;
+    fail(protocol::Status::kStoreFull,
+         fmt::format("store full: incomplete requests of all clients would hold more than {} "
+                     "bytes (twice max_frame_size)",
+                     server_.max_buffered_input()));
+    return;
+  }
+  accounted_input_ = now;
+}
+
 void Session::close_now() {
   if (state_ == State::kClosed) return;
+  server_.account_input(accounted_input_, 0);
+  accounted_input_ = 0;
   if (counted_) {
     counted_ = false;
     server_.sessions().uncount();

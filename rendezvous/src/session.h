@@ -87,6 +87,10 @@ class Session final : public std::enable_shared_from_this<Session>, public Store
   void on_wait_timer(std::uint64_t generation);
   // Queues an error reply and closes after it is written.
   void fail(protocol::Status status, const std::string& message);
+  // Reports this connection's buffered input (an incomplete frame, the
+  // backlog) to the server; fails the connection when every connection's
+  // together would pass the server's bound.
+  void account_input();
   void begin_close();
   void begin_linger();
   void close_now();
@@ -107,6 +111,7 @@ class Session final : public std::enable_shared_from_this<Session>, public Store
   Clock::time_point deadline_;  // handshake or idle deadline
   Clock::time_point armed_at_;  // when idle_timer_ fires
   std::uint64_t wait_generation_ = 0;
+  std::size_t accounted_input_ = 0;  // counted in Server::account_input
   State state_ = State::kOpen;
   bool counted_ = false;
   bool reading_ = false;

@@ -144,6 +144,35 @@ TEST(Hardening, TheStoreRefusesWritesPastItsTotalAndRecoversAfterDeletes) {
   EXPECT_EQ(store.get("b", 1s).size(), chunk.size());
 }
 
+TEST(Hardening, IncompleteFramesOfAllClientsAreBoundedTogether) {
+  StoreServerOptions options;
+  options.max_frame_size = 1 << 20;  // the bound: 2 MiB over every connection
+  options.max_value_size = 1 << 20;
+  auto server = start_server(options);
+  // Three clients each announce a 1,000,000-byte set and send 900,000 bytes
+  // of it: the first two fit under 2 MiB, the third would pass it.
+  Request set = op_request(Op::kSet);
+  set.key = "k";
+  const std::string value(1000000 - 10, 'v');
+  set.value = value;
+  std::string frame;
+  protocol::encode_request(frame, set);
+  std::vector<std::unique_ptr<RawClient>> clients;
+  for (int i = 0; i < 3; ++i) {
+    clients.push_back(std::make_unique<RawClient>(server->port()));
+    clients.back()->handshake();
+    clients.back()->send_bytes(std::string_view(frame).substr(0, 900000));
+    std::this_thread::sleep_for(200ms);  // let the server take it in
+  }
+  clients[2]->expect_error_and_close(Status::kStoreFull, Op::kSet);
+  // The first two finish their requests.
+  for (int i = 0; i < 2; ++i) {
+    clients[i]->send_bytes(std::string_view(frame).substr(900000));
+    EXPECT_EQ(clients[i]->read_reply(Op::kSet).status, Status::kOk) << "client " << i;
+  }
+  expect_still_serving(server->port());
+}
+
 // A TCP relay between a client and the server that can drop both connections
 // after it forwarded a request but before the reply reaches the client: the
 // server applied the request, the client never learns it.
