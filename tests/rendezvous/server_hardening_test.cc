@@ -22,6 +22,7 @@
 
 #include "client_registry.h"
 #include "ddp/common/error.h"
+#include "net_util.h"
 #include "server_test_util.h"
 
 extern char** environ;
@@ -179,15 +180,7 @@ TEST(Hardening, IncompleteFramesOfAllClientsAreBoundedTogether) {
 class DroppingProxy {
  public:
   explicit DroppingProxy(std::uint16_t server_port) : server_port_(server_port) {
-    listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-    socklen_t len = sizeof(addr);
-    ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len);
-    port_ = ntohs(addr.sin_port);
-    ::listen(listen_fd_, 16);
+    listen_fd_ = listen_loopback(port_);
     thread_ = std::thread([this] { serve(); });
   }
   ~DroppingProxy() {
@@ -319,15 +312,7 @@ TEST(Hardening, ClientRegistryReplaysTheLastReplyAndRefusesOlderRequests) {
 class FakeServer {
  public:
   explicit FakeServer(std::function<std::string()> reply) : reply_(std::move(reply)) {
-    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-    socklen_t len = sizeof(addr);
-    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
-    port_ = ntohs(addr.sin_port);
-    ::listen(fd_, 4);
+    fd_ = listen_loopback(port_, 4);
     thread_ = std::thread([this] {
       int client = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
       if (client < 0) return;
@@ -354,35 +339,39 @@ class FakeServer {
   std::thread thread_;
 };
 
-TEST(Hardening, ClientWithATokenRefusesAServerThatDoesNotAuthenticate) {
-  // An impostor that took the port: it asks for no authentication at all.
-  FakeServer impostor([] {
-    std::string out;
-    protocol::encode_hello_reply(out, protocol::kVersion, protocol::Limits{}, {}, {});
-    return out;
-  });
+// Connects a client holding a token to an impostor whose hello reply is
+// `reply`; expects AuthError with `expected` in its message.
+void expect_impostor_refused(std::function<std::string()> reply, const std::string& expected) {
+  FakeServer impostor(std::move(reply));
   try {
     TcpStore store(client_options(impostor.port(), "s3cret"));
-    ADD_FAILURE() << "a client with a token trusted a server that proved nothing";
+    ADD_FAILURE() << "a client with a token trusted a server that did not prove it";
   } catch (const AuthError& e) {
-    EXPECT_NE(std::string(e.what()).find("does not authenticate"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
   }
+}
+
+TEST(Hardening, ClientWithATokenRefusesAServerThatDoesNotAuthenticate) {
+  // An impostor that took the port: it asks for no authentication at all.
+  expect_impostor_refused(
+      [] {
+        std::string out;
+        protocol::encode_hello_reply(out, protocol::kVersion, protocol::Limits{}, {}, {});
+        return out;
+      },
+      "does not authenticate");
 }
 
 TEST(Hardening, ClientWithATokenRefusesAServerWithAWrongProof) {
   // An impostor relaying a nonce it cannot prove (it does not hold the token).
-  FakeServer impostor([] {
-    std::string out;
-    protocol::encode_hello_reply(out, protocol::kVersion, protocol::Limits{},
-                                 protocol::make_nonce(), std::string(protocol::kMacSize, 'm'));
-    return out;
-  });
-  try {
-    TcpStore store(client_options(impostor.port(), "s3cret"));
-    ADD_FAILURE() << "a client accepted a server proof it could not verify";
-  } catch (const AuthError& e) {
-    EXPECT_NE(std::string(e.what()).find("failed to prove"), std::string::npos) << e.what();
-  }
+  expect_impostor_refused(
+      [] {
+        std::string out;
+        protocol::encode_hello_reply(out, protocol::kVersion, protocol::Limits{},
+                                     protocol::make_nonce(), std::string(protocol::kMacSize, 'm'));
+        return out;
+      },
+      "failed to prove");
 }
 
 TEST(Hardening, EveryServerSocketIsCloseOnExec) {

@@ -25,4 +25,19 @@ inline std::uint16_t free_port() {
   return ntohs(addr.sin_port);
 }
 
+// A close-on-exec TCP socket listening on a free loopback port; `port` gets the
+// port. The caller closes the descriptor.
+inline int listen_loopback(std::uint16_t& port, int backlog = 16) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  port = ntohs(addr.sin_port);
+  ::listen(fd, backlog);
+  return fd;
+}
+
 }  // namespace ddp::test
