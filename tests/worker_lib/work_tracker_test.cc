@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <mutex>
 
 #include "ddp/common/error.h"
 #include "ddp/rendezvous/memory_store.h"
@@ -16,12 +17,25 @@ namespace {
 using namespace std::chrono_literals;
 using ::testing::HasSubstr;
 
+// The watchdog thread reads the asynchronous error while the test sets it:
+// both go through the mutex.
 struct FakeBackend {
   std::atomic<int> aborts{0};
-  std::optional<std::string> async;
-  WorkTracker::Hooks hooks() {
-    return {[this] { return async; }, [this] { ++aborts; }};
+  void set_async(std::string error) {
+    std::lock_guard lock(mutex);
+    async = std::move(error);
   }
+  WorkTracker::Hooks hooks() {
+    return {[this] {
+              std::lock_guard lock(mutex);
+              return async;
+            },
+            [this] { ++aborts; }};
+  }
+
+ private:
+  std::mutex mutex;
+  std::optional<std::string> async;
 };
 
 std::shared_ptr<WorkImpl> make_work(std::uint64_t seq, const char* op = "allreduce") {
@@ -85,7 +99,7 @@ TEST(WorkTracker, AsyncErrorAbortsFromTheWatchdog) {
   auto w = make_work(0);
   tracker.add(w, 0, [] { return false; });
   tracker.start_watchdog(10ms);
-  backend.async = "unhandled system error";
+  backend.set_async("unhandled system error");
   try {
     w->wait(5s);
     FAIL() << "expected BackendError";
