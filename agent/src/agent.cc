@@ -184,7 +184,6 @@ struct Worker {
   int rank = 0;
   int pid = 0;
   bool running = false;
-  Clock::time_point exited{};
   std::string error_file;
 };
 
@@ -472,7 +471,6 @@ class Agent::Impl {
     if (it == pid_to_worker_.end()) return nullptr;
     Worker& worker = workers_[it->second];
     worker.running = false;
-    worker.exited = Clock::now();
     return &worker;
   }
 
