@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "ddp/agent/failure_report.h"
+#include "safe_file.h"
 #include "ddp/common/error.h"
 #include "ddp/common/logging.h"
 
@@ -375,9 +376,9 @@ class Agent::Impl {
     note.reset();
   }
 
-  std::string attempt_dir(int local_rank) const {
-    return options_.run_log_dir + "/attempt_" + std::to_string(restart_count_) + "/" +
-           std::to_string(local_rank);
+  // "attempt_<restart>/<local rank>", below run_log_dir.
+  std::string attempt_subdir(int local_rank) const {
+    return "attempt_" + std::to_string(restart_count_) + "/" + std::to_string(local_rank);
   }
 
   void start_workers() {
@@ -386,10 +387,16 @@ class Agent::Impl {
       Worker worker;
       worker.local_rank = local_rank;
       worker.rank = info_.base_rank + local_rank;
-      const std::string dir = attempt_dir(local_rank);
+      const std::string dir = options_.run_log_dir + "/" + attempt_subdir(local_rank);
+      // The run directory is ddprun's own (main.cc resolved and checked it);
+      // below it, never through a symbolic link planted in a shared --log_dir.
       std::error_code ec;
-      fs::create_directories(dir, ec);
-      if (ec) throw InvalidArgument("agent", "cannot create log directory " + dir + ": " + ec.message());
+      fs::create_directories(options_.run_log_dir, ec);
+      if (int err = detail::make_directories_no_symlinks(options_.run_log_dir,
+                                                         attempt_subdir(local_rank))) {
+        throw InvalidArgument("agent", "cannot create log directory " + dir + ": " +
+                                           detail::open_error_text(err));
+      }
       worker.error_file = dir + "/error.json";
       fs::remove(worker.error_file, ec);  // a stale file from an earlier run
 

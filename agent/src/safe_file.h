@@ -40,6 +40,36 @@ inline int open_no_symlinks(const std::string& path, int flags, mode_t mode = 0)
   return static_cast<int>(fd);
 }
 
+// Creates the directories of `relative` (components separated by '/') below
+// the existing directory `base`, one at a time relative to its parent's
+// descriptor, never following a symbolic link: a link planted at any
+// component is refused (ELOOP) before anything is created through it.
+// Returns 0, or the errno of the first step that failed.
+inline int make_directories_no_symlinks(const std::string& base, const std::string& relative) {
+  int dir = open_no_symlinks(base, O_RDONLY | O_DIRECTORY);
+  if (dir < 0) return errno;
+  std::size_t start = 0;
+  while (start < relative.size()) {
+    std::size_t end = relative.find('/', start);
+    if (end == std::string::npos) end = relative.size();
+    const std::string name = relative.substr(start, end - start);
+    start = end + 1;
+    if (name.empty()) continue;
+    if (::mkdirat(dir, name.c_str(), 0755) != 0 && errno != EEXIST) {
+      int err = errno;
+      ::close(dir);
+      return err;
+    }
+    int next = ::openat(dir, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    int err = errno;
+    ::close(dir);
+    if (next < 0) return err == ENOTDIR ? ELOOP : err;  // O_NOFOLLOW on a link: ELOOP or ENOTDIR
+    dir = next;
+  }
+  ::close(dir);
+  return 0;
+}
+
 // The reason an open by open_no_symlinks failed, in words.
 inline std::string open_error_text(int err) {
   if (err == ELOOP) return "it is, or lies under, a symbolic link (refused)";

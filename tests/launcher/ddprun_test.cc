@@ -613,6 +613,21 @@ TEST_F(DdprunTest, SymlinkPlantedAsRunLogDirectoryIsRefused) {
   EXPECT_TRUE(fs::is_empty(root / "elsewhere"));
 }
 
+TEST_F(DdprunTest, SymlinkPlantedAsAttemptDirectoryIsRefusedAndNothingIsCreatedThere) {
+  const fs::path root = fs::canonical(dir_.path());
+  fs::create_directories(root / "elsewhere");
+  fs::create_directories(root / "logs" / "job");
+  fs::create_directory_symlink(root / "elsewhere", root / "logs" / "job" / "attempt_0");
+  auto result = run(cmd({"--rdzv_backend=c10d", "--rdzv_endpoint=" + local_endpoint(), "--rdzv_id=job",
+                         "--log_dir", (root / "logs").string(), "--no_python"},
+                        {worker(), "exit", "0"}),
+                    base_env(), dir_.path());
+  EXPECT_EQ(result.code, 1) << result.err;
+  EXPECT_NE(result.err.find("cannot create log directory"), std::string::npos) << result.err;
+  EXPECT_NE(result.err.find("symbolic link"), std::string::npos) << result.err;
+  EXPECT_TRUE(fs::is_empty(root / "elsewhere")) << "a directory was created through the link";
+}
+
 TEST_F(DdprunTest, FifoAsErrorFileDoesNotHangTheReport) {
   const fs::path root = fs::canonical(dir_.path());
   auto result = run(cmd({"--rdzv_backend=c10d", "--rdzv_endpoint=" + local_endpoint(), "--rdzv_id=job", "--log_dir",
