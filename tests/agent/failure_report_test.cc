@@ -14,6 +14,7 @@
 #include <fstream>
 
 #include "ddp/agent/worker_spec.h"
+#include "temp_dir.h"
 
 namespace ddp::agent {
 namespace {
@@ -65,23 +66,8 @@ TEST(FailureReport, MalformedErrorFileIsNamedNotFatal) {
   EXPECT_NE(f.message.find("unreadable error file"), std::string::npos) << f.message;
 }
 
-// A temporary directory (resolved: error files are refused behind symlinks).
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "ddp-report-test-XXXXXX").string();
-    if (::mkdtemp(pattern.data()) == nullptr) std::abort();
-    path_ = fs::canonical(pattern);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+// Error files are refused behind a symlink: TempDir resolves its path.
+using test::TempDir;
 
 // make_failure(path)'s message, computed in a child process that is killed
 // after `timeout`: a make_failure that blocks fails the test instead of

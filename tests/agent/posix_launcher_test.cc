@@ -15,47 +15,23 @@
 #include <thread>
 
 #include "ddp/common/error.h"
+#include "process_state.h"
+#include "temp_dir.h"
 
 namespace ddp::agent {
 namespace {
 
 namespace fs = std::filesystem;
+using test::process_dead;
 
-// A temporary directory, removed with everything in it.
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "ddp-launcher-test-XXXXXX").string();
-    if (::mkdtemp(pattern.data()) == nullptr) std::abort();
-    // Resolved: the launcher refuses log paths that pass through a symlink.
-    path_ = fs::canonical(pattern);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+// Log paths are refused behind a symlink: TempDir resolves its path.
+using test::TempDir;
 
 std::string slurp(const fs::path& path) {
   std::ifstream in(path);
   std::stringstream text;
   text << in.rdbuf();
   return text.str();
-}
-
-// true when `pid` is gone or a zombie: on this machine nobody may reap
-// orphans, so a killed grandchild can stay a zombie.
-bool process_dead(pid_t pid) {
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  if (!stat) return true;
-  std::string text((std::istreambuf_iterator<char>(stat)), {});
-  auto close = text.rfind(')');
-  return close == std::string::npos || close + 2 >= text.size() || text[close + 2] == 'Z' ||
-         text[close + 2] == 'X';
 }
 
 bool eventually_dead(pid_t pid, std::chrono::milliseconds timeout = std::chrono::seconds(5)) {

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "checkpoint.h"
+#include "temp_dir.h"
 
 namespace {
 
@@ -60,18 +61,7 @@ std::string read_file(const fs::path& p) {
   return ss.str();
 }
 
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "ddp-resume-XXXXXX").string();
-    path_ = ::mkdtemp(tmpl.data());
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+using ddp::test::TempDir;
 
 TEST(DemoCheckpoint, ResumesAfterKill) {
   if (!fs::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz")) {

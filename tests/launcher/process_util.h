@@ -21,6 +21,9 @@
 
 #include <gtest/gtest.h>
 
+#include "process_state.h"
+#include "temp_dir.h"
+
 namespace ddp::test {
 
 namespace fs = std::filesystem;
@@ -43,25 +46,6 @@ inline std::vector<std::string> lines_of(const std::string& text) {
   for (std::string line; std::getline(in, line);) lines.push_back(line);
   return lines;
 }
-
-// A temporary directory removed with everything in it.
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "ddprun-test-XXXXXX").string();
-    if (::mkdtemp(pattern.data()) == nullptr) std::abort();
-    path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const fs::path& path() const { return path_; }
-  std::string str() const { return path_.string(); }
-
- private:
-  fs::path path_;
-};
 
 // The minimal environment tests give ddprun (so the expected worker
 // environment is known exactly).
@@ -144,16 +128,6 @@ inline RunResult run(const std::vector<std::string>& argv,
   fs::remove(child.out);
   fs::remove(child.err);
   return result;
-}
-
-// true when `pid` is gone or a zombie (dead, waiting for its parent to reap it).
-inline bool process_dead(pid_t pid) {
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  if (!stat) return true;
-  std::string text((std::istreambuf_iterator<char>(stat)), {});
-  auto close = text.rfind(')');
-  return close == std::string::npos || close + 2 >= text.size() || text[close + 2] == 'Z' ||
-         text[close + 2] == 'X';
 }
 
 // Kills `pid` when it still runs: the cleanup of a test whose process should

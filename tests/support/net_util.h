@@ -10,24 +10,9 @@
 
 namespace ddp::test {
 
-// A loopback TCP port that was free a moment ago (bound to port 0, then
-// released). Another process may take it before the caller does: use it only
-// where a test needs a port number up front, never where port 0 would do.
-inline std::uint16_t free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
-
-// A close-on-exec TCP socket listening on a free loopback port; `port` gets the
+// A close-on-exec TCP socket bound to a free loopback port; `port` gets the
 // port. The caller closes the descriptor.
-inline int listen_loopback(std::uint16_t& port, int backlog = 16) {
+inline int bind_loopback(std::uint16_t& port) {
   int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
@@ -36,6 +21,22 @@ inline int listen_loopback(std::uint16_t& port, int backlog = 16) {
   socklen_t len = sizeof(addr);
   ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
   port = ntohs(addr.sin_port);
+  return fd;
+}
+
+// A loopback TCP port that was free a moment ago (bound to port 0, then
+// released). Another process may take it before the caller does: use it only
+// where a test needs a port number up front, never where port 0 would do.
+inline std::uint16_t free_port() {
+  std::uint16_t port = 0;
+  ::close(bind_loopback(port));
+  return port;
+}
+
+// A socket listening on a free loopback port; `port` gets the port. The caller
+// closes the descriptor.
+inline int listen_loopback(std::uint16_t& port, int backlog = 16) {
+  int fd = bind_loopback(port);
   ::listen(fd, backlog);
   return fd;
 }
