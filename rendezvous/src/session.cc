@@ -18,10 +18,6 @@ constexpr std::size_t kReadBufferMax = 256 * 1024;
 // While a request is parked, the client should send nothing; past this much
 // buffered input we stop reading from it (it cannot make us buffer without bound).
 constexpr std::size_t kMaxBacklog = 1024 * 1024;
-// A client that sends requests but does not read its replies stops being
-// served (its frames are neither processed nor read) once this much output
-// waits for it: backpressure, not unbounded memory. One reply may overshoot it.
-constexpr std::size_t kMaxPendingOutput = 16 * 1024 * 1024;
 // How long a closing connection is drained so its error reply is not lost to a reset.
 constexpr auto kLinger = std::chrono::seconds(1);
 // Timers further out than this are not armed (a "forever" wait).
@@ -127,7 +123,12 @@ void Session::read() {
                                                       std::size_t n) { self->on_read(ec, n); });
 }
 
-bool Session::output_full() const { return out_.size() + writing_buf_.size() > kMaxPendingOutput; }
+// A client that sends requests but does not read its replies stops being served
+// (its frames are neither processed nor read) once this much output waits for it:
+// backpressure, not unbounded memory.
+bool Session::output_full() const {
+  return out_.size() + writing_buf_.size() > server_.options().max_pending_output;
+}
 
 bool Session::input_paused() const { return parked_ || output_full(); }
 
@@ -162,6 +163,7 @@ void Session::on_read(const boost::system::error_code& ec, std::size_t n) {
       }
       account_input();
       flush();
+      serve_backlog();
     }
     read();
   } catch (const std::exception& e) {
@@ -258,16 +260,26 @@ void Session::resume() {
     if (state_ != State::kOpen || input_paused()) return;
     {
       Processing guard(processing_);
-      std::string pending;
-      pending.swap(backlog_);
-      process(pending);
-      account_input();
-      flush();
+      flush();  // a reply queued before resuming (an expired wait's)
+      serve_backlog();
     }
     read();
   } catch (const std::exception& e) {
     server_.logger().error("store session: {}", e.what());
     close_now();
+  }
+}
+
+void Session::serve_backlog() {
+  // A flush that wrote everything at once ends the pause with no write pending
+  // to come back here, and a read would wait for input the client already sent:
+  // the backlog is served until it is empty or the connection pauses again.
+  while (state_ == State::kOpen && !input_paused() && !backlog_.empty()) {
+    std::string pending;
+    pending.swap(backlog_);
+    process(pending);
+    account_input();
+    flush();
   }
 }
 

@@ -79,6 +79,10 @@ class Session final : public std::enable_shared_from_this<Session>, public Store
   void on_read(const boost::system::error_code& ec, std::size_t n);
   void process(std::string_view input);
   void handle_frame(std::string_view payload);
+  // Processes backlogged frames until none is left or the connection pauses
+  // (a parked request, or output over the bound). Call inside Processing.
+  void serve_backlog();
+  // Serves the backlog and reads again, after a pause ends.
   void resume();
   void flush();
   void on_write(const boost::system::error_code& ec);

@@ -241,6 +241,32 @@ TEST(StoreServer, ClientNotReadingItsRepliesIsPausedNotBuffered) {
   sender.get();
 }
 
+TEST(StoreServer, PausedClientWhoseRepliesAreWrittenAtOnceIsServedToTheEnd) {
+  // With a small output bound each pause's replies fit in the socket at once:
+  // no write is left pending to end the pause, and the requests still waiting
+  // in the backlog must be served without any further input from the client.
+  StoreServerOptions options;
+  options.max_pending_output = 64 * 1024;
+  auto server = start_server(options);
+  TcpStore setter(client_options(server->port()));
+  const std::string value(16 * 1024, 'v');
+  setter.set("v", value);
+  RawClient greedy(server->port());
+  greedy.handshake();
+  constexpr int kGets = 200;
+  std::string batch;
+  Request get = op_request(Op::kGet);
+  get.key = "v";
+  get.timeout_ms = 1000;
+  for (int i = 0; i < kGets; ++i) protocol::encode_request(batch, get);
+  greedy.send_bytes(batch);
+  for (int i = 0; i < kGets; ++i) {
+    auto reply = greedy.read_reply(Op::kGet);
+    ASSERT_EQ(reply.status, Status::kOk) << "reply " << i;
+    ASSERT_EQ(reply.value.size(), value.size()) << "reply " << i;
+  }
+}
+
 // ---- authentication ---------------------------------------------------------------------------
 
 TEST(StoreServer, WrongTokenIsAuthFailed) {

@@ -38,6 +38,10 @@ struct StoreServerOptions {
   // that would pass it gets `store full` and changes nothing. A value grown by
   // append is bounded by max_value_size.
   std::uint64_t max_store_bytes = 1ull << 30;
+  // A client that sends requests without reading its replies is paused (its
+  // requests are neither processed nor read) once this much output waits for
+  // it, and served again as it reads; one reply may overshoot the bound.
+  std::size_t max_pending_output = 16 * 1024 * 1024;
   // A connection must complete the hello (and auth) step within this long.
   std::chrono::milliseconds handshake_timeout = std::chrono::seconds(10);
 };
