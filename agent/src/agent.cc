@@ -18,6 +18,7 @@
 
 #include "ddp/agent/failure_report.h"
 #include "safe_file.h"
+#include "ddp/common/env_contract.h"
 #include "ddp/common/error.h"
 #include "ddp/common/logging.h"
 
@@ -25,160 +26,7 @@ namespace ddp::agent {
 namespace {
 
 namespace fs = std::filesystem;
-
-// Values of "<round prefix>/end", the key that ends a round for every agent:
-//   "restart <group rank> <status>"  a worker on that node failed
-//   "abort <group rank> <signo>"     that agent got a signal and stops the job
-//   "done"                           every agent passed the exit barrier
-struct RoundEnd {
-  enum class Kind { kNone, kRestart, kAbort, kDone } kind = Kind::kNone;
-  int node = -1;
-  int value = 0;
-};
-
-RoundEnd parse_round_end(const std::string& text) {
-  RoundEnd end;
-  std::istringstream in(text);
-  std::string word;
-  in >> word;
-  if (word == "restart") end.kind = RoundEnd::Kind::kRestart;
-  if (word == "abort") end.kind = RoundEnd::Kind::kAbort;
-  if (word == "done") end.kind = RoundEnd::Kind::kDone;
-  in >> end.node >> end.value;
-  return end;
-}
-
-// Waits for the round's end key on its own store handle and wakes the agent.
-// The thread ends when the key appears (every round end sets it) or when
-// the store fails; a watcher still blocked when the agent leaves is detached.
-class RoundWatcher {
- public:
-  RoundWatcher(std::shared_ptr<Store> store, std::string key, ProcessLauncher& launcher)
-      : state_(std::make_shared<State>()) {
-    auto state = state_;
-    ProcessLauncher* wake = &launcher;
-    thread_ = std::thread([state, store = std::move(store), key = std::move(key), wake] {
-      std::string value;
-      try {
-        // One call that waits and reads: the agent that sets the key may be
-        // the store's host and exit right after, so no second round trip.
-        for (;;) {
-          try {
-            value = store->get(key, std::chrono::hours(1));
-            break;
-          } catch (const TimeoutError&) {
-            if (state->cancelled) return;
-          }
-        }
-      } catch (const std::exception& e) {
-        value = std::string("error ") + e.what();
-      }
-      {
-        std::lock_guard lock(state->mutex);
-        state->value = value;
-        state->done = true;
-      }
-      if (!state->cancelled) wake->wake();
-    });
-  }
-
-  ~RoundWatcher() { finish(); }
-
-  // The end value once the key appeared.
-  std::optional<std::string> value() const {
-    std::lock_guard lock(state_->mutex);
-    if (!state_->done) return std::nullopt;
-    return state_->value;
-  }
-
-  // Joins when the key has appeared; otherwise detaches (the thread ends on
-  // its own when the key appears or the store goes away, and wakes nobody).
-  void finish() {
-    if (!thread_.joinable()) return;
-    bool done;
-    {
-      std::lock_guard lock(state_->mutex);
-      done = state_->done;
-    }
-    state_->cancelled = true;
-    if (done) {
-      thread_.join();
-    } else {
-      thread_.detach();
-    }
-  }
-
- private:
-  struct State {
-    mutable std::mutex mutex;
-    std::string value;
-    bool done = false;
-    std::atomic<bool> cancelled{false};
-  };
-  std::shared_ptr<State> state_;
-  std::thread thread_;
-};
-
-// Sets the round's end key ("<round prefix>/end") on a thread of its own, so
-// that the agent stops its local workers at once instead of waiting for a store
-// that may be frozen or cut off. The agent waits for the store only up to a
-// short deadline; a call still blocked then is abandoned: the thread is
-// detached and owns everything it touches (the store handle, the key, its
-// state), so it ends on its own when the store answers or fails, or dies with
-// the process (ddprun leaves through _exit).
-class Announcement {
- public:
-  Announcement(std::shared_ptr<Store> store, std::string key, std::string value)
-      : state_(std::make_shared<State>()) {
-    auto state = state_;
-    thread_ = std::thread([state, store = std::move(store), key = std::move(key),
-                           value = std::move(value)] {
-      std::string error;
-      try {
-        store->compare_set(key, "", value);
-      } catch (const std::exception& e) {
-        error = e.what();
-      }
-      std::lock_guard lock(state->mutex);
-      state->error = std::move(error);
-      state->done = true;
-      state->changed.notify_all();
-    });
-  }
-
-  ~Announcement() { wait_until(Clock::now()); }
-
-  Announcement(const Announcement&) = delete;
-  Announcement& operator=(const Announcement&) = delete;
-
-  // Waits until the store answered or `deadline` passed. Returns "" when the
-  // key was set (by us or, first, by another agent), otherwise what went
-  // wrong. Joins the thread, or detaches it when it is still blocked.
-  std::string wait_until(Clock::time_point deadline) {
-    if (!thread_.joinable()) return result_;
-    std::unique_lock lock(state_->mutex);
-    const bool done = state_->changed.wait_until(lock, deadline, [&] { return state_->done; });
-    result_ = done ? state_->error : "the store did not answer in time; not waiting for it";
-    lock.unlock();
-    if (done) {
-      thread_.join();
-    } else {
-      thread_.detach();
-    }
-    return result_;
-  }
-
- private:
-  struct State {
-    std::mutex mutex;
-    std::condition_variable changed;
-    bool done = false;
-    std::string error;
-  };
-  std::shared_ptr<State> state_;
-  std::thread thread_;
-  std::string result_;
-};
+namespace names = ddp::env_names;
 
 struct Worker {
   int local_rank = 0;
@@ -236,26 +84,24 @@ class Agent::Impl {
                     info.group_rank, info.group_world_size, info.base_rank,
                     info.base_rank + options_.spec.local_world_size - 1, info.world_size,
                     info.master_addr, info.master_port);
-      std::unique_ptr<RoundWatcher> watcher;
       failures_.clear();
       workers_.clear();
       pid_to_worker_.clear();
       Outcome outcome;
+      std::unique_ptr<RoundWatch> watch;
       try {
-        if (info.group_world_size > 1) {
-          watcher = std::make_unique<RoundWatcher>(rdzv_.open_store(), end_key(), launcher_);
-        }
+        ProcessLauncher* launcher = &launcher_;
+        watch = rdzv_.watch_round(info_, [launcher] { launcher->wake(); });
         start_workers();
-        outcome = monitor(watcher.get());
+        outcome = monitor(*watch);
       } catch (const std::exception& e) {
         std::fprintf(stderr, "ddprun: %s\n", e.what());
-        auto note = announce("abort " + std::to_string(info_.group_rank) + " 0");
+        auto note = announce(end_of(RoundEnd::Kind::kAbort, 0));
         stop_workers(SIGTERM);
         finish_announcement(note);
-        if (watcher) watcher->finish();
         return 1;
       }
-      if (watcher) watcher->finish();
+      watch.reset();
 
       switch (outcome.kind) {
         case Outcome::Kind::kDone:
@@ -289,8 +135,6 @@ class Agent::Impl {
       return exit_code_for(outcome.value);
     }
   }
-
-  std::string end_key() const { return info_.round_prefix + "/end"; }
 
   // Rendezvous blocks in the store for up to join_timeout: it runs on a thread
   // of its own so that a signal (Ctrl-C while waiting for other nodes) is
@@ -355,18 +199,25 @@ class Agent::Impl {
     return argv.empty() ? "ddprun" : fs::path(argv[0]).filename().string();
   }
 
-  // Starts setting the round's end key (unless another agent set it first) on
-  // a thread of its own and returns at once: the caller stops its workers
-  // meanwhile, then calls finish_announcement(). Null for a single node
-  // (nobody to tell, no round trip).
-  std::unique_ptr<Announcement> announce(const std::string& value) {
-    if (info_.group_world_size <= 1) return nullptr;
+  // This node's end of the round: kind, and the exit code or signal.
+  RoundEnd end_of(RoundEnd::Kind kind, int value) const {
+    RoundEnd end;
+    end.kind = kind;
+    end.node = info_.group_rank;
+    end.value = value;
+    return end;
+  }
+
+  // Starts ending the round for every agent (unless another one ended it
+  // first) and returns at once: the caller stops its workers meanwhile, then
+  // calls finish_announcement().
+  std::unique_ptr<PendingEnd> announce(const RoundEnd& end) {
     announce_deadline_ = Clock::now() + options_.announce_timeout;
-    return std::make_unique<Announcement>(rdzv_.store(), end_key(), value);
+    return rdzv_.end_round(info_, end);
   }
 
   // Waits for the announcement up to announce_timeout after it started.
-  void finish_announcement(std::unique_ptr<Announcement>& note) {
+  void finish_announcement(std::unique_ptr<PendingEnd>& note) {
     if (!note) return;
     const std::string error = note->wait_until(announce_deadline_);
     if (!error.empty()) {
@@ -431,34 +282,34 @@ class Agent::Impl {
       if (eq != std::string::npos) env[var.substr(0, eq)] = var.substr(eq + 1);
     }
     const RendezvousParams& params = rdzv_.params();
-    env["LOCAL_RANK"] = std::to_string(worker.local_rank);
-    env["RANK"] = std::to_string(worker.rank);
-    env["GROUP_RANK"] = std::to_string(info_.group_rank);
-    env["ROLE_RANK"] = std::to_string(worker.rank);
-    env["ROLE_NAME"] = spec.role;
-    env["LOCAL_WORLD_SIZE"] = std::to_string(spec.local_world_size);
-    env["WORLD_SIZE"] = std::to_string(info_.world_size);
-    env["GROUP_WORLD_SIZE"] = std::to_string(info_.group_world_size);
-    env["ROLE_WORLD_SIZE"] = std::to_string(info_.world_size);
-    env["MASTER_ADDR"] = info_.master_addr;
-    env["MASTER_PORT"] = std::to_string(info_.master_port);
-    env["TORCHELASTIC_RESTART_COUNT"] = std::to_string(restart_count_);
-    env["TORCHELASTIC_MAX_RESTARTS"] = std::to_string(spec.max_restarts);
-    env["TORCHELASTIC_RUN_ID"] = params.run_id;
-    env["TORCHELASTIC_USE_AGENT_STORE"] = "False";
-    env["TORCHELASTIC_ERROR_FILE"] = worker.error_file;
-    if (env.find("NCCL_ASYNC_ERROR_HANDLING") == env.end()) env["NCCL_ASYNC_ERROR_HANDLING"] = "1";
-    if (options_.set_omp_num_threads && env.find("OMP_NUM_THREADS") == env.end()) {
-      env["OMP_NUM_THREADS"] = "1";
+    env[names::kLocalRank] = std::to_string(worker.local_rank);
+    env[names::kRank] = std::to_string(worker.rank);
+    env[names::kGroupRank] = std::to_string(info_.group_rank);
+    env[names::kRoleRank] = std::to_string(worker.rank);
+    env[names::kRoleName] = spec.role;
+    env[names::kLocalWorldSize] = std::to_string(spec.local_world_size);
+    env[names::kWorldSize] = std::to_string(info_.world_size);
+    env[names::kGroupWorldSize] = std::to_string(info_.group_world_size);
+    env[names::kRoleWorldSize] = std::to_string(info_.world_size);
+    env[names::kMasterAddr] = info_.master_addr;
+    env[names::kMasterPort] = std::to_string(info_.master_port);
+    env[names::kRestartCount] = std::to_string(restart_count_);
+    env[names::kMaxRestarts] = std::to_string(spec.max_restarts);
+    env[names::kRunId] = params.run_id;
+    env[names::kUseAgentStore] = "False";
+    env[names::kErrorFile] = worker.error_file;
+    if (env.find(names::kNcclAsyncErrorHandling) == env.end()) env[names::kNcclAsyncErrorHandling] = "1";
+    if (options_.set_omp_num_threads && env.find(names::kOmpNumThreads) == env.end()) {
+      env[names::kOmpNumThreads] = "1";
     }
-    env["DDP_STORE_ADDR"] = rdzv_.store_host();
-    env["DDP_STORE_PORT"] = std::to_string(rdzv_.store_port());
-    env["DDP_STORE_PREFIX"] = info_.worker_prefix;
+    env[names::kStoreAddr] = rdzv_.store_host();
+    env[names::kStorePort] = std::to_string(rdzv_.store_port());
+    env[names::kStorePrefix] = info_.worker_prefix;
     const std::string token = rdzv_.store_token();
     if (!token.empty()) {
-      env["DDP_STORE_TOKEN"] = token;
+      env[names::kStoreToken] = token;
     } else {
-      env.erase("DDP_STORE_TOKEN");
+      env.erase(names::kStoreToken);
     }
     std::vector<std::string> out;
     out.reserve(env.size());
@@ -489,7 +340,7 @@ class Agent::Impl {
                   event.status < 0 ? signal_name(-event.status) : "exit code " + std::to_string(event.status));
   }
 
-  Outcome monitor(RoundWatcher* watcher) {
+  Outcome monitor(const RoundWatch& watch) {
     while (running_count() > 0) {
       LauncherEvent event = launcher_.next_event(Clock::time_point::max());
       switch (event.kind) {
@@ -502,7 +353,7 @@ class Agent::Impl {
         case LauncherEvent::Kind::kSignal:
           return on_signal(event.signo);
         case LauncherEvent::Kind::kWake: {
-          auto outcome = on_remote_end(watcher);
+          auto outcome = on_remote_end(watch);
           if (outcome) return *outcome;
           break;
         }
@@ -510,7 +361,7 @@ class Agent::Impl {
           break;
       }
     }
-    return exit_barrier(watcher);
+    return exit_barrier(watch);
   }
 
   // A local worker failed: collect the failures that already happened (several
@@ -528,8 +379,7 @@ class Agent::Impl {
     }
     if (signal) return on_signal(*signal);
     const auto& first = failures_[root_cause(failures_)];
-    auto note = announce("restart " + std::to_string(info_.group_rank) + " " +
-                         std::to_string(first.exit_code));
+    auto note = announce(end_of(RoundEnd::Kind::kRestart, first.exit_code));
     stop_workers(SIGTERM);
     finish_announcement(note);
     return Outcome{Outcome::Kind::kRestart, info_.group_rank, first.exit_code};
@@ -537,19 +387,18 @@ class Agent::Impl {
 
   Outcome on_signal(int signo) {
     logger_->warn("received {}: stopping the workers", signal_name(signo));
-    auto note = announce("abort " + std::to_string(info_.group_rank) + " " + std::to_string(signo));
+    auto note = announce(end_of(RoundEnd::Kind::kAbort, signo));
     hurry_until_ = Clock::now() + options_.announce_timeout;
     stop_workers(signo);
     finish_announcement(note);
     return Outcome{Outcome::Kind::kSignal, info_.group_rank, signo};
   }
 
-  // The watcher saw the round's end key, set by another agent (or by us).
-  std::optional<Outcome> on_remote_end(RoundWatcher* watcher) {
-    if (watcher == nullptr) return std::nullopt;
-    auto value = watcher->value();
-    if (!value) return std::nullopt;
-    RoundEnd end = parse_round_end(*value);
+  // The round ended elsewhere: another agent (or we) ended it, or the store was lost.
+  std::optional<Outcome> on_remote_end(const RoundWatch& watch) {
+    auto ended = watch.ended();
+    if (!ended) return std::nullopt;
+    const RoundEnd& end = *ended;
     switch (end.kind) {
       case RoundEnd::Kind::kRestart:
         logger_->warn("node {} asked for a restart: stopping the workers", end.node);
@@ -560,38 +409,38 @@ class Agent::Impl {
         return Outcome{Outcome::Kind::kAbort, end.node, end.value};
       case RoundEnd::Kind::kDone:
         return std::nullopt;  // only meaningful at the exit barrier
-      case RoundEnd::Kind::kNone:
-        std::fprintf(stderr, "ddprun: lost the rendezvous store: %s\n", value->c_str());
+      case RoundEnd::Kind::kNodeLost:
+      case RoundEnd::Kind::kNodeJoined:
+        logger_->warn("{}: stopping the workers to re-form the group", describe(end));
+        stop_workers(SIGTERM);
+        return Outcome{Outcome::Kind::kRestart, end.node, 0};
+      case RoundEnd::Kind::kStoreLost:
+        std::fprintf(stderr, "ddprun: %s\n", describe(end).c_str());
         stop_workers(SIGTERM);
         return Outcome{Outcome::Kind::kAbort, -1, 0};
     }
     return std::nullopt;
   }
 
-  Outcome exit_barrier(RoundWatcher* watcher) {
-    const int nodes = info_.group_world_size;
-    if (nodes <= 1) return Outcome{Outcome::Kind::kDone};
+  Outcome exit_barrier(const RoundWatch& watch) {
+    if (info_.group_world_size <= 1) return Outcome{Outcome::Kind::kDone};
     try {
-      if (rdzv_.store()->add(info_.round_prefix + "/exit_barrier", 1) == nodes) {
-        auto note = announce("done");
-        finish_announcement(note);
-      }
+      rdzv_.arrive_at_exit_barrier(info_, Clock::now() + options_.announce_timeout);
     } catch (const std::exception& e) {
       logger_->error("exit barrier: {}", e.what());
       return Outcome{Outcome::Kind::kBarrierTimeout};
     }
     const Deadline deadline(options_.exit_barrier_timeout);
     for (;;) {
-      if (auto value = watcher ? watcher->value() : std::nullopt) {
-        RoundEnd end = parse_round_end(*value);
-        if (end.kind == RoundEnd::Kind::kDone) return Outcome{Outcome::Kind::kDone};
-        if (end.kind == RoundEnd::Kind::kNone) {
+      if (auto end = watch.ended()) {
+        if (end->kind == RoundEnd::Kind::kDone) return Outcome{Outcome::Kind::kDone};
+        if (end->kind == RoundEnd::Kind::kStoreLost) {
           // The store went away after we arrived: its host only leaves once
           // every agent passed the barrier.
-          logger_->info("exit barrier: store gone ({}); the job is done", *value);
+          logger_->info("exit barrier: store gone ({}); the job is done", end->detail);
           return Outcome{Outcome::Kind::kDone};
         }
-        if (auto outcome = on_remote_end(watcher)) return *outcome;
+        if (auto outcome = on_remote_end(watch)) return *outcome;
       }
       LauncherEvent event = launcher_.next_event(deadline.when());
       if (event.kind == LauncherEvent::Kind::kTimeout) {
@@ -601,8 +450,7 @@ class Agent::Impl {
       }
       if (event.kind == LauncherEvent::Kind::kSignal) {
         hurry_until_ = Clock::now() + options_.announce_timeout;
-        auto note =
-            announce("abort " + std::to_string(info_.group_rank) + " " + std::to_string(event.signo));
+        auto note = announce(end_of(RoundEnd::Kind::kAbort, event.signo));
         finish_announcement(note);
         return Outcome{Outcome::Kind::kSignal, info_.group_rank, event.signo};
       }

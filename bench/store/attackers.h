@@ -1,5 +1,5 @@
 // Hostile clients of the store server, for `store_bench --attack` and the store
-// attack test (tests/rendezvous/store_attack_test.cc), which includes this file
+// attack test (tests/store_server/attack_test.cc), which includes this file
 // by its relative path so that both run exactly the same attackers:
 //
 //   IdleConnections   many connections that never complete the handshake (half
@@ -10,7 +10,7 @@
 //                     value and then pipelines gets of it without ever reading
 //                     a reply, so every reply piles up on the server.
 //
-// The raw clients build their frames with the wire codec (rendezvous/src/
+// The raw clients build their frames with the wire codec (store/include/ddp/store/
 // protocol.h), not by hand, so they follow the protocol as it changes. Every
 // socket is closed by the destructors; the threads stop within tens of ms.
 #pragma once
@@ -35,7 +35,7 @@
 #include <thread>
 #include <vector>
 
-#include "protocol.h"
+#include "ddp/store/protocol.h"
 
 namespace ddp::attack {
 

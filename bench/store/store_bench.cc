@@ -58,8 +58,8 @@
 #include <fmt/format.h>
 
 #include "attackers.h"
-#include "ddp/rendezvous/store_server.h"
-#include "ddp/rendezvous/tcp_store.h"
+#include "ddp/store_server/store_server.h"
+#include "ddp/store/tcp_store.h"
 
 #if DDP_STORE_BENCH_WITH_C10D
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>

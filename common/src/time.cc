@@ -4,8 +4,30 @@
 
 namespace ddp {
 
-Deadline::Deadline(Duration timeout) {
-  auto now = Clock::now();
+namespace {
+
+class RealTime : public TimeSource {
+ public:
+  Clock::time_point now() const override { return Clock::now(); }
+};
+
+}  // namespace
+
+const TimeSource& real_time() {
+  static const RealTime* time = new RealTime();  // never destroyed: usable from exit paths
+  return *time;
+}
+
+FakeTime::FakeTime() : ticks_((Clock::time_point() + std::chrono::hours(24 * 365)).time_since_epoch().count()) {}
+
+Clock::time_point FakeTime::now() const { return Clock::time_point(Clock::duration(ticks_.load())); }
+
+void FakeTime::advance(Duration by) {
+  ticks_.fetch_add(std::chrono::duration_cast<Clock::duration>(by).count());
+}
+
+Deadline::Deadline(Duration timeout, const TimeSource& time) : time_(&time) {
+  auto now = time.now();
   // Saturate instead of overflowing for huge timeouts.
   if (timeout >= std::chrono::duration_cast<Duration>(Clock::time_point::max() - now)) {
     when_ = Clock::time_point::max();
@@ -16,11 +38,11 @@ Deadline::Deadline(Duration timeout) {
 
 Deadline Deadline::never() { return Deadline(); }
 
-bool Deadline::expired() const { return Clock::now() >= when_; }
+bool Deadline::expired() const { return time_->now() >= when_; }
 
 Duration Deadline::remaining() const {
   if (when_ == Clock::time_point::max()) return Duration::max() / 2;
-  auto left = std::chrono::duration_cast<Duration>(when_ - Clock::now());
+  auto left = std::chrono::duration_cast<Duration>(when_ - time_->now());
   return std::max(left, Duration(0));
 }
 

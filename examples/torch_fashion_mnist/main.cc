@@ -11,7 +11,7 @@
 #include <CLI/CLI.hpp>
 
 #include "ddp/common/env.h"
-#include "ddp/rendezvous/memory_store.h"
+#include "ddp/store/memory_store.h"
 #include "ddp/worker/distributed_sampler.h"
 #include "ddp/worker/init.h"
 #include "ddp/worker/torch/distributed_data_parallel.h"

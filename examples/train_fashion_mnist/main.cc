@@ -23,7 +23,7 @@
 #include "checkpoint.h"
 #include "ddp/common/env.h"
 #include "ddp/common/error.h"
-#include "ddp/rendezvous/memory_store.h"
+#include "ddp/store/memory_store.h"
 #include "ddp/worker/ddp.h"
 #include "ddp/worker/distributed_sampler.h"
 #include "ddp/worker/init.h"

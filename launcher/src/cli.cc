@@ -17,6 +17,7 @@
 #include "ddp/common/env.h"
 #include "ddp/common/error.h"
 #include "ddp/launcher/launch_config.h"
+#include "ddp/rendezvous/backends.h"
 
 namespace ddp::launcher {
 namespace {
@@ -382,10 +383,13 @@ class Parser {
         parse_int_in(raw_.master_port, 1, 65535, what("master_port"), "a port in 1..65535"));
     c.rdzv_backend = raw_.rdzv_backend;
     if (c.rdzv_backend == "etcd" || c.rdzv_backend == "etcd-v2") {
-      fail(what("rdzv_backend") + "=" + c.rdzv_backend + " is not supported yet (expected static or c10d)");
+      fail(what("rdzv_backend") + "=" + c.rdzv_backend + " is not supported yet (expected " +
+           rendezvous_backend_names() + ")");
     }
-    if (c.rdzv_backend != "static" && c.rdzv_backend != "c10d") {
-      fail(what("rdzv_backend") + ": expected static or c10d, got '" + c.rdzv_backend + "'");
+    const RendezvousBackend* backend = find_rendezvous_backend(c.rdzv_backend);
+    if (backend == nullptr) {
+      fail(what("rdzv_backend") + ": expected " + rendezvous_backend_names() + ", got '" +
+           c.rdzv_backend + "'");
     }
     parse_rdzv_conf(c);
     if (c.standalone) {
@@ -393,23 +397,26 @@ class Parser {
         fail("--standalone runs a single node, but --nnodes is '" + raw_.nnodes + "'");
       }
       c.rdzv_backend = "c10d";
+      backend = find_rendezvous_backend(c.rdzv_backend);
       c.rdzv_host = "127.0.0.1";
       c.rdzv_port = 0;
       c.rdzv_id = random_id();
     } else if (!raw_.rdzv_endpoint.empty()) {
-      auto [host, port] = parse_endpoint(raw_.rdzv_endpoint, c.rdzv_backend == "c10d" ? 29400 : c.master_port,
+      const bool at_endpoint = backend->store_at == RendezvousBackend::StoreAt::kEndpoint;
+      auto [host, port] = parse_endpoint(raw_.rdzv_endpoint,
+                                         at_endpoint ? backend->default_port : c.master_port,
                                          what("rdzv_endpoint"));
       c.rdzv_host = host;
       c.rdzv_port = port;
-    } else if (c.rdzv_backend == "c10d") {
-      fail("--rdzv_backend=c10d needs --rdzv_endpoint host[:port]");
+    } else if (backend->store_at == RendezvousBackend::StoreAt::kEndpoint) {
+      fail("--rdzv_backend=" + c.rdzv_backend + " needs --rdzv_endpoint host[:port]");
     } else {
       c.rdzv_host = c.master_addr;
       c.rdzv_port = c.master_port;
     }
-    if (c.rdzv_backend == "static" && c.min_nodes != c.max_nodes) {
-      fail(what("nnodes") + "=" + raw_.nnodes +
-           ": the static backend needs a fixed number of nodes (use --rdzv_backend=c10d for a range)");
+    if (backend->fixed_node_count && c.min_nodes != c.max_nodes) {
+      fail(what("nnodes") + "=" + raw_.nnodes + ": the " + c.rdzv_backend +
+           " backend needs a fixed number of nodes (use --rdzv_backend=c10d for a range)");
     }
     c.node_rank = static_cast<int>(parse_int_in(
         raw_.node_rank, 0, c.max_nodes - 1, what("node_rank"),
@@ -421,7 +428,8 @@ class Parser {
       // All agents on this machine (a loopback store): loopback is how they
       // reach each other. Static node 0 is reached where the store is.
       c.local_addr = (c.standalone || loopback) ? "127.0.0.1"
-                     : (c.rdzv_backend == "static" && c.node_rank == 0) ? c.master_addr
+                     : (backend->store_at == RendezvousBackend::StoreAt::kNodeRankZero &&
+                        c.node_rank == 0) ? c.master_addr
                                                                         : hostname();
     }
     c.max_restarts = static_cast<int>(parse_int_in(raw_.max_restarts, 0, 1000000, what("max_restarts"),

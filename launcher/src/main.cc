@@ -14,6 +14,7 @@
 #include "ddp/common/env.h"
 #include "ddp/common/logging.h"
 #include "ddp/launcher/launch_config.h"
+#include "ddp/rendezvous/backends.h"
 #include "ddp/rendezvous/rendezvous_factory.h"
 
 extern char** environ;
@@ -96,8 +97,11 @@ int run(const ddp::launcher::LaunchConfig& config) {
   rdzv.backend = config.rdzv_backend;
   rdzv.host = config.rdzv_host;
   rdzv.port = config.rdzv_port;
-  rdzv.is_host = config.rdzv_backend == "static" && config.node_rank == 0;
-  rdzv.host_auto = config.rdzv_backend == "c10d";
+  const ddp::RendezvousBackend* backend = ddp::find_rendezvous_backend(config.rdzv_backend);
+  if (backend == nullptr) throw ddp::InvalidArgument("ddprun", "unknown rendezvous backend");
+  rdzv.is_host = backend->store_at == ddp::RendezvousBackend::StoreAt::kNodeRankZero &&
+                 config.node_rank == 0;
+  rdzv.host_auto = backend->store_at == ddp::RendezvousBackend::StoreAt::kEndpoint;
   rdzv.token = ddp::env::get_or("DDP_STORE_TOKEN", "");
   rdzv.connect_timeout = config.join_timeout;
   rdzv.params.run_id = config.rdzv_id;

@@ -1,4 +1,5 @@
 #include "ddp/rendezvous/rendezvous_factory.h"
+#include "ddp/rendezvous/backends.h"
 
 #include <netdb.h>
 #include <sys/socket.h>
@@ -7,8 +8,8 @@
 #include <cstring>
 
 #include "ddp/common/error.h"
-#include "ddp/rendezvous/store_server.h"
-#include "ddp/rendezvous/tcp_store.h"
+#include "ddp/store_server/store_server.h"
+#include "ddp/store/tcp_store.h"
 
 namespace ddp {
 namespace {
@@ -38,9 +39,10 @@ bool is_loopback(const std::string& host) {
 }  // namespace
 
 std::unique_ptr<RendezvousHandler> create_rendezvous(const RendezvousConfig& config) {
-  if (config.backend != "static" && config.backend != "c10d") {
-    throw InvalidArgument("rendezvous", "unknown backend '" + config.backend +
-                                            "' (expected static or c10d)");
+  const RendezvousBackend* backend = find_rendezvous_backend(config.backend);
+  if (backend == nullptr) {
+    throw InvalidArgument("rendezvous", "unknown backend '" + config.backend + "' (expected " +
+                                            rendezvous_backend_names() + ")");
   }
   bool host_store = config.is_host;
   if (config.host_auto) host_store = config.port == 0 || is_local_address(config.host);
@@ -87,8 +89,7 @@ std::unique_ptr<RendezvousHandler> create_rendezvous(const RendezvousConfig& con
   if (config.params.max_nodes > 1 || !server) rs.store = std::make_shared<TcpStore>(client);
   rs.opener = [client]() -> std::shared_ptr<Store> { return std::make_shared<TcpStore>(client); };
   rs.keep_alive = server;
-  return config.backend == "static" ? make_static_rendezvous(config.params, std::move(rs))
-                                    : make_c10d_rendezvous(config.params, std::move(rs));
+  return backend->make(config.params, std::move(rs));
 }
 
 }  // namespace ddp

@@ -23,6 +23,7 @@
 #include "ddp/common/error.h"
 #include "ddp/common/time.h"
 #include "ddp/rendezvous/rendezvous.h"
+#include "round_control.h"
 
 namespace ddp {
 namespace {
@@ -292,6 +293,31 @@ class RoundHandler : public RendezvousHandler {
     }
     return info;
   }
+
+  std::unique_ptr<RoundWatch> watch_round(const RendezvousInfo& info,
+                                          std::function<void()> wake) override {
+    // A round of one node is ended by nobody else.
+    if (info.group_world_size <= 1) return rendezvous_detail::inert_watch();
+    return rendezvous_detail::watch_end_key(open_store(), info.round_prefix + "/end",
+                                            std::move(wake), store_name());
+  }
+
+  std::unique_ptr<PendingEnd> end_round(const RendezvousInfo& info, const RoundEnd& end) override {
+    if (info.group_world_size <= 1) return rendezvous_detail::nothing_to_tell();
+    return rendezvous_detail::set_end_key(store(), info.round_prefix + "/end",
+                                          encode_round_end(end));
+  }
+
+  void arrive_at_exit_barrier(const RendezvousInfo& info, Clock::time_point deadline) override {
+    if (info.group_world_size <= 1) return;
+    if (store()->add(info.round_prefix + "/exit_barrier", 1) < info.group_world_size) return;
+    RoundEnd done;
+    done.kind = RoundEnd::Kind::kDone;
+    const std::string error = end_round(info, done)->wait_until(deadline);
+    if (!error.empty()) throw NetworkError(origin(), "cannot end the round: " + error);
+  }
+
+  std::string store_name() const { return store_.host + ":" + std::to_string(store_.port); }
 
   std::uint16_t worker_master_port() const {
     return params_.worker_master_port != 0 ? params_.worker_master_port : find_free_port();

@@ -11,7 +11,7 @@
 #include <mutex>
 #include <thread>
 
-#include "ddp/rendezvous/memory_store.h"
+#include "ddp/store/memory_store.h"
 #include "fake_launcher.h"
 
 namespace ddp::agent::test {

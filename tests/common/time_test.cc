@@ -39,3 +39,23 @@ TEST(Backoff, DoublesUpToTheMaximumWithBoundedJitter) {
 
 }  // namespace
 }  // namespace ddp
+
+TEST(FakeTime, MovesOnlyWhenAdvanced) {
+  ddp::FakeTime time;
+  const auto start = time.now();
+  EXPECT_EQ(time.now(), start);
+  time.advance(std::chrono::milliseconds(1500));
+  EXPECT_EQ(time.now() - start, std::chrono::milliseconds(1500));
+}
+
+TEST(FakeTime, DrivesADeadline) {
+  ddp::FakeTime time;
+  ddp::Deadline deadline(std::chrono::seconds(5), time);
+  EXPECT_FALSE(deadline.expired());
+  EXPECT_EQ(deadline.remaining(), std::chrono::seconds(5));
+  time.advance(std::chrono::milliseconds(4999));
+  EXPECT_FALSE(deadline.expired());
+  time.advance(std::chrono::milliseconds(1));
+  EXPECT_TRUE(deadline.expired());
+  EXPECT_EQ(deadline.remaining(), std::chrono::milliseconds(0));
+}

@@ -6,9 +6,9 @@
 #include <gtest/gtest.h>
 
 #include "ddp/common/error.h"
-#include "ddp/rendezvous/prefix_store.h"
-#include "ddp/rendezvous/store_server.h"
-#include "ddp/rendezvous/tcp_store.h"
+#include "ddp/store/prefix_store.h"
+#include "ddp/store_server/store_server.h"
+#include "ddp/store/tcp_store.h"
 #include "process_util.h"
 
 namespace ddp::test {

@@ -2,7 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "ddp/common/error.h"
-#include "ddp/rendezvous/memory_store.h"
+#include "ddp/store/memory_store.h"
 #include "ddp/worker/process_group_nccl.h"
 
 #ifdef DDP_WITH_NCCL

@@ -11,8 +11,8 @@
 #include <thread>
 #include <vector>
 
-#include "ddp/rendezvous/memory_store.h"
-#include "ddp/rendezvous/prefix_store.h"
+#include "ddp/store/memory_store.h"
+#include "ddp/store/prefix_store.h"
 #include "ddp/worker/half.h"
 #include "ddp/worker/process_group.h"
 #include "ddp/worker/process_group_gloo.h"

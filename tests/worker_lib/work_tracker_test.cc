@@ -8,7 +8,7 @@
 #include <mutex>
 
 #include "ddp/common/error.h"
-#include "ddp/rendezvous/memory_store.h"
+#include "ddp/store/memory_store.h"
 #include "work_tracker.h"
 
 namespace ddp::detail {

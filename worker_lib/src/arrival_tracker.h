@@ -16,7 +16,7 @@
 #include <thread>
 #include <vector>
 
-#include "ddp/rendezvous/store.h"
+#include "ddp/store/store.h"
 
 namespace ddp::detail {
 

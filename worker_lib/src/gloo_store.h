@@ -6,7 +6,7 @@
 
 #include <gloo/rendezvous/store.h>
 
-#include "ddp/rendezvous/store.h"
+#include "ddp/store/store.h"
 
 namespace ddp::detail {
 

@@ -8,17 +8,20 @@
 #include <fmt/ranges.h>
 
 #include "ddp/common/env.h"
+#include "ddp/common/env_contract.h"
 #include "ddp/common/error.h"
 #include "ddp/common/logging.h"
 #include "ddp/common/time.h"
-#include "ddp/rendezvous/prefix_store.h"
-#include "ddp/rendezvous/store_server.h"
-#include "ddp/rendezvous/tcp_store.h"
+#include "ddp/store/prefix_store.h"
+#include "ddp/store_server/store_server.h"
+#include "ddp/store/tcp_store.h"
 #include "ddp/worker/process_group_nccl.h"
 
 namespace ddp {
 
 namespace {
+
+namespace names = env_names;
 
 struct State {
   std::mutex mutex;
@@ -107,41 +110,41 @@ void init_process_group(InitOptions options) {
     throw InvalidArgument(origin, fmt::format("unknown backend '{}' (expected gloo or nccl)",
                                               options.backend));
   }
-  if (auto text = env::get("DDP_TIMEOUT"); text && !text->empty()) {
+  if (auto text = env::get(names::kTimeout); text && !text->empty()) {
     options.timeout = env::parse_seconds(*text, "environment variable DDP_TIMEOUT");
   }
   if (options.timeout.count() <= 0) {
     throw InvalidArgument(origin, fmt::format("timeout {} ms must be positive", options.timeout.count()));
   }
-  const int world = options.world_size ? *options.world_size : require_int("WORLD_SIZE", 1, 1 << 20);
-  const int rank = options.rank ? *options.rank : require_int("RANK", 0, world - 1);
+  const int world = options.world_size ? *options.world_size : require_int(names::kWorldSize, 1, 1 << 20);
+  const int rank = options.rank ? *options.rank : require_int(names::kRank, 0, world - 1);
   if (world < 1 || rank < 0 || rank >= world) {
     throw InvalidArgument(origin, fmt::format("rank {} is outside [0, {})", rank, world));
   }
-  const int local_rank = static_cast<int>(env::get_int("LOCAL_RANK").value_or(0));
-  const int local_world = static_cast<int>(env::get_int("LOCAL_WORLD_SIZE").value_or(1));
+  const int local_rank = static_cast<int>(env::get_int(names::kLocalRank).value_or(0));
+  const int local_world = static_cast<int>(env::get_int(names::kLocalWorldSize).value_or(1));
 
   std::unique_ptr<StoreServer> server;
   std::shared_ptr<Store> store = options.store;
   std::string store_host;
   if (!store) {
-    if (auto addr = env::get("DDP_STORE_ADDR"); addr && !addr->empty()) {
+    if (auto addr = env::get(names::kStoreAddr); addr && !addr->empty()) {
       // ddprun: the agent's store, namespaced per rendezvous round and restart.
       TcpStoreOptions tcp;
       tcp.host = *addr;
-      tcp.port = static_cast<std::uint16_t>(require_int("DDP_STORE_PORT", 1, 65535));
-      tcp.token = env::get_or("DDP_STORE_TOKEN", "");
+      tcp.port = static_cast<std::uint16_t>(require_int(names::kStorePort, 1, 65535));
+      tcp.token = env::get_or(names::kStoreToken, "");
       tcp.connect_timeout = options.timeout;
       tcp.timeout = options.timeout;
       store_host = tcp.host;
       std::shared_ptr<Store> base = std::make_shared<TcpStore>(tcp);
-      auto prefix = env::get_or("DDP_STORE_PREFIX", "");
+      auto prefix = env::get_or(names::kStorePrefix, "");
       store = prefix.empty() ? base : std::make_shared<PrefixStore>(prefix, base);
     } else {
       // env://: rank 0 hosts the store on MASTER_PORT.
       TcpStoreOptions tcp;
-      tcp.host = require_str("MASTER_ADDR");
-      tcp.port = static_cast<std::uint16_t>(require_int("MASTER_PORT", 1, 65535));
+      tcp.host = require_str(names::kMasterAddr);
+      tcp.port = static_cast<std::uint16_t>(require_int(names::kMasterPort, 1, 65535));
       tcp.connect_timeout = options.timeout;
       tcp.timeout = options.timeout;
       store_host = tcp.host;
@@ -156,13 +159,13 @@ void init_process_group(InitOptions options) {
       // The restart count keeps a restarted job away from a previous attempt's keys
       // when the same MASTER_PORT store outlives it.
       store = std::make_shared<PrefixStore>(
-          fmt::format("env/{}", env::get_or("TORCHELASTIC_RESTART_COUNT", "0")), base);
+          fmt::format("env/{}", env::get_or(names::kRestartCount, "0")), base);
     }
   }
   if (options.gloo.iface.empty() && options.gloo.hostname.empty()) {
-    if (auto iface = env::get("GLOO_SOCKET_IFNAME"); iface && !iface->empty()) {
+    if (auto iface = env::get(names::kGlooSocketIfname); iface && !iface->empty()) {
       options.gloo.iface = *iface;
-    } else if (auto host = env::get("DDP_GLOO_HOSTNAME"); host && !host->empty()) {
+    } else if (auto host = env::get(names::kGlooHostname); host && !host->empty()) {
       options.gloo.hostname = *host;
     } else if (store_host.empty() || is_loopback(store_host)) {
       options.gloo.hostname = "127.0.0.1";  // single node: stay on loopback

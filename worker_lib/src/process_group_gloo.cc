@@ -18,7 +18,7 @@
 #include "ddp/common/env.h"
 #include "ddp/common/error.h"
 #include "ddp/common/time.h"
-#include "ddp/rendezvous/store.h"
+#include "ddp/store/store.h"
 #include "gloo_store.h"
 #include "reduce_functions.h"
 

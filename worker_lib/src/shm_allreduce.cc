@@ -24,7 +24,7 @@
 
 #include "ddp/common/error.h"
 #include "ddp/common/time.h"
-#include "ddp/rendezvous/store.h"
+#include "ddp/store/store.h"
 
 namespace ddp::detail {
 

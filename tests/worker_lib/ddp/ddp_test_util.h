@@ -14,7 +14,7 @@
 #include <thread>
 #include <vector>
 
-#include "ddp/rendezvous/memory_store.h"
+#include "ddp/store/memory_store.h"
 #include "ddp/worker/process_group.h"
 #include "ddp/worker/process_group_gloo.h"
 #include "../test_util.h"

@@ -7,7 +7,7 @@
 #include <spdlog/spdlog.h>
 
 #include "ddp/common/error.h"
-#include "ddp/rendezvous/store.h"
+#include "ddp/store/store.h"
 
 namespace ddp {
 

@@ -1,7 +1,9 @@
-// Time helpers: a clock interface (so restart and timeout logic can be tested
-// with a fake), deadlines, and exponential backoff with jitter.
+// Time helpers: a clock seam (so heartbeat, last-call and join timeouts are
+// tested with a fake clock, not sleeps), deadlines, and exponential backoff
+// with jitter.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <random>
@@ -11,10 +13,35 @@ namespace ddp {
 using Clock = std::chrono::steady_clock;
 using Duration = std::chrono::milliseconds;
 
+// Where time comes from. Logic whose decisions depend on elapsed time takes a
+// TimeSource; production code passes real_time(), tests a FakeTime.
+// Implementations are thread-safe.
+class TimeSource {
+ public:
+  virtual ~TimeSource() = default;
+  virtual Clock::time_point now() const = 0;
+};
+
+// The steady clock. A process-wide object that is never destroyed.
+const TimeSource& real_time();
+
+// A clock that moves only when told to. Starts at an arbitrary fixed point far
+// from the epoch (so "now - timeout" never underflows). Thread-safe.
+class FakeTime : public TimeSource {
+ public:
+  FakeTime();
+  Clock::time_point now() const override;
+  void advance(Duration by);
+
+ private:
+  std::atomic<Clock::rep> ticks_;
+};
+
 // A point in time after which an operation gives up. Deadline::never() never passes.
+// The TimeSource must outlive the deadline.
 class Deadline {
  public:
-  explicit Deadline(Duration timeout);
+  explicit Deadline(Duration timeout, const TimeSource& time = real_time());
   static Deadline never();
 
   bool expired() const;
@@ -24,6 +51,7 @@ class Deadline {
 
  private:
   Deadline() = default;
+  const TimeSource* time_ = &real_time();
   Clock::time_point when_ = Clock::time_point::max();
 };
 

@@ -48,7 +48,9 @@
 #include <string>
 #include <vector>
 
-#include "ddp/rendezvous/store.h"
+#include "ddp/common/time.h"
+#include "ddp/rendezvous/round.h"
+#include "ddp/store/store.h"
 
 namespace ddp {
 
@@ -126,6 +128,29 @@ class RendezvousHandler {
   // after it, next_rendezvous() must not be called again. A no-op for a
   // single-node job or when no round formed.
   virtual void shutdown(std::chrono::milliseconds deadline) { (void)deadline; }
+
+  // ---- the round in progress: the agent drives these between next_rendezvous() calls
+
+  // Starts watching round `info` for its end: another agent ended it
+  // (end_round), every node passed the exit barrier, or the store was lost.
+  // `wake` is called once, from another thread, when it ended; the watch then
+  // tells how. Destroying the watch stops watching. Never blocks.
+  virtual std::unique_ptr<RoundWatch> watch_round(const RendezvousInfo& info,
+                                                  std::function<void()> wake) = 0;
+
+  // Ends round `info` for every agent (the first end set wins) on a thread of
+  // its own and returns at once: the caller stops its workers meanwhile, then
+  // waits for the PendingEnd as long as it likes. Never throws.
+  virtual std::unique_ptr<PendingEnd> end_round(const RendezvousInfo& info,
+                                                const RoundEnd& end) = 0;
+
+  // This node's workers all succeeded: counts it at round `info`'s exit
+  // barrier; the last node to arrive ends the round with kDone (waiting for
+  // the store at most until `deadline`). Throws the store's errors.
+  virtual void arrive_at_exit_barrier(const RendezvousInfo& info, Clock::time_point deadline) = 0;
+
+  // Nodes that wait to join the next round (none for a fixed membership).
+  virtual int num_nodes_waiting() { return 0; }
 
   // The store the agents meet in (used by the agent's thread).
   virtual std::shared_ptr<Store> store() = 0;

@@ -1,0 +1,41 @@
+// The environment contract between the agent (which writes these variables
+// into every worker's environment) and the worker library (which reads them).
+// One list, so the writer and the reader cannot drift apart. The torchrun names
+// keep torchrun's meaning; the DDP_* names are ddprun's own.
+#pragma once
+
+namespace ddp::env_names {
+
+// torchrun's worker environment.
+inline constexpr const char* kLocalRank = "LOCAL_RANK";
+inline constexpr const char* kRank = "RANK";
+inline constexpr const char* kGroupRank = "GROUP_RANK";
+inline constexpr const char* kRoleRank = "ROLE_RANK";
+inline constexpr const char* kRoleName = "ROLE_NAME";
+inline constexpr const char* kLocalWorldSize = "LOCAL_WORLD_SIZE";
+inline constexpr const char* kWorldSize = "WORLD_SIZE";
+inline constexpr const char* kGroupWorldSize = "GROUP_WORLD_SIZE";
+inline constexpr const char* kRoleWorldSize = "ROLE_WORLD_SIZE";
+inline constexpr const char* kMasterAddr = "MASTER_ADDR";
+inline constexpr const char* kMasterPort = "MASTER_PORT";
+inline constexpr const char* kRestartCount = "TORCHELASTIC_RESTART_COUNT";
+inline constexpr const char* kMaxRestarts = "TORCHELASTIC_MAX_RESTARTS";
+inline constexpr const char* kRunId = "TORCHELASTIC_RUN_ID";
+inline constexpr const char* kUseAgentStore = "TORCHELASTIC_USE_AGENT_STORE";
+inline constexpr const char* kErrorFile = "TORCHELASTIC_ERROR_FILE";
+inline constexpr const char* kNcclAsyncErrorHandling = "NCCL_ASYNC_ERROR_HANDLING";
+inline constexpr const char* kOmpNumThreads = "OMP_NUM_THREADS";
+
+// ddprun's own: where the agents' store is, and the key prefix this round's
+// workers own in it (a worker of an old round can never touch a new round's keys).
+inline constexpr const char* kStoreAddr = "DDP_STORE_ADDR";
+inline constexpr const char* kStorePort = "DDP_STORE_PORT";
+inline constexpr const char* kStoreToken = "DDP_STORE_TOKEN";
+inline constexpr const char* kStorePrefix = "DDP_STORE_PREFIX";
+// Optional, read by the worker library only: the default collective timeout
+// (seconds), and how Gloo finds this host's address.
+inline constexpr const char* kTimeout = "DDP_TIMEOUT";
+inline constexpr const char* kGlooSocketIfname = "GLOO_SOCKET_IFNAME";
+inline constexpr const char* kGlooHostname = "DDP_GLOO_HOSTNAME";
+
+}  // namespace ddp::env_names

@@ -1,0 +1,31 @@
+// The store side of a running round, shared by the handlers: the end key's
+// watcher and writer, each on a thread of its own so that the agent never
+// waits for a store that may be frozen or cut off.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "ddp/rendezvous/round.h"
+#include "ddp/store/store.h"
+
+namespace ddp::rendezvous_detail {
+
+// Waits for `key` on `store` (a handle of its own: it blocks there) and calls
+// `wake` once the key appeared (the round's end) or the store failed
+// (kStoreLost, naming `store_name`). `wake` runs on the watch's thread.
+std::unique_ptr<RoundWatch> watch_end_key(std::shared_ptr<Store> store, std::string key,
+                                          std::function<void()> wake, std::string store_name);
+
+// Sets `key` to `value` unless it is set already (compare_set from ""), on a
+// thread of its own; returns at once.
+std::unique_ptr<PendingEnd> set_end_key(std::shared_ptr<Store> store, std::string key,
+                                        std::string value);
+
+// A watch that never ends (a round nobody else can end: a single node).
+std::unique_ptr<RoundWatch> inert_watch();
+// An end with nobody to tell: already done.
+std::unique_ptr<PendingEnd> nothing_to_tell();
+
+}  // namespace ddp::rendezvous_detail

@@ -1,0 +1,94 @@
+// The store server's core (Asio's HTTP server example shape): an acceptor, a
+// SessionManager owning the connections, and one StoreHandler holding the data.
+// Everything runs on one io_context thread; nothing here is thread-safe except
+// stop(), which posts to that thread.
+#pragma once
+
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+
+// Boost 1.74's asio/awaitable.hpp uses std::exchange without including <utility>.
+// clang-format off
+#include <utility>
+#include <boost/asio.hpp>
+// clang-format on
+
+#include "ddp/store_server/store_server.h"
+#include "client_registry.h"
+#include "ddp/store/protocol.h"
+#include "session_manager.h"
+#include "store_handler.h"
+
+namespace ddp::server {
+
+namespace asio = boost::asio;
+
+class Server {
+ public:
+  // Binds and listens; throws NetworkError naming the address when it cannot.
+  explicit Server(const StoreServerOptions& options);
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // Runs the io_context on the calling thread until the shutdown completes.
+  void run();
+  // Thread-safe: closes the acceptor, fails parked requests with a shutdown
+  // error, flushes and closes every connection (forcefully after a grace period).
+  void stop();
+
+  std::uint16_t port() const { return port_; }
+  const StoreServerOptions& options() const { return options_; }
+  const protocol::Limits& limits() const { return limits_; }
+  std::size_t num_clients() const { return sessions_.active(); }
+
+  // Moves one connection's buffered input from `before` to `after` bytes in
+  // the server-wide total; false when growing it passed max_buffered_input()
+  // (the total is updated either way). io_context thread only.
+  bool account_input(std::size_t before, std::size_t after) {
+    buffered_input_ = buffered_input_ - before + after;
+    return after <= before || buffered_input_ <= max_buffered_input();
+  }
+  // Incomplete frames and backlogs of every connection together: twice the
+  // largest frame, so that one maximal request always fits.
+  std::uint64_t max_buffered_input() const { return 2ull * options_.max_frame_size; }
+
+  // Serves an already connected socket as if it had been accepted (a socket
+  // pair in the session fuzzer and tests). io_context thread only.
+  void adopt(asio::ip::tcp::socket socket);
+
+  // For sessions (io_context thread only).
+  asio::io_context& io_context() { return io_; }
+  StoreHandler& handler() { return handler_; }
+  SessionManager& sessions() { return sessions_; }
+  ClientRegistry& clients() { return clients_; }
+  spdlog::logger& logger() { return *logger_; }
+  bool stopping() const { return stopping_; }
+
+ private:
+  void accept();
+  // accept4() every pending connection; sets accept_failed_ on a hard error.
+  void accept_ready();
+  void shutdown();
+
+  StoreServerOptions options_;
+  protocol::Limits limits_;
+  std::shared_ptr<spdlog::logger> logger_;
+  asio::io_context io_{1};
+  asio::ip::tcp::acceptor acceptor_;
+  asio::steady_timer retry_timer_;
+  asio::steady_timer stop_timer_;
+  StoreHandler handler_;
+  SessionManager sessions_;
+  ClientRegistry clients_;
+  std::uint16_t port_ = 0;
+  bool stopping_ = false;  // io_context thread
+  bool accept_failed_ = false;
+  std::uint64_t buffered_input_ = 0;
+  std::string accept_error_;
+  std::atomic<bool> stop_requested_{false};
+};
+
+}  // namespace ddp::server

@@ -1,0 +1,310 @@
+// The static and c10d rendezvous handlers against MemoryStore.
+#include "ddp/rendezvous/rendezvous.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+#include <thread>
+
+#include "ddp/common/error.h"
+#include "ddp/store/memory_store.h"
+
+namespace ddp {
+namespace {
+
+RendezvousParams params(int nodes, int node_rank, int nproc) {
+  RendezvousParams p;
+  p.run_id = "r";
+  p.min_nodes = p.max_nodes = nodes;
+  p.node_rank = node_rank;
+  p.local_world_size = nproc;
+  p.local_addr = "node" + std::to_string(node_rank);
+  p.join_timeout = std::chrono::seconds(5);
+  // Short enough for quick tests, with a wide margin between a beat and death.
+  p.heartbeat_interval = std::chrono::milliseconds(20);
+  p.heartbeat_timeout = std::chrono::milliseconds(500);
+  return p;
+}
+
+RendezvousStore with(std::shared_ptr<Store> store) {
+  RendezvousStore rs;
+  rs.store = std::move(store);
+  rs.host = "h";
+  rs.port = 1;
+  return rs;
+}
+
+// Runs the next round of `handlers` (one per node) on threads; returns their infos.
+std::vector<RendezvousInfo> form(std::vector<std::unique_ptr<RendezvousHandler>>& handlers) {
+  std::vector<RendezvousInfo> infos(handlers.size());
+  std::vector<std::thread> threads;
+  for (std::size_t i = 0; i < handlers.size(); ++i) {
+    threads.emplace_back([&, i] { infos[i] = handlers[i]->next_rendezvous(); });
+  }
+  for (auto& t : threads) t.join();
+  return infos;
+}
+
+std::vector<std::unique_ptr<RendezvousHandler>> static_job(const std::shared_ptr<Store>& store,
+                                                           int nodes, const std::string& tag) {
+  std::vector<std::unique_ptr<RendezvousHandler>> handlers;
+  for (int node = 0; node < nodes; ++node) {
+    auto p = params(nodes, node, 1);
+    p.local_addr = tag + "-node" + std::to_string(node);
+    handlers.push_back(make_static_rendezvous(p, with(store)));
+  }
+  return handlers;
+}
+
+
+TEST(StaticRendezvous, RanksFollowGroupRankWithDifferentLocalSizes) {
+  auto store = std::make_shared<MemoryStore>();
+  const std::vector<int> sizes = {2, 1, 3};
+  std::vector<RendezvousInfo> infos(3);
+  std::vector<std::thread> threads;
+  // Join in reverse order: ranks must not depend on arrival.
+  for (int node = 2; node >= 0; --node) {
+    threads.emplace_back([&, node] {
+      auto handler = make_static_rendezvous(params(3, node, sizes[static_cast<std::size_t>(node)]), with(store));
+      infos[static_cast<std::size_t>(node)] = handler->next_rendezvous();
+    });
+  }
+  for (auto& t : threads) t.join();
+  const std::vector<int> base = {0, 2, 3};
+  for (int node = 0; node < 3; ++node) {
+    const auto& info = infos[static_cast<std::size_t>(node)];
+    EXPECT_EQ(info.group_rank, node);
+    EXPECT_EQ(info.group_world_size, 3);
+    EXPECT_EQ(info.world_size, 6);
+    EXPECT_EQ(info.base_rank, base[static_cast<std::size_t>(node)]);
+    EXPECT_EQ(info.local_world_sizes, sizes);
+    EXPECT_EQ(info.master_addr, "node0");
+    EXPECT_EQ(info.master_port, infos[0].master_port);
+    EXPECT_GT(info.master_port, 0);
+    EXPECT_EQ(info.instance, infos[0].instance);
+    EXPECT_EQ(info.round_prefix, "rdzv/r/" + info.instance + "/round_0");
+    EXPECT_EQ(info.worker_prefix, "rdzv/r/" + info.instance + "/round_0/workers");
+  }
+}
+
+TEST(StaticRendezvous, EachRoundHasItsOwnPrefix) {
+  auto store = std::make_shared<MemoryStore>();
+  auto handler = make_static_rendezvous(params(1, 0, 1), with(store));
+  auto first = handler->next_rendezvous();
+  auto second = handler->next_rendezvous();
+  EXPECT_EQ(first.round, 0);
+  EXPECT_EQ(second.round, 1);
+  EXPECT_FALSE(first.instance.empty());
+  EXPECT_EQ(second.worker_prefix, "rdzv/r/" + first.instance + "/round_1/workers");
+  // A single node claims no instance: not one store operation.
+  EXPECT_EQ(store->num_keys(), 0);
+}
+
+TEST(StaticRendezvous, DuplicateNodeRankIsRejected) {
+  auto store = std::make_shared<MemoryStore>();
+  auto p = params(2, 1, 1);
+  p.join_timeout = std::chrono::milliseconds(300);
+  // The first node 1 waits for node 0, which never comes.
+  std::thread t([&] { EXPECT_THROW(make_static_rendezvous(p, with(store))->next_rendezvous(), TimeoutError); });
+  while (!store->check({"rdzv/r/instance"})) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  const std::string node_1 = "rdzv/r/" + store->get("rdzv/r/instance") + "/round_0/node_1";
+  while (!store->check({node_1})) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  try {
+    make_static_rendezvous(p, with(store))->next_rendezvous();
+    ADD_FAILURE() << "expected InvalidArgument";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("node rank 1 already joined round 0"), std::string::npos)
+        << e.what();
+  }
+  t.join();
+}
+
+TEST(StaticRendezvous, TimeoutNamesMissingNodes) {
+  auto store = std::make_shared<MemoryStore>();
+  auto p = params(3, 1, 1);
+  p.join_timeout = std::chrono::milliseconds(100);
+  auto handler = make_static_rendezvous(p, with(store));
+  try {
+    handler->next_rendezvous();
+    ADD_FAILURE() << "expected TimeoutError";
+  } catch (const TimeoutError& e) {
+    EXPECT_NE(std::string(e.what()).find("missing: node_0, node_2"), std::string::npos) << e.what();
+  }
+}
+
+TEST(StaticRendezvous, BadParams) {
+  auto store = std::make_shared<MemoryStore>();
+  EXPECT_THROW(make_static_rendezvous(params(2, 2, 1), with(store)), InvalidArgument);
+  EXPECT_THROW(make_static_rendezvous(params(2, 0, 0), with(store)), InvalidArgument);
+  EXPECT_THROW(make_static_rendezvous(params(1, 0, 1), RendezvousStore{}), InvalidArgument);
+  auto range = params(2, 0, 1);
+  range.min_nodes = 1;
+  EXPECT_THROW(make_static_rendezvous(range, with(store)), InvalidArgument);
+}
+
+TEST(C10dRendezvous, RanksFollowArrivalOrder) {
+  auto store = std::make_shared<MemoryStore>();
+  std::vector<RendezvousInfo> infos(3);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 3; ++i) {
+    threads.emplace_back([&, i] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(30 * i));
+      auto p = params(3, 0, i + 1);
+      infos[static_cast<std::size_t>(i)] = make_c10d_rendezvous(p, with(store))->next_rendezvous();
+    });
+  }
+  for (auto& t : threads) t.join();
+  std::set<int> ranks;
+  for (const auto& info : infos) {
+    ranks.insert(info.group_rank);
+    EXPECT_EQ(info.world_size, 6);
+    EXPECT_EQ(info.group_world_size, 3);
+  }
+  EXPECT_EQ(ranks, (std::set<int>{0, 1, 2}));
+  EXPECT_EQ(infos[0].group_rank, 0);  // arrived first
+}
+
+TEST(C10dRendezvous, RangeClosesAfterLastCall) {
+  auto store = std::make_shared<MemoryStore>();
+  auto p = params(1, 0, 2);
+  p.max_nodes = 4;
+  p.last_call_timeout = std::chrono::milliseconds(50);
+  auto first = make_c10d_rendezvous(p, with(store));
+  auto info = first->next_rendezvous();
+  EXPECT_EQ(info.group_world_size, 1);
+  EXPECT_EQ(info.world_size, 2);
+  // A late joiner of the started (and still running) job is told so.
+  auto late = make_c10d_rendezvous(p, with(store));
+  EXPECT_THROW(late->next_rendezvous(), InvalidArgument);
+}
+
+// ------------------------------------------------------------ job instances
+
+TEST(JobInstance, SecondJobWithTheSameIdIsRefusedWhileTheFirstRuns) {
+  auto store = std::make_shared<MemoryStore>();
+  auto first = static_job(store, 2, "a");
+  const auto a = form(first);
+  auto second = static_job(store, 2, "b");
+  try {
+    second[1]->next_rendezvous();
+    ADD_FAILURE() << "expected InvalidArgument";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("run id 'r' is already used by a running job"),
+              std::string::npos)
+        << e.what();
+  }
+  // The refusal touched nothing of the running job.
+  EXPECT_EQ(store->get("rdzv/r/instance"), a[0].instance);
+}
+
+TEST(JobInstance, CrashedJobIsTakenOverAndItsRecordsAreNeverRead) {
+  auto store = std::make_shared<MemoryStore>();
+  std::string old_instance, old_node_0;
+  {
+    auto crashed = static_job(store, 2, "a");
+    const auto a = form(crashed);
+    old_instance = a[0].instance;
+    old_node_0 = a[0].round_prefix + "/node_0";
+    // Destroyed without shutdown(): the heartbeat stops, every key stays, as
+    // after a SIGKILL.
+  }
+  ASSERT_TRUE(store->check({old_node_0, "rdzv/r/instance"}));
+  auto restarted = static_job(store, 2, "b");
+  const auto b = form(restarted);
+  EXPECT_NE(b[0].instance, old_instance);
+  EXPECT_EQ(b[1].instance, b[0].instance);
+  EXPECT_EQ(store->get("rdzv/r/instance"), b[0].instance);
+  for (const auto& info : b) {
+    EXPECT_EQ(info.master_addr, "b-node0") << "a stale record of the crashed job was read";
+  }
+  // The taker deletes what it can name of the old instance (on its keeper thread).
+  for (int i = 0; i < 200 && store->check({old_node_0}); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_FALSE(store->check({old_node_0}));
+  EXPECT_FALSE(store->check({"rdzv/r/" + old_instance + "/heartbeat"}));
+}
+
+TEST(JobInstance, CrashBeforeTheFirstRoundFormedIsTakenOverToo) {
+  auto store = std::make_shared<MemoryStore>();
+  // What a job leaves when its node 0 is killed while waiting for node 1: a
+  // forming instance whose heartbeat stands still and a record of a dead node.
+  store->set("rdzv/r/instance", "dead");
+  store->set("rdzv/r/dead/heartbeat", "7");
+  store->set("rdzv/r/dead/round_0/node_0", "1 4242 dead-node 1");
+  auto restarted = static_job(store, 2, "b");
+  const auto b = form(restarted);
+  EXPECT_NE(b[0].instance, "dead");
+  for (const auto& info : b) EXPECT_EQ(info.master_addr, "b-node0");
+  for (int i = 0; i < 200 && store->check({"rdzv/r/dead/round_0/node_0"}); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_FALSE(store->check({"rdzv/r/dead/round_0/node_0"}));
+}
+
+TEST(JobInstance, FinishedRoundsAndFinishedJobsLeaveNoKeys) {
+  auto store = std::make_shared<MemoryStore>();
+  auto job = static_job(store, 2, "a");
+  const auto round0 = form(job);
+  const auto round1 = form(job);
+  EXPECT_EQ(round1[0].round, 1);
+  EXPECT_EQ(round1[0].instance, round0[0].instance);
+  // Group rank 0 deletes round 0 once round 1 formed.
+  const std::string old_record = round0[0].round_prefix + "/node_1";
+  for (int i = 0; i < 200 && store->check({old_record}); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_FALSE(store->check({old_record}));
+  EXPECT_TRUE(store->check({round1[0].round_prefix + "/node_1"}));
+  // The last node to leave deletes everything else, the instance included.
+  job[1]->shutdown(std::chrono::seconds(5));
+  EXPECT_TRUE(store->check({"rdzv/r/instance"})) << "node 0 has not left yet";
+  job[0]->shutdown(std::chrono::seconds(5));
+  EXPECT_EQ(store->num_keys(), 0);
+  // The same id starts again at once: no instance to judge, no waiting.
+  auto next = static_job(store, 2, "b");
+  const auto start = std::chrono::steady_clock::now();
+  const auto b = form(next);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(400));
+  EXPECT_NE(b[0].instance, round0[0].instance);
+  EXPECT_EQ(b[0].master_addr, "b-node0");
+}
+
+// Nodes of one job arrive at different times: a joiner confirms the creator's
+// heartbeat while the round forms, which must cost far less than the time a
+// dead instance needs to be declared dead.
+TEST(JobInstance, MultiNodeStartIsNotDelayedByTheLivenessCheck) {
+  for (const bool c10d : {false, true}) {
+    auto store = std::make_shared<MemoryStore>();
+    std::vector<std::unique_ptr<RendezvousHandler>> handlers;
+    for (int node = 0; node < 2; ++node) {
+      auto p = params(2, node, 1);
+      p.heartbeat_interval = std::chrono::seconds(3);
+      p.heartbeat_timeout = std::chrono::seconds(15);
+      handlers.push_back(c10d ? make_c10d_rendezvous(p, with(store))
+                              : make_static_rendezvous(p, with(store)));
+    }
+    std::chrono::steady_clock::time_point second_start, second_done;
+    std::thread first([&] { handlers[0]->next_rendezvous(); });
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    second_start = std::chrono::steady_clock::now();
+    handlers[1]->next_rendezvous();
+    second_done = std::chrono::steady_clock::now();
+    first.join();
+    EXPECT_LT(second_done - second_start, std::chrono::milliseconds(1500)) << "c10d: " << c10d;
+  }
+}
+
+TEST(JobInstance, HeartbeatParamsAreChecked) {
+  auto store = std::make_shared<MemoryStore>();
+  auto p = params(2, 0, 1);
+  p.heartbeat_timeout = p.heartbeat_interval;
+  EXPECT_THROW(make_static_rendezvous(p, with(store)), InvalidArgument);
+}
+
+TEST(Rendezvous, FindFreePort) {
+  EXPECT_GT(find_free_port("127.0.0.1"), 0);
+}
+
+}  // namespace
+}  // namespace ddp
