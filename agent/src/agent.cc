@@ -9,6 +9,7 @@
 #include <csignal>
 #include <exception>
 #include <cstdio>
+#include <ctime>
 #include <filesystem>
 #include <map>
 #include <mutex>
@@ -46,6 +47,12 @@ class Agent::Impl {
 
   int run() {
     const int code = run_rounds();
+    if (code != 0 && !membership_log_.empty()) {
+      // What happened to the group, for the failure report.
+      std::string text = "ddprun: membership changes during this run:\n";
+      for (const auto& line : membership_log_) text += "  " + line + "\n";
+      std::fputs(text.c_str(), stderr);
+    }
     // Leave the job (heartbeat off, the last agent deletes the job's keys)
     // unless a rendezvous thread was left blocked in the handler; after a
     // signal only for what is left of the short deadline.
@@ -65,7 +72,9 @@ class Agent::Impl {
 
  private:
   struct Outcome {
-    enum class Kind { kDone, kBarrierTimeout, kRestart, kAbort, kSignal } kind = Kind::kDone;
+    // kReform: the group's membership changed (a node lost or admitted): the
+    // workers are restarted without consuming --max_restarts.
+    enum class Kind { kDone, kBarrierTimeout, kRestart, kReform, kAbort, kSignal } kind = Kind::kDone;
     int node = -1;
     int value = 0;
   };
@@ -75,11 +84,23 @@ class Agent::Impl {
       RendezvousInfo info;
       try {
         if (auto code = next_round(info)) return *code;
+      } catch (const ShutdownError& e) {
+        // The job ended while this node waited (a spare at max_nodes).
+        std::fprintf(stderr, "ddprun: %s; nothing left to do\n", e.what());
+        return 0;
       } catch (const std::exception& e) {
         std::fprintf(stderr, "ddprun: rendezvous failed: %s\n", e.what());
         return 1;
       }
       info_ = info;
+      ++attempt_;
+      if (reforming_) {
+        reforming_ = false;
+        note_membership("re-formed the group as round " + std::to_string(info.round) + ": " +
+                        std::to_string(info.group_world_size) + " nodes, WORLD_SIZE=" +
+                        std::to_string(info.world_size) + ", this node's group rank " +
+                        std::to_string(info.group_rank));
+      }
       logger_->info("round {}: group rank {}/{}, ranks {}..{} of {}, master {}:{}", info.round,
                     info.group_rank, info.group_world_size, info.base_rank,
                     info.base_rank + options_.spec.local_world_size - 1, info.world_size,
@@ -115,6 +136,9 @@ class Agent::Impl {
           return outcome.value > 0 ? 128 + outcome.value : 1;
         case Outcome::Kind::kRestart:
           break;
+        case Outcome::Kind::kReform:
+          reforming_ = true;
+          continue;  // a membership change does not consume --max_restarts
       }
       if (restart_count_ < options_.spec.max_restarts) {
         ++restart_count_;
@@ -229,7 +253,7 @@ class Agent::Impl {
 
   // "attempt_<restart>/<local rank>", below run_log_dir.
   std::string attempt_subdir(int local_rank) const {
-    return "attempt_" + std::to_string(restart_count_) + "/" + std::to_string(local_rank);
+    return "attempt_" + std::to_string(attempt_ - 1) + "/" + std::to_string(local_rank);
   }
 
   void start_workers() {
@@ -411,9 +435,9 @@ class Agent::Impl {
         return std::nullopt;  // only meaningful at the exit barrier
       case RoundEnd::Kind::kNodeLost:
       case RoundEnd::Kind::kNodeJoined:
-        logger_->warn("{}: stopping the workers to re-form the group", describe(end));
+        note_membership(describe(end) + "; stopping the workers to re-form the group");
         stop_workers(SIGTERM);
-        return Outcome{Outcome::Kind::kRestart, end.node, 0};
+        return Outcome{Outcome::Kind::kReform, end.node, 0};
       case RoundEnd::Kind::kStoreLost:
         std::fprintf(stderr, "ddprun: %s\n", describe(end).c_str());
         stop_workers(SIGTERM);
@@ -488,12 +512,26 @@ class Agent::Impl {
     // on every path (see ProcessLauncher).
   }
 
+  // Logs a membership change with its wall-clock time and keeps it for the report.
+  void note_membership(const std::string& what) {
+    const std::time_t now = std::time(nullptr);
+    char when[32];
+    std::strftime(when, sizeof(when), "%H:%M:%S", std::localtime(&now));
+    std::string line = std::string(when) + " " + what;
+    std::fprintf(stderr, "ddprun: %s\n", line.c_str());
+    membership_log_.push_back(std::move(line));
+  }
+
   AgentOptions options_;
   RendezvousHandler& rdzv_;
   ProcessLauncher& launcher_;
   std::shared_ptr<spdlog::logger> logger_;
   RendezvousInfo info_;
   int restart_count_ = 0;
+  // Rounds this agent ran workers in (attempt_<n> log directories).
+  int attempt_ = 0;
+  bool reforming_ = false;
+  std::vector<std::string> membership_log_;
   std::vector<Worker> workers_;
   std::map<int, std::size_t> pid_to_worker_;
   std::vector<ProcessFailure> failures_;

@@ -418,6 +418,7 @@ class Parser {
       fail(what("nnodes") + "=" + raw_.nnodes + ": the " + c.rdzv_backend +
            " backend needs a fixed number of nodes (use --rdzv_backend=c10d for a range)");
     }
+    c.node_rank_given = app_.get_option("--node_rank")->count() > 0;
     c.node_rank = static_cast<int>(parse_int_in(
         raw_.node_rank, 0, c.max_nodes - 1, what("node_rank"),
         "an integer in [0, " + std::to_string(c.max_nodes) + ") (0 <= node_rank < nnodes)"));
@@ -506,9 +507,44 @@ class Parser {
     if (auto it = c.rdzv_conf.find("join_timeout"); it != c.rdzv_conf.end()) {
       c.join_timeout = parse_secs(it->second, what("rdzv_conf") + " join_timeout");
     }
-    if (auto it = c.rdzv_conf.find("last_call_timeout"); it != c.rdzv_conf.end()) {
-      c.last_call_timeout = parse_secs(it->second, what("rdzv_conf") + " last_call_timeout");
+    for (const auto& [key, value] : c.rdzv_conf) {
+      const std::string name = what("rdzv_conf") + " " + key;
+      if (key == "join_timeout") {
+        c.join_timeout = parse_secs(value, name);
+      } else if (key == "last_call_timeout") {
+        c.last_call_timeout = parse_secs(value, name);
+      } else if (key == "close_timeout") {
+        c.close_timeout = parse_secs(value, name);
+      } else if (key == "heartbeat_timeout") {
+        c.heartbeat_timeout = positive_secs(value, name);
+      } else if (key == "keep_alive_interval") {
+        c.keep_alive_interval = positive_secs(value, name);
+      } else if (key == "keep_alive_max_attempt") {
+        c.keep_alive_max_attempt = static_cast<int>(
+            parse_int_in(value, 1, 1000000, name, "a positive integer"));
+      } else if (key == "read_timeout") {
+        c.read_timeout = positive_secs(value, name);
+      } else if (key == "is_host") {
+        if (value == "1" || value == "true" || value == "True") {
+          c.is_host = true;
+        } else if (value == "0" || value == "false" || value == "False") {
+          c.is_host = false;
+        } else {
+          fail(name + ": expected true or false, got '" + value + "'");
+        }
+      } else {
+        fail(what("rdzv_conf") + ": unknown key '" + key +
+             "' (known: join_timeout, last_call_timeout, close_timeout, heartbeat_timeout, "
+             "keep_alive_interval, keep_alive_max_attempt, read_timeout, is_host)");
+      }
     }
+  }
+
+  // Seconds, whole or fractional, that must be more than zero.
+  std::chrono::milliseconds positive_secs(const std::string& text, const std::string& name) {
+    auto value = parse_secs(text, name);
+    if (value.count() <= 0) fail(name + ": expected a positive number of seconds, got '" + text + "'");
+    return value;
   }
 
   static std::string random_id() {

@@ -112,6 +112,16 @@ int run(const ddp::launcher::LaunchConfig& config) {
   rdzv.params.local_addr = config.local_addr;
   rdzv.params.join_timeout = config.join_timeout;
   rdzv.params.last_call_timeout = config.last_call_timeout;
+  rdzv.params.keep_alive_interval = config.keep_alive_interval;
+  rdzv.params.keep_alive_max_attempt = config.keep_alive_max_attempt;
+  rdzv.keep_alive_timeout = config.heartbeat_timeout;
+  rdzv.read_timeout = config.read_timeout;
+  if (config.is_host && backend->store_at == ddp::RendezvousBackend::StoreAt::kEndpoint) {
+    rdzv.is_host = *config.is_host;
+    rdzv.host_auto = false;
+  }
+  // c10d sorts group ranks by --node_rank only when it was given.
+  if (!backend->fixed_node_count && !config.node_rank_given) rdzv.params.node_rank = -1;
 
   std::unique_ptr<ddp::RendezvousHandler> handler;
   try {

@@ -84,10 +84,19 @@ std::unique_ptr<RendezvousHandler> create_rendezvous(const RendezvousConfig& con
   client.token = config.token;
   client.connect_timeout = server ? std::chrono::milliseconds(10000) : config.connect_timeout;
   client.timeout = config.params.join_timeout;
+  client.reconnect_timeout = config.read_timeout;
   // A single node never needs the agents' store itself (only its workers
   // do): connect lazily, sparing the handshake at startup.
   if (config.params.max_nodes > 1 || !server) rs.store = std::make_shared<TcpStore>(client);
   rs.opener = [client]() -> std::shared_ptr<Store> { return std::make_shared<TcpStore>(client); };
+  // Keep-alives: a write that takes longer than keep_alive_timeout is a missed
+  // one, and a lost connection is retried for no longer than that either.
+  TcpStoreOptions liveness = client;
+  liveness.timeout = config.keep_alive_timeout;
+  liveness.reconnect_timeout = config.keep_alive_timeout;
+  rs.liveness_opener = [liveness]() -> std::shared_ptr<Store> {
+    return std::make_shared<TcpStore>(liveness);
+  };
   rs.keep_alive = server;
   return backend->make(config.params, std::move(rs));
 }

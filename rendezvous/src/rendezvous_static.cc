@@ -623,10 +623,6 @@ std::unique_ptr<RendezvousHandler> make_static_rendezvous(const RendezvousParams
   return std::make_unique<RoundHandler>(params, std::move(store), false);
 }
 
-std::unique_ptr<RendezvousHandler> make_c10d_rendezvous(const RendezvousParams& params,
-                                                        RendezvousStore store) {
-  return std::make_unique<RoundHandler>(params, std::move(store), true);
-}
 
 std::uint16_t find_free_port(const std::string& host) {
   int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);

@@ -164,18 +164,33 @@ TEST(C10dRendezvous, RanksFollowArrivalOrder) {
   EXPECT_EQ(infos[0].group_rank, 0);  // arrived first
 }
 
-TEST(C10dRendezvous, RangeClosesAfterLastCall) {
+TEST(C10dRendezvous, RangeClosesAfterLastCallAndALateNodeIsAdmittedByAReform) {
   auto store = std::make_shared<MemoryStore>();
   auto p = params(1, 0, 2);
   p.max_nodes = 4;
+  p.node_rank = -1;
   p.last_call_timeout = std::chrono::milliseconds(50);
   auto first = make_c10d_rendezvous(p, with(store));
   auto info = first->next_rendezvous();
   EXPECT_EQ(info.group_world_size, 1);
   EXPECT_EQ(info.world_size, 2);
-  // A late joiner of the started (and still running) job is told so.
+  // A node that arrives while the group is below max ends the running round
+  // ("joined"); the first node rejoins and both form the next round at once.
   auto late = make_c10d_rendezvous(p, with(store));
-  EXPECT_THROW(late->next_rendezvous(), InvalidArgument);
+  RendezvousInfo late_info;
+  std::thread joiner([&] { late_info = late->next_rendezvous(); });
+  auto watch = first->watch_round(info, [] {});
+  for (int i = 0; i < 500 && !watch->ended(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_TRUE(watch->ended());
+  EXPECT_EQ(watch->ended()->kind, RoundEnd::Kind::kNodeJoined);
+  auto second = first->next_rendezvous();
+  joiner.join();
+  EXPECT_EQ(second.group_world_size, 2);
+  EXPECT_EQ(second.group_rank, 0);
+  EXPECT_EQ(late_info.group_rank, 1);
+  EXPECT_EQ(late_info.world_size, 4);
+  first->shutdown(std::chrono::seconds(1));
+  late->shutdown(std::chrono::seconds(1));
 }
 
 // ------------------------------------------------------------ job instances

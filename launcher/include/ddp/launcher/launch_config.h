@@ -32,7 +32,20 @@ struct LaunchConfig {
   std::map<std::string, std::string> rdzv_conf;
   std::chrono::milliseconds join_timeout = std::chrono::seconds(600);
   std::chrono::milliseconds last_call_timeout = std::chrono::seconds(30);
+  // --rdzv_conf's keep-alive keys (c10d): torchrun's names and defaults.
+  // heartbeat_timeout bounds one keep-alive write; close_timeout bounds how long
+  // a leaving agent waits for the store; read_timeout bounds one store call.
+  std::chrono::milliseconds keep_alive_interval = std::chrono::seconds(5);
+  int keep_alive_max_attempt = 3;
+  std::chrono::milliseconds heartbeat_timeout = std::chrono::seconds(5);
+  std::chrono::milliseconds close_timeout = std::chrono::seconds(30);
+  std::chrono::milliseconds read_timeout = std::chrono::seconds(60);
+  // --rdzv_conf is_host: whether this node hosts the c10d store; unset: the
+  // node whose address the endpoint is hosts it.
+  std::optional<bool> is_host;
   int node_rank = 0;
+  // Whether --node_rank was given (c10d sorts group ranks by it then).
+  bool node_rank_given = false;
   std::string master_addr = "127.0.0.1";
   std::uint16_t master_port = 29500;
   // --local_addr: how other nodes reach this one (default: the store address

@@ -59,8 +59,9 @@ struct RendezvousParams {
   std::string run_id = "none";
   int min_nodes = 1;
   int max_nodes = 1;
-  // This node's rank for the static handler (--node_rank); ignored by c10d
-  // (ranks follow arrival order there).
+  // This node's rank: required by the static handler (--node_rank); for c10d,
+  // -1 when not given (group ranks then follow join order), else the sort key
+  // of this node's group rank.
   int node_rank = 0;
   // Workers this node runs in every round (--nproc_per_node); may differ per node.
   int local_world_size = 1;
@@ -72,6 +73,11 @@ struct RendezvousParams {
   // c10d with min_nodes < max_nodes: once min_nodes have joined, how long the
   // round stays open for more.
   std::chrono::milliseconds last_call_timeout = std::chrono::seconds(1);
+  // c10d: how often each node writes its keep-alive key, and how many in a row
+  // it may miss before the node watching it declares it dead (torchrun's
+  // keep_alive_interval and keep_alive_max_attempt).
+  std::chrono::milliseconds keep_alive_interval = std::chrono::seconds(5);
+  int keep_alive_max_attempt = 3;
   // A fixed MASTER_PORT for workers (0: group rank 0 picks a free port each round).
   std::uint16_t worker_master_port = 0;
   // Multi-node only: how often every agent of a running instance adds to its
@@ -187,6 +193,9 @@ struct RendezvousStore {
   std::shared_ptr<Store> store;
   // Null: open_store() returns `store` itself.
   StoreOpener opener;
+  // The keep-alive thread's own handle (its calls bounded by --rdzv_conf
+  // heartbeat_timeout); null: `opener`.
+  StoreOpener liveness_opener;
   std::string host;
   std::uint16_t port = 0;
   std::string token;
@@ -195,8 +204,12 @@ struct RendezvousStore {
 std::unique_ptr<RendezvousHandler> make_static_rendezvous(const RendezvousParams& params,
                                                           RendezvousStore store);
 
-// The c10d handler: group ranks follow arrival order within a round; the round
-// closes when max_nodes have joined, or min_nodes plus last_call_timeout.
+// The c10d handler: dynamic membership (rendezvous/src/dynamic_rendezvous.h has
+// the protocol). A round closes when max_nodes have joined, or min_nodes and
+// either every survivor of the previous round or last_call_timeout; nodes send
+// keep-alives, a silent one is declared dead by its neighbour and the round
+// ends; a node that arrives while a round below max_nodes runs makes it
+// re-form at once, one that arrives at max_nodes waits as a spare.
 std::unique_ptr<RendezvousHandler> make_c10d_rendezvous(const RendezvousParams& params,
                                                         RendezvousStore store);
 

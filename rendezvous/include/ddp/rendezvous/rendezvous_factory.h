@@ -28,6 +28,11 @@ struct RendezvousConfig {
   std::string token;
   // How long non-hosting nodes keep trying to reach the store.
   std::chrono::milliseconds connect_timeout = std::chrono::seconds(900);
+  // How long one store call of the agents keeps retrying a lost connection
+  // before it fails (TcpStoreOptions::reconnect_timeout); for a keep-alive
+  // write, keep_alive_timeout (a write that could not be made is a missed one).
+  std::chrono::milliseconds read_timeout = std::chrono::seconds(60);
+  std::chrono::milliseconds keep_alive_timeout = std::chrono::seconds(5);
   RendezvousParams params;
 };
 

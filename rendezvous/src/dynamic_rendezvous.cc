@@ -1,0 +1,583 @@
+#include "dynamic_rendezvous.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <future>
+#include <random>
+#include <sstream>
+
+#include "ddp/common/error.h"
+#include "round_control.h"
+
+namespace ddp::rendezvous_detail {
+namespace {
+
+constexpr const char* kOrigin = "c10d rendezvous";
+
+std::string random_member() {
+  std::random_device device;
+  char text[17];
+  std::snprintf(text, sizeof(text), "%08x%08x", device(), device());
+  return text;
+}
+
+std::vector<std::string> split(const std::string& text) {
+  std::istringstream in(text);
+  std::vector<std::string> words;
+  for (std::string word; in >> word;) words.push_back(word);
+  return words;
+}
+
+// R/closed: "<decider> <nodes> <world> <considered> <master addr> <master port>".
+struct Closed {
+  int decider = 0;
+  int nodes = 0;
+  int world = 0;
+  int considered = 0;
+  std::string master_addr;
+  std::uint16_t master_port = 0;
+};
+
+Closed parse_closed(const std::string& text, const std::string& key) {
+  std::istringstream in(text);
+  Closed c;
+  unsigned port = 0;
+  if (!(in >> c.decider >> c.nodes >> c.world >> c.considered >> c.master_addr >> port) ||
+      port > 65535 || c.nodes < 1) {
+    throw ProtocolError(kOrigin, "malformed round decision at '" + key + "': '" + text + "'");
+  }
+  c.master_port = static_cast<std::uint16_t>(port);
+  return c;
+}
+
+// Waits on another thread are bounded so that a lost wake-up costs at most this.
+constexpr Duration kMaxWait = std::chrono::seconds(5);
+
+}  // namespace
+
+DynamicRendezvous::DynamicRendezvous(const RendezvousParams& params, RendezvousStore store,
+                                     const TimeSource& time)
+    : params_(params), store_(std::move(store)), time_(time),
+      liveness_(std::make_shared<Liveness>()) {
+  if (!store_.store && !store_.opener) throw InvalidArgument(kOrigin, "no store given");
+  if (params_.min_nodes < 1 || params_.max_nodes < params_.min_nodes) {
+    throw InvalidArgument(kOrigin, "bad node range " + std::to_string(params_.min_nodes) + ":" +
+                                       std::to_string(params_.max_nodes));
+  }
+  if (params_.local_world_size < 1) throw InvalidArgument(kOrigin, "local world size must be at least 1");
+  if (params_.keep_alive_interval.count() <= 0 || params_.keep_alive_max_attempt < 1) {
+    throw InvalidArgument(kOrigin, "keep_alive_interval must be positive and keep_alive_max_attempt "
+                                   "at least 1");
+  }
+  liveness_->prefix = prefix();
+  liveness_->interval = params_.keep_alive_interval;
+  liveness_->max_attempts = params_.keep_alive_max_attempt;
+  liveness_->time = &time_;
+  liveness_->member = random_member();
+}
+
+DynamicRendezvous::~DynamicRendezvous() { stop_liveness(std::chrono::seconds(1)); }
+
+std::string DynamicRendezvous::member() const {
+  std::lock_guard lock(liveness_->mutex);
+  return liveness_->member;
+}
+
+std::shared_ptr<Store> DynamicRendezvous::store() {
+  if (!store_.store) store_.store = store_.opener();
+  return store_.store;
+}
+
+std::shared_ptr<Store> DynamicRendezvous::open_store() {
+  return store_.opener ? store_.opener() : store();
+}
+
+std::optional<std::string> DynamicRendezvous::try_get(Store& store, const std::string& key) {
+  try {
+    return store.get(key, Duration(0));
+  } catch (const TimeoutError&) {
+    return std::nullopt;
+  }
+}
+
+// ---- joining ---------------------------------------------------------------------------------
+
+RendezvousInfo DynamicRendezvous::next_rendezvous() {
+  if (params_.max_nodes == 1) {  // nobody to meet: no store round trip at all
+    RendezvousInfo info;
+    info.round = ++last_round_;
+    info.group_world_size = 1;
+    info.world_size = params_.local_world_size;
+    info.local_world_sizes = {params_.local_world_size};
+    info.master_addr = params_.local_addr;
+    info.master_port = params_.worker_master_port != 0 ? params_.worker_master_port : find_free_port();
+    info.instance = member();
+    info.round_prefix = round_prefix(info.round) + "_" + info.instance;
+    info.worker_prefix = info.round_prefix + "/workers";
+    return info;
+  }
+  start_liveness();
+  begin_join();
+  for (;;) {
+    if (auto info = step()) return *info;
+    wait_for_change();
+  }
+}
+
+void DynamicRendezvous::begin_join() {
+  {
+    std::lock_guard lock(liveness_->mutex);
+    if (liveness_->lost_self) {
+      // Declared dead while it could not be heard: a new member, never the old one.
+      liveness_->member = random_member();
+      liveness_->lost_self = false;
+    }
+  }
+  Store& s = *store();
+  int current_round = -1, current_nodes = 0;
+  if (auto current = try_get(s, prefix() + "current")) {
+    auto words = split(*current);
+    if (words.size() == 2) {
+      current_round = std::stoi(words[0]);
+      current_nodes = std::stoi(words[1]);
+    }
+  }
+  const int round = std::max(current_round, last_round_) + 1;
+  join_round(round);
+  join_.deadline = time_.now() + params_.join_timeout;
+  // A round is running (or just ended) that this node is not part of.
+  if (current_round >= 0 && current_round == round - 1 && last_round_ != current_round) {
+    const std::string end_key = round_prefix(current_round) + "/end";
+    if (auto end = try_get(s, end_key)) {
+      auto parsed = parse_round_end(*end);
+      if (parsed && (parsed->kind == RoundEnd::Kind::kDone || parsed->kind == RoundEnd::Kind::kAbort)) {
+        throw ShutdownError(kOrigin, "run '" + params_.run_id + "' already ended (" +
+                                         describe(*parsed) + ")");
+      }
+    } else if (current_nodes < params_.max_nodes) {
+      RoundEnd joined;
+      joined.kind = RoundEnd::Kind::kNodeJoined;
+      joined.member = member();
+      s.compare_set(end_key, "", encode_round_end(joined));
+    } else {
+      join_.spare_of = current_round;
+    }
+  }
+}
+
+void DynamicRendezvous::join_round(int round) {
+  Store& s = *store();
+  const std::string r = round_prefix(round);
+  Join join;
+  join.round = round;
+  join.last_call = LastCall(params_.min_nodes, params_.last_call_timeout);
+  join.deadline = join_.deadline;
+  join.index = static_cast<int>(s.add(r + "/arrivals", 1)) - 1;
+  Arrival mine;
+  mine.member = member();
+  mine.node_rank = params_.node_rank;
+  mine.local_world_size = params_.local_world_size;
+  mine.master_port = params_.worker_master_port != 0 ? params_.worker_master_port : find_free_port();
+  mine.addr = params_.local_addr;
+  s.set(r + "/rec_" + std::to_string(join.index), encode_arrival(mine));
+  // Another node decides only long after arrival 0 should have (it died).
+  join.fallback_at = time_.now() + params_.last_call_timeout +
+                     params_.keep_alive_interval * params_.keep_alive_max_attempt;
+  join_ = std::move(join);
+}
+
+std::optional<RendezvousInfo> DynamicRendezvous::step() {
+  Store& s = *store();
+  const std::string r = round_prefix(join_.round);
+  const auto now = time_.now();
+  if (auto closed = try_get(s, r + "/closed")) return on_closed(*closed);
+  if (join_.spare_of >= 0) {
+    auto end = try_get(s, round_prefix(join_.spare_of) + "/end");
+    if (!end) return std::nullopt;  // a spare waits as long as the full round runs
+    auto parsed = parse_round_end(*end);
+    if (parsed && (parsed->kind == RoundEnd::Kind::kDone || parsed->kind == RoundEnd::Kind::kAbort)) {
+      throw ShutdownError(kOrigin, "the job ended while this node waited as a spare (" +
+                                       describe(*parsed) + ")");
+    }
+    // A member left: the round this node waits in forms now, within join_timeout.
+    join_.spare_of = -1;
+    join_.deadline = now + params_.join_timeout;
+    join_.fallback_at = now + params_.last_call_timeout +
+                        params_.keep_alive_interval * params_.keep_alive_max_attempt;
+  }
+  if ((join_.index == 0 || now >= join_.fallback_at) && decide(join_)) {
+    if (auto closed = try_get(s, r + "/closed")) return on_closed(*closed);
+  }
+  if (now >= join_.deadline) {
+    const int arrived = static_cast<int>(s.add(r + "/arrivals", 0));
+    throw TimeoutError(kOrigin, "round " + std::to_string(join_.round) + " of run '" +
+                                    params_.run_id + "': " + std::to_string(arrived) + " of at least " +
+                                    std::to_string(params_.min_nodes) + " nodes joined within the join "
+                                    "timeout of " + std::to_string(params_.join_timeout.count() / 1000.0) +
+                                    " s");
+  }
+  return std::nullopt;
+}
+
+Lineage DynamicRendezvous::load_lineage(int round) {
+  Lineage lineage;
+  if (round < 0) return lineage;
+  Store& s = *store();
+  const std::string r = round_prefix(round);
+  auto closed = try_get(s, r + "/closed");
+  if (!closed) return lineage;
+  const Closed c = parse_closed(*closed, r + "/closed");
+  if (auto members = try_get(s, r + "/members_" + std::to_string(c.decider))) {
+    lineage.members = split(*members);
+  }
+  if (auto end = try_get(s, r + "/end")) {
+    auto parsed = parse_round_end(*end);
+    if (parsed && parsed->kind == RoundEnd::Kind::kNodeLost) lineage.lost = parsed->member;
+  }
+  return lineage;
+}
+
+bool DynamicRendezvous::decide(Join& join) {
+  Store& s = *store();
+  const std::string r = round_prefix(join.round);
+  const int count = static_cast<int>(s.add(r + "/arrivals", 0));
+  if (count > static_cast<int>(join.arrivals.size())) {
+    std::vector<std::string> keys;
+    for (int i = static_cast<int>(join.arrivals.size()); i < count; ++i) {
+      keys.push_back(r + "/rec_" + std::to_string(i));
+    }
+    // A node writes its record right after taking its index.
+    auto values = s.multi_get(keys, std::chrono::seconds(10));
+    for (std::size_t i = 0; i < values.size(); ++i) join.arrivals.push_back(decode_arrival(values[i], keys[i]));
+  }
+  if (!join.lineage) join.lineage = load_lineage(join.round - 1);
+  const auto now = time_.now();
+  join.last_call.observe(count, now);
+  auto chosen = decide_round(join.arrivals, *join.lineage,
+                             RoundRule{params_.min_nodes, params_.max_nodes}, join.last_call.over(now));
+  if (!chosen) return false;
+
+  // Publish the answers first, then the decision that points at them.
+  const int considered = static_cast<int>(join.arrivals.size());
+  const int nodes = static_cast<int>(chosen->size());
+  std::vector<int> rank_of(considered, -1);
+  std::vector<int> base_of(considered, 0);
+  int world = 0;
+  std::string members;
+  for (int g = 0; g < nodes; ++g) {
+    const int i = (*chosen)[g];
+    rank_of[i] = g;
+    base_of[i] = world;
+    world += join.arrivals[i].local_world_size;
+    members += (g ? " " : "") + join.arrivals[i].member;
+  }
+  const std::string me = std::to_string(join.index);
+  std::vector<std::string> keys, values;
+  for (int i = 0; i < considered; ++i) {
+    keys.push_back(r + "/assign_" + me + "_" + std::to_string(i));
+    if (rank_of[i] < 0) {
+      values.push_back("spare");
+      continue;
+    }
+    const int next = (rank_of[i] + 1) % nodes;
+    const Arrival& watched = join.arrivals[(*chosen)[next]];
+    values.push_back(std::to_string(rank_of[i]) + " " + std::to_string(base_of[i]) + " " +
+                     (nodes > 1 ? watched.member : "-") + " " + std::to_string(next));
+  }
+  keys.push_back(r + "/members_" + me);
+  values.push_back(members);
+  s.multi_set(keys, values);
+  const Arrival& master = join.arrivals[(*chosen)[0]];
+  const std::string decision = me + " " + std::to_string(nodes) + " " + std::to_string(world) + " " +
+                               std::to_string(considered) + " " + master.addr + " " +
+                               std::to_string(master.master_port);
+  if (s.compare_set(r + "/closed", "", decision) == decision) {
+    s.set(prefix() + "current", std::to_string(join.round) + " " + std::to_string(nodes));
+    if (join.round >= 2) delete_round_keys(s, round_prefix(join.round - 2));
+  }
+  return true;
+}
+
+std::optional<RendezvousInfo> DynamicRendezvous::on_closed(const std::string& text) {
+  Store& s = *store();
+  const std::string r = round_prefix(join_.round);
+  const Closed c = parse_closed(text, r + "/closed");
+  if (join_.index >= c.considered) {
+    on_late(c.nodes);
+    return std::nullopt;
+  }
+  const std::string key = r + "/assign_" + std::to_string(c.decider) + "_" + std::to_string(join_.index);
+  const std::string assignment = s.get(key, std::chrono::seconds(10));
+  if (assignment == "spare") {
+    on_late(c.nodes);
+    return std::nullopt;
+  }
+  auto words = split(assignment);
+  if (words.size() != 4) {
+    throw ProtocolError(kOrigin, "malformed assignment at '" + key + "': '" + assignment + "'");
+  }
+  RendezvousInfo info;
+  info.round = join_.round;
+  info.group_rank = std::stoi(words[0]);
+  info.base_rank = std::stoi(words[1]);
+  info.group_world_size = c.nodes;
+  info.world_size = c.world;
+  info.master_addr = c.master_addr;
+  info.master_port = c.master_port;
+  info.round_prefix = r;
+  info.worker_prefix = r + "/workers";
+  last_round_ = join_.round;
+  last_nodes_ = c.nodes;
+  {
+    std::lock_guard lock(liveness_->mutex);
+    info.instance = liveness_->member;
+    liveness_->watched.reset();
+    if (c.nodes > 1) {
+      liveness_->watched.emplace(Watched{r, std::stoi(words[3]), words[2],
+                                         HeartbeatTracker(params_.keep_alive_interval,
+                                                          params_.keep_alive_max_attempt,
+                                                          time_.now())});
+    }
+  }
+  return info;
+}
+
+void DynamicRendezvous::on_late(int nodes) {
+  // The round formed without this node. Below max it re-forms at once to admit
+  // it; a full one is waited behind, as a spare.
+  const int round = join_.round;
+  if (nodes < params_.max_nodes) {
+    RoundEnd joined;
+    joined.kind = RoundEnd::Kind::kNodeJoined;
+    joined.member = member();
+    store()->compare_set(round_prefix(round) + "/end", "", encode_round_end(joined));
+  }
+  join_round(round + 1);
+  if (nodes >= params_.max_nodes) join_.spare_of = round;
+}
+
+void DynamicRendezvous::wait_for_change() {
+  const std::string r = round_prefix(join_.round);
+  const auto now = time_.now();
+  std::string key;
+  Clock::time_point until = join_.deadline;
+  if (join_.spare_of >= 0) {
+    key = r + "/closed";
+    until = now + std::chrono::seconds(1);  // and look at the full round's end
+  } else if (join_.index == 0 || now >= join_.fallback_at) {
+    // The decider waits for the arrival that can change its decision.
+    const int have = static_cast<int>(join_.arrivals.size());
+    const bool first_round_shape = !join_.lineage || join_.lineage->members.empty();
+    int next = have;
+    if (first_round_shape) next = std::max(have, (have < params_.min_nodes ? params_.min_nodes : params_.max_nodes) - 1);
+    key = r + "/rec_" + std::to_string(next);
+    until = std::min(until, join_.last_call.deadline());
+  } else {
+    key = r + "/closed";
+    until = std::min(until, join_.fallback_at);
+  }
+  auto left = std::chrono::duration_cast<Duration>(until - now);
+  left = std::clamp(left, Duration(1), kMaxWait);
+  try {
+    store()->wait({key}, left);
+  } catch (const TimeoutError&) {
+  }
+}
+
+int DynamicRendezvous::num_nodes_waiting() {
+  if (params_.max_nodes == 1 || last_round_ < 0) return 0;
+  const auto arrivals = store()->add(round_prefix(last_round_ + 1) + "/arrivals", 0);
+  return static_cast<int>(arrivals);
+}
+
+// ---- the running round --------------------------------------------------------------------------
+
+std::unique_ptr<RoundWatch> DynamicRendezvous::watch_round(const RendezvousInfo& info,
+                                                           std::function<void()> wake) {
+  if (params_.max_nodes == 1) return inert_watch();
+  return watch_end_key(open_store(), info.round_prefix + "/end", std::move(wake),
+                       store_.host + ":" + std::to_string(store_.port));
+}
+
+std::unique_ptr<PendingEnd> DynamicRendezvous::end_round(const RendezvousInfo& info,
+                                                         const RoundEnd& end) {
+  if (params_.max_nodes == 1) return nothing_to_tell();
+  return set_end_key(store(), info.round_prefix + "/end", encode_round_end(end));
+}
+
+void DynamicRendezvous::arrive_at_exit_barrier(const RendezvousInfo& info, Clock::time_point deadline) {
+  if (params_.max_nodes == 1) return;
+  if (store()->add(info.round_prefix + "/exit_barrier", 1) < info.group_world_size) return;
+  RoundEnd done;
+  done.kind = RoundEnd::Kind::kDone;
+  const std::string error = end_round(info, done)->wait_until(deadline);
+  if (!error.empty()) throw NetworkError(kOrigin, "cannot end the round: " + error);
+}
+
+// ---- liveness ---------------------------------------------------------------------------------------
+
+void DynamicRendezvous::liveness_tick(Store& store) { tick(*liveness_, store); }
+
+void DynamicRendezvous::tick(Liveness& l, Store& store) {
+  const auto now = l.time->now();
+  std::string member, watched_member, watched_round;
+  int watched_rank = -1;
+  bool write = false;
+  std::int64_t beat = 0;
+  {
+    std::lock_guard lock(l.mutex);
+    member = l.member;
+    if (now >= l.next_write) {
+      write = true;
+      beat = ++l.beats;
+      l.next_write = now + l.interval;
+    }
+    if (l.watched) {
+      watched_member = l.watched->member;
+      watched_round = l.watched->round_prefix;
+      watched_rank = l.watched->group_rank;
+    }
+  }
+  if (write) store.set(l.prefix + "alive/" + member, std::to_string(beat));
+  if (watched_member.empty()) return;
+  const auto value = try_get(store, l.prefix + "alive/" + watched_member);
+  // Was this node itself declared lost (a partition that healed)?
+  auto end = try_get(store, watched_round + "/end");
+  bool dead = false;
+  int missed = 0;
+  {
+    std::lock_guard lock(l.mutex);
+    if (!l.watched || l.watched->member != watched_member) return;
+    if (end) {
+      auto parsed = parse_round_end(*end);
+      if (parsed && parsed->kind == RoundEnd::Kind::kNodeLost && parsed->member == member) {
+        l.lost_self = true;
+      }
+      l.watched.reset();  // the round is over: nothing more to judge
+      return;
+    }
+    l.watched->tracker.observe(value, now);
+    dead = l.watched->tracker.dead(now);
+    missed = l.watched->tracker.missed(now);
+    if (dead) l.watched.reset();
+  }
+  if (!dead) return;
+  RoundEnd lost;
+  lost.kind = RoundEnd::Kind::kNodeLost;
+  lost.node = watched_rank;
+  lost.member = watched_member;
+  (void)missed;
+  store.compare_set(watched_round + "/end", "", encode_round_end(lost));
+}
+
+void DynamicRendezvous::start_liveness() {
+  if (liveness_thread_.joinable()) return;
+  auto l = liveness_;
+  StoreOpener opener = store_.liveness_opener ? store_.liveness_opener : store_.opener;
+  std::shared_ptr<Store> shared = opener ? nullptr : store();
+  liveness_thread_ = std::thread([l, opener = std::move(opener), shared]() mutable {
+    try {
+      std::shared_ptr<Store> own = opener ? opener() : shared;
+      shared.reset();
+      // Ticks four times per interval: writes are due once per interval, and
+      // a dead neighbour is seen within a quarter interval of its deadline.
+      const auto period = std::max<Duration>(l->interval / 4, Duration(1));
+      std::unique_lock lock(l->mutex);
+      while (!l->stopping) {
+        lock.unlock();
+        try {
+          tick(*l, *own);
+        } catch (const std::exception&) {
+          // The store is unreachable for now: the round's watcher reports a
+          // lost store; a keep-alive that could not be written is a missed one.
+        }
+        lock.lock();
+        l->changed.wait_for(lock, period, [&] { return l->stopping; });
+      }
+    } catch (const std::exception&) {
+    }
+    std::lock_guard lock(l->mutex);
+    l->finished = true;
+    l->changed.notify_all();
+  });
+}
+
+void DynamicRendezvous::stop_liveness(std::chrono::milliseconds deadline) {
+  if (!liveness_thread_.joinable()) return;
+  std::unique_lock lock(liveness_->mutex);
+  liveness_->stopping = true;
+  liveness_->changed.notify_all();
+  const bool finished = liveness_->changed.wait_for(lock, deadline, [&] { return liveness_->finished; });
+  lock.unlock();
+  if (finished) {
+    liveness_thread_.join();
+  } else {
+    liveness_thread_.detach();  // blocked in a frozen store; owns all it touches
+  }
+}
+
+// ---- leaving ------------------------------------------------------------------------------------
+
+void DynamicRendezvous::delete_round_keys(Store& s, const std::string& r) {
+  auto closed = try_get(s, r + "/closed");
+  const int arrivals = static_cast<int>(s.add(r + "/arrivals", 0));
+  std::vector<std::string> keys = {r + "/end", r + "/exit_barrier", r + "/left"};
+  for (int i = 0; i < arrivals; ++i) keys.push_back(r + "/rec_" + std::to_string(i));
+  if (closed) {
+    const Closed c = parse_closed(*closed, r + "/closed");
+    keys.push_back(r + "/members_" + std::to_string(c.decider));
+    for (int i = 0; i < c.considered; ++i) {
+      keys.push_back(r + "/assign_" + std::to_string(c.decider) + "_" + std::to_string(i));
+    }
+    keys.push_back(r + "/closed");
+  }
+  keys.push_back(r + "/arrivals");
+  for (const auto& key : keys) s.delete_key(key);
+}
+
+void DynamicRendezvous::shutdown(std::chrono::milliseconds deadline) {
+  const auto until = Clock::now() + deadline;
+  stop_liveness(deadline);
+  if (params_.max_nodes == 1 || last_round_ < 0) return;
+  auto left = std::chrono::duration_cast<Duration>(until - Clock::now());
+  if (left <= Duration(0)) return;
+  // On a thread of its own, which owns all it touches, so that a frozen store
+  // cannot hold the exit past the deadline.
+  // The handle the agent used (opening another one could wait for a store
+  // that is gone: its host may have left first).
+  std::shared_ptr<Store> store = store_.store;
+  if (!store) return;
+  const std::string prefix = this->prefix();
+  const std::string alive = alive_key(member());
+  const std::string last = round_prefix(last_round_);
+  const std::string before = last_round_ >= 1 ? round_prefix(last_round_ - 1) : "";
+  const int nodes = last_nodes_;
+  auto done = std::make_shared<std::promise<void>>();
+  auto future = done->get_future();
+  std::thread([store, prefix, alive, last, before, nodes, done] {
+    try {
+      store->delete_key(alive);
+      // The last node of the last round to leave deletes what is left of the job.
+      if (store->add(last + "/left", 1) >= nodes) {
+        if (!before.empty()) delete_round_keys(*store, before);
+        delete_round_keys(*store, last);
+        store->delete_key(prefix + "current");
+      }
+    } catch (const std::exception&) {
+    }
+    done->set_value();
+  }).detach();
+  future.wait_for(left);
+}
+
+}  // namespace ddp::rendezvous_detail
+
+namespace ddp {
+
+std::unique_ptr<RendezvousHandler> make_c10d_rendezvous(const RendezvousParams& params,
+                                                        RendezvousStore store) {
+  return std::make_unique<rendezvous_detail::DynamicRendezvous>(params, std::move(store),
+                                                                real_time());
+}
+
+}  // namespace ddp

@@ -1,0 +1,145 @@
+// The dynamic (c10d) rendezvous handler: elastic membership over any Store.
+//
+// Keys, under P = "rdzv/<run_id>/":
+//   P/current                  "<round> <nodes>" of the last round that formed
+//   P/alive/<member>           a node's keep-alive counter (its own key: O(1) per node)
+//   R = P/round_<r>:
+//     R/arrivals               add counter: a node's arrival index
+//     R/rec_<i>                arrival i's record (membership.h: Arrival)
+//     R/closed                 the round's one decision, "<decider> <nodes> <world> <considered>
+//                              <master addr> <master port>", set once by compare_set
+//     R/assign_<d>_<i>         decider d's answer to arrival i: "<group rank> <base rank>
+//                              <watched member> <watched rank>" or "spare"
+//     R/members_<d>            the members in group-rank order (the next round's lineage)
+//     R/end, R/exit_barrier    how the round ended (round.h), and the exit barrier
+//
+// Joining round r: a node adds itself to R/arrivals and writes its record. Arrival 0
+// decides (membership.h: decide_round) when max_nodes are there, or min_nodes and
+// either every survivor of round r-1 or the end of last call; another node decides
+// only if none did long after (arrival 0 died). The decision is published once and
+// read by all: no shared blob rewritten by every node. A node that arrives after
+// the decision, or is not chosen, asks a round below max_nodes to re-form with it
+// (R/end "joined <member>"), or waits as a spare behind a full one.
+//
+// Liveness: every node writes P/alive/<member> every keep_alive_interval on a
+// thread and store connection of its own; during a round, group rank g also reads
+// the key of rank g+1 (mod n) and, once it has not moved for keep_alive_interval x
+// keep_alive_max_attempt on g's own clock, ends the round with "lost <g+1> <member>".
+// A node that finds itself declared lost rejoins with a new member id.
+#pragma once
+
+#include <condition_variable>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ddp/rendezvous/rendezvous.h"
+#include "membership.h"
+
+namespace ddp::rendezvous_detail {
+
+class DynamicRendezvous : public RendezvousHandler {
+ public:
+  // `time` must outlive the handler. Throws InvalidArgument for bad params.
+  DynamicRendezvous(const RendezvousParams& params, RendezvousStore store, const TimeSource& time);
+  ~DynamicRendezvous() override;
+
+  RendezvousInfo next_rendezvous() override;
+  void shutdown(std::chrono::milliseconds deadline) override;
+  std::unique_ptr<RoundWatch> watch_round(const RendezvousInfo& info,
+                                          std::function<void()> wake) override;
+  std::unique_ptr<PendingEnd> end_round(const RendezvousInfo& info, const RoundEnd& end) override;
+  void arrive_at_exit_barrier(const RendezvousInfo& info, Clock::time_point deadline) override;
+  int num_nodes_waiting() override;
+
+  std::shared_ptr<Store> store() override;
+  std::shared_ptr<Store> open_store() override;
+  std::string store_host() const override { return store_.host; }
+  std::uint16_t store_port() const override { return store_.port; }
+  std::string store_token() const override { return store_.token; }
+  std::string backend() const override { return "c10d"; }
+  const RendezvousParams& params() const override { return params_; }
+
+  // ---- the steps of next_rendezvous(), public so that tests drive them with a
+  // fake clock and no threads. Each is a few store calls and never waits.
+
+  // Registers this node for the next round; asks a running round below
+  // max_nodes to re-form with it, or waits as a spare behind a full one.
+  void begin_join();
+  // One look at the round being joined (deciding it when this node should):
+  // its info once it formed with this node, else nullopt. Throws TimeoutError
+  // past join_timeout, ShutdownError when the job ended while this node waited.
+  std::optional<RendezvousInfo> step();
+  // One keep-alive tick on `store`: writes this node's key when it is due and
+  // judges the watched node (ending the round when it is dead).
+  void liveness_tick(Store& store);
+  // This node's member id.
+  std::string member() const;
+
+ private:
+  struct Join {
+    int round = 0;
+    int index = -1;
+    Clock::time_point deadline;
+    Clock::time_point fallback_at;
+    // A full round this node waits behind as a spare (-1: none).
+    int spare_of = -1;
+    LastCall last_call{1, Duration(0)};
+    std::vector<Arrival> arrivals;
+    std::optional<Lineage> lineage;
+  };
+  struct Watched {
+    std::string round_prefix;
+    int group_rank = -1;
+    std::string member;
+    HeartbeatTracker tracker;
+  };
+
+  std::string prefix() const { return "rdzv/" + params_.run_id + "/"; }
+  std::string round_prefix(int round) const { return prefix() + "round_" + std::to_string(round); }
+  std::string alive_key(const std::string& member) const { return prefix() + "alive/" + member; }
+  void join_round(int round);
+  bool decide(Join& join);
+  Lineage load_lineage(int round);
+  std::optional<RendezvousInfo> on_closed(const std::string& closed);
+  void on_late(int nodes);
+  void wait_for_change();
+  void start_liveness();
+  void stop_liveness(std::chrono::milliseconds deadline);
+  // Deletes round R's keys (its workers' keys cannot be listed and stay).
+  static void delete_round_keys(Store& store, const std::string& round_prefix);
+  static std::optional<std::string> try_get(Store& store, const std::string& key);
+
+  RendezvousParams params_;
+  RendezvousStore store_;
+  const TimeSource& time_;
+  Join join_;
+  int last_round_ = -1;
+  int last_nodes_ = 0;
+
+  // Shared with the liveness thread, which holds no reference to the handler
+  // (a thread blocked in a frozen store past shutdown's deadline is detached).
+  struct Liveness {
+    std::string prefix;
+    Duration interval;
+    int max_attempts = 3;
+    const TimeSource* time = nullptr;
+    std::mutex mutex;
+    std::condition_variable changed;
+    bool stopping = false;
+    bool finished = false;
+    std::string member;
+    std::int64_t beats = 0;
+    Clock::time_point next_write{};
+    bool lost_self = false;
+    std::optional<Watched> watched;
+  };
+  static void tick(Liveness& liveness, Store& store);
+
+  std::shared_ptr<Liveness> liveness_;
+  std::thread liveness_thread_;
+};
+
+}  // namespace ddp::rendezvous_detail
