@@ -137,6 +137,7 @@ int run(const ddp::launcher::LaunchConfig& config) {
   options.spec.argv = config.command;
   options.spec.name = config.module ? config.program : fs::path(config.program).filename().string();
   options.spec.max_restarts = config.max_restarts;
+  if (config.close_timeout) options.announce_timeout = *config.close_timeout;
   options.spec.redirects = config.redirects;
   options.spec.tee = config.tee;
   options.spec.console_ranks = config.local_ranks_filter;

@@ -2,6 +2,8 @@
 //   env <dir>                 write the environment as JSON to <dir>/env_<RANK>_<RESTART>.json
 //   fail_on_attempt0 <code>   print the attempt, exit <code> on attempt 0 and 0 afterwards
 //   exit <code>               exit with <code> at once
+//   elastic <dir>             write <dir>/ws<WORLD_SIZE>_r<RANK>_<pid> (GROUP_RANK inside),
+//                             then run until <dir>/finish exists
 //   error_file <code> <msg>   write TORCHELASTIC_ERROR_FILE like PyTorch's @record, exit <code>
 //   sleep <pid dir>           write <pid dir>/<LOCAL_RANK>.pid, then sleep until killed
 //   family <pid dir>          like sleep, but first fork a grandchild that sleeps too
@@ -89,6 +91,18 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (mode == "exit" && argc >= 3) return std::atoi(argv[2]);
+  if (mode == "elastic" && argc >= 3) {
+    // Announces itself as "ws<WORLD_SIZE>_r<RANK>_<pid>" (its GROUP_RANK inside)
+    // and runs until "<dir>/finish" exists: a worker of a group that may re-form.
+    const std::string dir = argv[2];
+    write_file(dir + "/ws" + env_or("WORLD_SIZE", "x") + "_r" + rank + "_" +
+                   std::to_string(::getpid()),
+               env_or("GROUP_RANK", "x"));
+    while (::access((dir + "/finish").c_str(), F_OK) != 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return 0;
+  }
   if (mode == "error_file" && argc >= 4) {
     nlohmann::json data;
     data["message"]["message"] = std::string("RuntimeError: ") + argv[3];

@@ -41,4 +41,17 @@ inline int listen_loopback(std::uint16_t& port, int backlog = 16) {
   return fd;
 }
 
+// Whether something accepts TCP connections on loopback `port` (a connection
+// is opened and closed at once).
+inline bool port_listens(std::uint16_t port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(port);
+  const bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  ::close(fd);
+  return ok;
+}
+
 }  // namespace ddp::test

@@ -1,0 +1,149 @@
+// Elastic runs of real ddprun agents on this host (--rdzv_backend=c10d,
+// --nnodes MIN:MAX, short keep-alives): a lost node, scale-up, a spare, too
+// few nodes, a lost store host. Workers are ddprun_test_worker's "elastic"
+// mode: each announces itself as <dir>/ws<WORLD_SIZE>_r<RANK>_<pid> and runs
+// until <dir>/finish exists. Generous timeouts: a loaded 2-core machine.
+// The same scenarios across network namespaces are in tests/cluster.
+#include <signal.h>
+
+#include <chrono>
+#include <deque>
+#include <fstream>
+#include <thread>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "net_util.h"
+#include "process_util.h"
+
+namespace ddp::test {
+namespace {
+
+using namespace std::chrono_literals;
+
+std::string ddprun() { return bin_dir() + "/ddprun"; }
+std::string worker() { return bin_dir() + "/ddprun_test_worker"; }
+
+class ElasticTest : public ::testing::Test {
+ protected:
+  ~ElasticTest() override {
+    for (const auto& agent : agents_) kill_if_alive(agent.pid);
+  }
+
+  static constexpr const char* kConf =
+      "keep_alive_interval=0.5,keep_alive_max_attempt=2,last_call_timeout=1,join_timeout=60";
+
+  // An agent of the job. The first one started hosts the store (callers wait
+  // for it to listen before starting others).
+  Child& start_agent(const std::string& nnodes, const std::string& conf = kConf) {
+    std::vector<std::string> argv{ddprun(), "--nnodes=" + nnodes, "--nproc_per_node=1",
+                                  "--rdzv_backend=c10d", "--rdzv_endpoint=" + endpoint_,
+                                  "--rdzv_id=elastic", "--no_python", "--rdzv_conf=" + conf};
+    argv.push_back(worker());
+    argv.push_back("elastic");
+    argv.push_back(dir_.str());
+    agents_.push_back(spawn(argv, base_env(), dir_.path(), "agent" + std::to_string(agents_.size())));
+    return agents_.back();
+  }
+
+  // Starts the store host and waits until its store listens.
+  Child& start_host(const std::string& nnodes) {
+    Child& host = start_agent(nnodes);
+    EXPECT_TRUE(eventually([&] { return port_listens(port_); }, 30s)) << read_text(host.err);
+    return host;
+  }
+
+  // Workers that announced WORLD_SIZE = `world`.
+  int workers_with_world(int world) const {
+    int n = 0;
+    const std::string prefix = "ws" + std::to_string(world) + "_";
+    for (const auto& entry : fs::directory_iterator(dir_.path())) {
+      if (entry.path().filename().string().rfind(prefix, 0) == 0) ++n;
+    }
+    return n;
+  }
+
+  bool wait_workers(int world, int count, std::chrono::milliseconds timeout = 60s) {
+    return eventually([&] { return workers_with_world(world) >= count; }, timeout);
+  }
+
+  void finish() { std::ofstream(dir_.path() / "finish") << "done\n"; }
+
+  std::string all_stderr() const {
+    std::string text;
+    for (const auto& agent : agents_) text += "--- " + agent.err.string() + "\n" + read_text(agent.err);
+    return text;
+  }
+
+  TempDir dir_;
+  std::uint16_t port_ = free_port();
+  std::string endpoint_ = "127.0.0.1:" + std::to_string(port_);
+  std::deque<Child> agents_;  // references stay valid as agents are added
+};
+
+TEST_F(ElasticTest, SurvivorsOfALostNodeReformWithTheNewWorldSizeAndFinish) {
+  Child& host = start_host("2:3");
+  Child& second = start_agent("2:3");
+  Child& third = start_agent("2:3");
+  ASSERT_TRUE(wait_workers(3, 3)) << all_stderr();
+  ::kill(third.pid, SIGKILL);
+  EXPECT_EQ(wait_child(third.pid), 128 + SIGKILL);
+  ASSERT_TRUE(wait_workers(2, 2)) << "the survivors did not re-form\n" << all_stderr();
+  finish();
+  EXPECT_EQ(wait_child(host.pid, 60s), 0) << all_stderr();
+  EXPECT_EQ(wait_child(second.pid, 60s), 0) << all_stderr();
+  const std::string log = read_text(host.err) + read_text(second.err);
+  EXPECT_NE(log.find("was lost"), std::string::npos) << log;
+  EXPECT_NE(log.find("re-formed the group"), std::string::npos) << log;
+}
+
+TEST_F(ElasticTest, ANodeThatArrivesBelowMaxIsAdmittedAtOnce) {
+  Child& host = start_host("2:3");
+  Child& second = start_agent("2:3");
+  ASSERT_TRUE(wait_workers(2, 2)) << all_stderr();
+  Child& third = start_agent("2:3");
+  ASSERT_TRUE(wait_workers(3, 3)) << "no scale-up to 3 nodes\n" << all_stderr();
+  finish();
+  for (Child* agent : {&host, &second, &third}) EXPECT_EQ(wait_child(agent->pid, 60s), 0) << all_stderr();
+}
+
+TEST_F(ElasticTest, ASpareAtMaxTakesOverWhenAMemberDies) {
+  Child& host = start_host("1:2");
+  Child& second = start_agent("1:2");
+  ASSERT_TRUE(wait_workers(2, 2)) << all_stderr();
+  Child& spare = start_agent("1:2");
+  std::this_thread::sleep_for(2s);
+  EXPECT_EQ(workers_with_world(2), 2) << "a spare must not disturb a full group\n" << all_stderr();
+  ::kill(second.pid, SIGKILL);
+  EXPECT_EQ(wait_child(second.pid), 128 + SIGKILL);
+  ASSERT_TRUE(wait_workers(2, 4)) << "the spare did not take over\n" << all_stderr();
+  finish();
+  EXPECT_EQ(wait_child(host.pid, 60s), 0) << all_stderr();
+  EXPECT_EQ(wait_child(spare.pid, 60s), 0) << all_stderr();
+}
+
+TEST_F(ElasticTest, TooFewNodesFailAfterTheJoinTimeoutWithAClearMessage) {
+  Child& host = start_agent("2:3", "join_timeout=2,last_call_timeout=1");
+  EXPECT_EQ(wait_child(host.pid, 60s), 1);
+  const std::string err = read_text(host.err);
+  EXPECT_NE(err.find("1 of at least 2 nodes joined within the join timeout"), std::string::npos) << err;
+}
+
+TEST_F(ElasticTest, WhenTheStoreHostDiesTheOthersExitPromptlyNamingTheStore) {
+  Child& host = start_host("2:3");
+  Child& second = start_agent("2:3");
+  ASSERT_TRUE(wait_workers(2, 2)) << all_stderr();
+  ::kill(host.pid, SIGKILL);
+  EXPECT_EQ(wait_child(host.pid), 128 + SIGKILL);
+  const auto killed = std::chrono::steady_clock::now();
+  EXPECT_EQ(wait_child(second.pid, 30s), 1) << all_stderr();
+  EXPECT_LT(std::chrono::steady_clock::now() - killed, 10s) << "not prompt";
+  const std::string err = read_text(second.err);
+  EXPECT_NE(err.find("lost the rendezvous store"), std::string::npos) << err;
+  EXPECT_NE(err.find(endpoint_), std::string::npos) << "the error names the store's address\n" << err;
+}
+
+}  // namespace
+}  // namespace ddp::test
