@@ -1,8 +1,7 @@
-// The static and c10d rendezvous handlers. Both share the round bookkeeping:
-// every node publishes "<round>/node_<group rank>" = "<local world size> <master
-// port> <addr> <nonce>" and then reads every node's record. They differ in how a
-// node learns its group rank: given (static) or by arrival order (c10d). Both
-// share the job-instance protocol described in rendezvous.h.
+// The static rendezvous handler: every node publishes "<round>/node_<group rank>"
+// = "<local world size> <master port> <addr> <nonce>" under its given --node_rank
+// and then reads every node's record, within the job-instance protocol described
+// in rendezvous.h. (The c10d handler is dynamic_rendezvous.cc.)
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -187,20 +186,20 @@ struct InstanceDead {};
 
 class RoundHandler : public RendezvousHandler {
  public:
-  RoundHandler(const RendezvousParams& params, RendezvousStore store, bool dynamic_ranks)
-      : params_(params), store_(std::move(store)), dynamic_ranks_(dynamic_ranks) {
+  RoundHandler(const RendezvousParams& params, RendezvousStore store)
+      : params_(params), store_(std::move(store)) {
     const char* origin = this->origin();
     if (!store_.store && !store_.opener) throw InvalidArgument(origin, "no store given");
     if (params_.min_nodes < 1 || params_.max_nodes < params_.min_nodes) {
       throw InvalidArgument(origin, "bad node range " + std::to_string(params_.min_nodes) + ":" +
                                         std::to_string(params_.max_nodes));
     }
-    if (!dynamic_ranks && params_.min_nodes != params_.max_nodes) {
+    if (params_.min_nodes != params_.max_nodes) {
       throw InvalidArgument(origin, "the static backend needs a fixed number of nodes, got " +
                                         std::to_string(params_.min_nodes) + ":" +
                                         std::to_string(params_.max_nodes));
     }
-    if (!dynamic_ranks && (params_.node_rank < 0 || params_.node_rank >= params_.max_nodes)) {
+    if (params_.node_rank < 0 || params_.node_rank >= params_.max_nodes) {
       throw InvalidArgument(origin, "node rank " + std::to_string(params_.node_rank) +
                                         " is outside [0, " + std::to_string(params_.max_nodes) +
                                         ")");
@@ -335,11 +334,11 @@ class RoundHandler : public RendezvousHandler {
   std::string store_host() const override { return store_.host; }
   std::uint16_t store_port() const override { return store_.port; }
   std::string store_token() const override { return store_.token; }
-  std::string backend() const override { return dynamic_ranks_ ? "c10d" : "static"; }
+  std::string backend() const override { return "static"; }
   const RendezvousParams& params() const override { return params_; }
 
  private:
-  const char* origin() const { return dynamic_ranks_ ? "c10d rendezvous" : "static rendezvous"; }
+  const char* origin() const { return "static rendezvous"; }
   std::string base_prefix() const { return "rdzv/" + params_.run_id + "/"; }
   std::string instance_key() const { return base_prefix() + "instance"; }
   std::string instance_prefix(const std::string& instance) const {
@@ -487,34 +486,9 @@ class RoundHandler : public RendezvousHandler {
   RendezvousInfo join_round(int round) {
     const std::string prefix = round_prefix(round);
     const auto timeout = params_.join_timeout;
-    int group_rank = dynamic_ranks_ ? 0 : params_.node_rank;
-    int nodes = params_.max_nodes;
+    const int group_rank = params_.node_rank;
+    const int nodes = params_.max_nodes;
     Store& store = *this->store();
-    if (dynamic_ranks_) {
-      const std::int64_t arrived = store.add(prefix + "/joined", 1);
-      group_rank = static_cast<int>(arrived - 1);
-      if (arrived == params_.max_nodes) {
-        store.compare_set(prefix + "/closed", "", std::to_string(arrived));
-      } else if (arrived == params_.min_nodes) {
-        // The node that completes the minimum keeps the round open a little
-        // longer for late joiners, then closes it at whatever size it has.
-        std::this_thread::sleep_for(params_.last_call_timeout);
-        store.compare_set(prefix + "/closed", "", std::to_string(store.add(prefix + "/joined", 0)));
-      }
-      const std::string closed = wait_watching(store, timeout, [&](std::chrono::milliseconds t) {
-        return store.get(prefix + "/closed", t);
-      });
-      nodes = std::stoi(closed);
-      if (group_rank >= nodes) {
-        // A crashed job's forming instance can be over-full: only a live one
-        // makes this node late.
-        while (!confirmed(store)) std::this_thread::sleep_for(poll_period());
-        throw InvalidArgument(origin(), "round " + std::to_string(round) + " of run '" +
-                                            params_.run_id + "' closed with " + closed +
-                                            " nodes before this node joined");
-      }
-    }
-
     NodeRecord mine{params_.local_world_size, 0, params_.local_addr};
     if (group_rank == 0) mine.master_port = worker_master_port();
     const std::string my_key = prefix + "/node_" + std::to_string(group_rank);
@@ -605,7 +579,6 @@ class RoundHandler : public RendezvousHandler {
 
   RendezvousParams params_;
   RendezvousStore store_;
-  bool dynamic_ranks_;
   int round_ = 0;
   std::string instance_;
   bool started_ = false;
@@ -620,7 +593,7 @@ class RoundHandler : public RendezvousHandler {
 
 std::unique_ptr<RendezvousHandler> make_static_rendezvous(const RendezvousParams& params,
                                                           RendezvousStore store) {
-  return std::make_unique<RoundHandler>(params, std::move(store), false);
+  return std::make_unique<RoundHandler>(params, std::move(store));
 }
 
 

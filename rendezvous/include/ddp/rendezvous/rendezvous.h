@@ -2,15 +2,15 @@
 // group ranks and world size, and learn where worker rank 0 hosts PyTorch's
 // store (MASTER_ADDR:MASTER_PORT).
 //
-// A job goes through numbered rounds. Round r starts when every agent calls
-// next_rendezvous() for the r-th time (the agents restart together, so the round
-// number equals TORCHELASTIC_RESTART_COUNT for the static and c10d handlers).
+// A job goes through numbered rounds: every restart (a worker failed) and, for
+// c10d, every membership change (a node lost or admitted) starts a new one.
 // Every round has its own key prefix in the store; workers get a prefix below it
 // (RendezvousInfo::worker_prefix), so a worker of an old round can never touch
-// the keys of a new one. A later dynamic handler keeps this contract and only
-// changes how membership of a round is decided.
+// the keys of a new one. While a round runs, the agent watches it
+// (watch_round) and ends it (end_round, arrive_at_exit_barrier); how an end is
+// told and seen is the handler's (round.h).
 //
-// Job instances. Many jobs may share one long-lived store (ddp-rendezvous), and
+// Job instances (static). Many jobs may share one long-lived store (ddp-rendezvous), and
 // a run id may be reused. A multi-node job therefore claims an instance of its
 // run id: a random nonce stored at "rdzv/<run_id>/instance", and every round
 // lives under "rdzv/<run_id>/<instance>/round_<r>", so a new instance never
@@ -80,7 +80,7 @@ struct RendezvousParams {
   int keep_alive_max_attempt = 3;
   // A fixed MASTER_PORT for workers (0: group rank 0 picks a free port each round).
   std::uint16_t worker_master_port = 0;
-  // Multi-node only: how often every agent of a running instance adds to its
+  // Static, multi-node only: how often every agent of a running instance adds to its
   // heartbeat counter (the creator of a forming instance beats ten times as
   // often, so that joiners confirm it quickly).
   std::chrono::milliseconds heartbeat_interval = std::chrono::seconds(1);
