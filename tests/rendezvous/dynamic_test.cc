@@ -283,6 +283,18 @@ TEST(DynamicRendezvous, NodeAtMaxWaitsAsASpareAndTakesOverWhenAMemberDies) {
   EXPECT_EQ(second[2].group_rank, 1);
 }
 
+TEST(DynamicRendezvous, NodesWaitingForTheNextRoundAreCounted) {
+  Cluster c({1, 2});
+  c.add_node().begin_join();
+  c.add_node().begin_join();
+  auto first = c.form({0, 1});
+  ASSERT_EQ(first.size(), 2u);
+  EXPECT_EQ(c.node(0).num_nodes_waiting(), 0);
+  c.add_node().begin_join();  // a spare: it waits in the next round's list
+  EXPECT_EQ(c.node(0).num_nodes_waiting(), 1);
+  EXPECT_EQ(c.node(1).num_nodes_waiting(), 1);
+}
+
 TEST(DynamicRendezvous, SpareLeavesWhenTheJobEnds) {
   Cluster c({1, 1 + 1});
   c.add_node().begin_join();
