@@ -125,15 +125,21 @@ RendezvousInfo DynamicRendezvous::next_rendezvous() {
 }
 
 void DynamicRendezvous::begin_join() {
-  {
-    std::lock_guard lock(liveness_->mutex);
-    if (liveness_->lost_self) {
-      // Declared dead while it could not be heard: a new member, never the old one.
-      liveness_->member = random_member();
-      liveness_->lost_self = false;
+  Store& s = *store();
+  if (last_round_ >= 0) {
+    // Declared dead while it could not be heard (a partition that healed, a
+    // frozen process): it comes back as a new member, never as the old one.
+    auto end = try_get(s, round_prefix(last_round_) + "/end");
+    auto parsed = end ? parse_round_end(*end) : std::nullopt;
+    const std::string old_member = member();
+    if (parsed && parsed->kind == RoundEnd::Kind::kNodeLost && parsed->member == old_member) {
+      {
+        std::lock_guard lock(liveness_->mutex);
+        liveness_->member = random_member();
+      }
+      s.delete_key(alive_key(old_member));
     }
   }
-  Store& s = *store();
   int current_round = -1, current_nodes = 0;
   if (auto current = try_get(s, prefix() + "current")) {
     auto words = split(*current);
@@ -193,7 +199,13 @@ std::optional<RendezvousInfo> DynamicRendezvous::step() {
   if (auto closed = try_get(s, r + "/closed")) return on_closed(*closed);
   if (join_.spare_of >= 0) {
     auto end = try_get(s, round_prefix(join_.spare_of) + "/end");
-    if (!end) return std::nullopt;  // a spare waits as long as the full round runs
+    if (!end) {
+      // The last agent to leave deletes the job's keys, "current" included.
+      if (!try_get(s, prefix() + "current")) {
+        throw ShutdownError(kOrigin, "the job ended while this node waited as a spare");
+      }
+      return std::nullopt;  // a spare waits as long as the full round runs
+    }
     auto parsed = parse_round_end(*end);
     if (parsed && (parsed->kind == RoundEnd::Kind::kDone || parsed->kind == RoundEnd::Kind::kAbort)) {
       throw ShutdownError(kOrigin, "the job ended while this node waited as a spare (" +
@@ -441,7 +453,6 @@ void DynamicRendezvous::tick(Liveness& l, Store& store) {
   if (write) store.set(l.prefix + "alive/" + member, std::to_string(beat));
   if (watched_member.empty()) return;
   const auto value = try_get(store, l.prefix + "alive/" + watched_member);
-  // Was this node itself declared lost (a partition that healed)?
   auto end = try_get(store, watched_round + "/end");
   bool dead = false;
   int missed = 0;
@@ -449,10 +460,6 @@ void DynamicRendezvous::tick(Liveness& l, Store& store) {
     std::lock_guard lock(l.mutex);
     if (!l.watched || l.watched->member != watched_member) return;
     if (end) {
-      auto parsed = parse_round_end(*end);
-      if (parsed && parsed->kind == RoundEnd::Kind::kNodeLost && parsed->member == member) {
-        l.lost_self = true;
-      }
       l.watched.reset();  // the round is over: nothing more to judge
       return;
     }

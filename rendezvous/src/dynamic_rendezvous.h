@@ -133,7 +133,6 @@ class DynamicRendezvous : public RendezvousHandler {
     std::string member;
     std::int64_t beats = 0;
     Clock::time_point next_write{};
-    bool lost_self = false;
     std::optional<Watched> watched;
   };
   static void tick(Liveness& liveness, Store& store);

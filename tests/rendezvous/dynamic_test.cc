@@ -245,7 +245,6 @@ TEST(DynamicRendezvous, NodeDeclaredLostRejoinsAsANewMemberAndTheGroupScalesUp) 
   ASSERT_EQ(second.size(), 2u);
   // The partition heals: node 2 learns that it was declared lost.
   const std::string old_member = c.node(2).member();
-  c.node(2).liveness_tick(c.store());
   c.node(2).begin_join();
   EXPECT_NE(c.node(2).member(), old_member) << "a lost node never comes back as its old self";
   // The running group is below max: it is asked to re-form with the newcomer.
@@ -281,6 +280,18 @@ TEST(DynamicRendezvous, NodeAtMaxWaitsAsASpareAndTakesOverWhenAMemberDies) {
   ASSERT_EQ(second.size(), 2u);
   EXPECT_EQ(second[0].group_rank, 0);
   EXPECT_EQ(second[2].group_rank, 1);
+}
+
+TEST(DynamicRendezvous, SpareLeavesWhenTheJobEndedAndItsKeysAreGone) {
+  Cluster c({1, 2});
+  c.add_node().begin_join();
+  c.add_node().begin_join();
+  auto first = c.form({0, 1});
+  c.add_node().begin_join();
+  EXPECT_FALSE(c.node(2).step());
+  // The job finished and its last agent deleted its keys before the spare looked.
+  c.store().delete_key("rdzv/job/current");
+  EXPECT_THROW(c.node(2).step(), ShutdownError);
 }
 
 TEST(DynamicRendezvous, NodesWaitingForTheNextRoundAreCounted) {
