@@ -52,6 +52,8 @@ Closed parse_closed(const std::string& text, const std::string& key) {
 
 // Waits on another thread are bounded so that a lost wake-up costs at most this.
 constexpr Duration kMaxWait = std::chrono::seconds(5);
+// The liveness thread's tick: a quarter keep-alive interval, at most this.
+constexpr Duration kMaxTickPeriod = std::chrono::milliseconds(200);
 
 }  // namespace
 
@@ -126,6 +128,10 @@ RendezvousInfo DynamicRendezvous::next_rendezvous() {
 
 void DynamicRendezvous::begin_join() {
   Store& s = *store();
+  {
+    std::lock_guard lock(liveness_->mutex);
+    liveness_->watched.reset();  // this node has left its round: nobody to judge
+  }
   if (last_round_ >= 0) {
     // Declared dead while it could not be heard (a partition that healed, a
     // frozen process): it comes back as a new member, never as the old one.
@@ -305,7 +311,7 @@ bool DynamicRendezvous::decide(Join& join) {
                                std::to_string(master.master_port);
   if (s.compare_set(r + "/closed", "", decision) == decision) {
     s.set(prefix() + "current", std::to_string(join.round) + " " + std::to_string(nodes));
-    if (join.round >= 2) delete_round_keys(s, round_prefix(join.round - 2));
+    if (join.round >= 2) forget_round(join.round - 2);
   }
   return true;
 }
@@ -379,9 +385,15 @@ void DynamicRendezvous::wait_for_change() {
   } else if (join_.index == 0 || now >= join_.fallback_at) {
     // The decider waits for the arrival that can change its decision.
     const int have = static_cast<int>(join_.arrivals.size());
-    const bool first_round_shape = !join_.lineage || join_.lineage->members.empty();
-    int next = have;
-    if (first_round_shape) next = std::max(have, (have < params_.min_nodes ? params_.min_nodes : params_.max_nodes) - 1);
+    // The first arrival that can change the decision: min or max nodes in a
+    // first round, every survivor in a re-formation (then one by one).
+    int wanted = have < params_.min_nodes ? params_.min_nodes : params_.max_nodes;
+    if (join_.lineage && !join_.lineage->members.empty()) {
+      const int survivors = static_cast<int>(join_.lineage->members.size()) -
+                            (join_.lineage->lost.empty() ? 0 : 1);
+      wanted = std::max(params_.min_nodes, survivors);
+    }
+    const int next = std::max(have, wanted - 1);
     key = r + "/rec_" + std::to_string(next);
     until = std::min(until, join_.last_call.deadline());
   } else {
@@ -453,16 +465,11 @@ void DynamicRendezvous::tick(Liveness& l, Store& store) {
   if (write) store.set(l.prefix + "alive/" + member, std::to_string(beat));
   if (watched_member.empty()) return;
   const auto value = try_get(store, l.prefix + "alive/" + watched_member);
-  auto end = try_get(store, watched_round + "/end");
   bool dead = false;
   int missed = 0;
   {
     std::lock_guard lock(l.mutex);
     if (!l.watched || l.watched->member != watched_member) return;
-    if (end) {
-      l.watched.reset();  // the round is over: nothing more to judge
-      return;
-    }
     l.watched->tracker.observe(value, now);
     dead = l.watched->tracker.dead(now);
     missed = l.watched->tracker.missed(now);
@@ -486,9 +493,9 @@ void DynamicRendezvous::start_liveness() {
     try {
       std::shared_ptr<Store> own = opener ? opener() : shared;
       shared.reset();
-      // Ticks four times per interval: writes are due once per interval, and
-      // a dead neighbour is seen within a quarter interval of its deadline.
-      const auto period = std::max<Duration>(l->interval / 4, Duration(1));
+      // Writes are due once per interval; the watched neighbour is read every
+      // tick (one key), so its death is seen at most 200 ms past its deadline.
+      const auto period = std::clamp<Duration>(l->interval / 4, Duration(1), kMaxTickPeriod);
       std::unique_lock lock(l->mutex);
       while (!l->stopping) {
         lock.unlock();
@@ -524,6 +531,23 @@ void DynamicRendezvous::stop_liveness(std::chrono::milliseconds deadline) {
 }
 
 // ---- leaving ------------------------------------------------------------------------------------
+
+void DynamicRendezvous::forget_round(int round) {
+  // Off the decider's way (2N keys are deleted one by one): on a thread of its
+  // own that owns its store handle; nobody waits for it.
+  std::shared_ptr<Store> store;
+  try {
+    store = open_store();
+  } catch (const std::exception&) {
+    return;  // the store is gone: nothing to delete
+  }
+  std::thread([store, r = round_prefix(round)] {
+    try {
+      delete_round_keys(*store, r);
+    } catch (const std::exception&) {
+    }
+  }).detach();
+}
 
 void DynamicRendezvous::delete_round_keys(Store& s, const std::string& r) {
   auto closed = try_get(s, r + "/closed");

@@ -23,8 +23,9 @@
 //
 // Liveness: every node writes P/alive/<member> every keep_alive_interval on a
 // thread and store connection of its own; during a round, group rank g also reads
-// the key of rank g+1 (mod n) and, once it has not moved for keep_alive_interval x
-// keep_alive_max_attempt on g's own clock, ends the round with "lost <g+1> <member>".
+// the key of rank g+1 (mod n) every quarter interval (at most every 200 ms) and,
+// once it has not moved for keep_alive_interval x keep_alive_max_attempt on g's
+// own clock, ends the round with "lost <g+1> <member>".
 // A node that finds itself declared lost rejoins with a new member id.
 #pragma once
 
@@ -108,6 +109,8 @@ class DynamicRendezvous : public RendezvousHandler {
   void wait_for_change();
   void start_liveness();
   void stop_liveness(std::chrono::milliseconds deadline);
+  // Deletes round `round`'s keys on a detached thread.
+  void forget_round(int round);
   // Deletes round R's keys (its workers' keys cannot be listed and stay).
   static void delete_round_keys(Store& store, const std::string& round_prefix);
   static std::optional<std::string> try_get(Store& store, const std::string& key);

@@ -45,11 +45,14 @@ std::optional<std::vector<int>> decide_round(const std::vector<Arrival>& arrival
                       (distinct >= rule.min_nodes && (survivors_here || last_call_over));
   if (!decide) return std::nullopt;
 
-  // Survivors first (in their previous order), then newcomers by arrival.
-  auto priority = [&](int i) {
+  // Survivors first (in their previous order), then newcomers by arrival;
+  // computed once per arrival, not per comparison.
+  std::vector<std::pair<int, int>> priorities(arrivals.size());
+  for (int i = 0; i < count; ++i) {
     auto it = survivor_position.find(arrivals[i].member);
-    return it != survivor_position.end() ? std::make_pair(0, it->second) : std::make_pair(1, i);
-  };
+    priorities[i] = it != survivor_position.end() ? std::make_pair(0, it->second) : std::make_pair(1, i);
+  }
+  auto priority = [&](int i) { return priorities[static_cast<std::size_t>(i)]; };
   std::vector<int> chosen;
   for (const auto& [member, index] : first_arrival) chosen.push_back(index);
   std::sort(chosen.begin(), chosen.end(), [&](int a, int b) { return priority(a) < priority(b); });
