@@ -219,11 +219,11 @@ class Parser {
          "Start a local standalone rendezvous backend (an embedded store on a free port); "
          "useful for single-node, multi-worker jobs. Sets --rdzv_backend, --rdzv_endpoint and "
          "--rdzv_id automatically.");
-    add("rdzv_backend", raw_.rdzv_backend, "Rendezvous backend: static (default) or c10d.");
+    add("rdzv_backend", raw_.rdzv_backend, "Rendezvous backend: static (default; fixed nodes, given ranks) or c10d (elastic: --nnodes MIN:MAX).");
     add("rdzv_endpoint", raw_.rdzv_endpoint, "Rendezvous backend endpoint; usually in form <host>:<port> (c10d default port 29400).");
     add("rdzv_id", raw_.rdzv_id, "User-defined group id (the job's run id).");
-    add("rdzv_conf", raw_.rdzv_conf, "Additional rendezvous configuration (<key1>=<value1>,<key2>=<value2>,...): join_timeout, last_call_timeout (seconds).");
-    add("node_rank", raw_.node_rank, "Rank of the node for multi-node distributed training (static backend).");
+    add("rdzv_conf", raw_.rdzv_conf, "Additional rendezvous configuration (<key1>=<value1>,<key2>=<value2>,...): join_timeout, last_call_timeout, close_timeout, heartbeat_timeout, keep_alive_interval, read_timeout (seconds), keep_alive_max_attempt, is_host.");
+    add("node_rank", raw_.node_rank, "Rank of the node for multi-node distributed training (static backend; orders the group ranks with c10d when given).");
     add("master_addr", raw_.master_addr, "Address of the master node (rank 0) for the static backend: the agents' store lives there.");
     add("master_port", raw_.master_port, "Port on the master node for the static backend's store.");
     add("local_addr", raw_.local_addr, "Address of the local node, as other nodes reach it. Default: this host's name.");
