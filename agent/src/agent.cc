@@ -372,7 +372,7 @@ class Agent::Impl {
           Worker* worker = on_exit(event);
           if (worker == nullptr || event.status == 0) break;
           record_failure(*worker, event);
-          return fail_round();
+          return fail_round(watch);
         }
         case LauncherEvent::Kind::kSignal:
           return on_signal(event.signo);
@@ -391,7 +391,7 @@ class Agent::Impl {
   // A local worker failed: collect the failures that already happened (several
   // workers often die of the same cause at once), tell the other agents, stop
   // the rest. Exits after our SIGTERM are reactions to it, not failures.
-  Outcome fail_round() {
+  Outcome fail_round(const RoundWatch& watch) {
     std::optional<int> signal;
     for (;;) {
       LauncherEvent event = launcher_.next_event(Clock::now());
@@ -402,11 +402,43 @@ class Agent::Impl {
       if (worker != nullptr && event.status != 0) record_failure(*worker, event);
     }
     if (signal) return on_signal(*signal);
+    if (auto outcome = membership_change_behind(watch)) return *outcome;
     const auto& first = failures_[root_cause(failures_)];
     auto note = announce(end_of(RoundEnd::Kind::kRestart, first.exit_code));
     stop_workers(SIGTERM);
     finish_announcement(note);
     return Outcome{Outcome::Kind::kRestart, info_.group_rank, first.exit_code};
+  }
+
+  // A local worker failed. When a node of an elastic group dies, its peers'
+  // collectives fail at once, long before its keep-alives are missed: if the
+  // handler cannot see every member alive, wait (workers stopped) for the
+  // round's watch to tell, so that a lost node re-forms the group instead of
+  // spending a restart. Nullopt: a worker failure after all.
+  std::optional<Outcome> membership_change_behind(const RoundWatch& watch) {
+    if (!watch.ended()) {
+      const auto grace = rdzv_.grace_for_membership_change(info_);
+      if (grace.count() <= 0) return std::nullopt;
+      logger_->warn("a worker failed and a node of the group is silent: waiting up to {} s for "
+                    "the group's verdict", grace.count() / 1000.0);
+      stop_workers(SIGTERM);
+      const Clock::time_point until = Clock::now() + grace;
+      while (!watch.ended()) {
+        LauncherEvent event = launcher_.next_event(until);
+        if (event.kind == LauncherEvent::Kind::kTimeout) break;
+        if (event.kind == LauncherEvent::Kind::kSignal) return on_signal(event.signo);
+        if (event.kind == LauncherEvent::Kind::kExited) on_exit(event);
+      }
+    }
+    auto end = watch.ended();
+    if (!end) return std::nullopt;
+    if (end->membership_change()) {
+      note_membership(describe(*end) + "; the worker failure on this node followed from it; "
+                      "re-forming the group");
+      stop_workers(SIGTERM);
+      return Outcome{Outcome::Kind::kReform, end->node, 0};
+    }
+    return on_remote_end(watch);  // another node's restart or abort
   }
 
   Outcome on_signal(int signo) {

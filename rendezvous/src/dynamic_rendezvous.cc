@@ -50,6 +50,13 @@ Closed parse_closed(const std::string& text, const std::string& key) {
   return c;
 }
 
+// "4", "0.5": seconds as the user would write them.
+std::string seconds_text(Duration d) {
+  std::ostringstream out;
+  out << static_cast<double>(d.count()) / 1000.0;
+  return out.str();
+}
+
 // Waits on another thread are bounded so that a lost wake-up costs at most this.
 constexpr Duration kMaxWait = std::chrono::seconds(5);
 // The liveness thread's tick: a quarter keep-alive interval, at most this.
@@ -204,7 +211,7 @@ std::optional<RendezvousInfo> DynamicRendezvous::step() {
   const auto now = time_.now();
   if (auto closed = try_get(s, r + "/closed")) return on_closed(*closed);
   if (join_.spare_of >= 0) {
-    auto end = try_get(s, round_prefix(join_.spare_of) + "/end");
+    auto end = spare_end_ ? spare_end_ : try_get(s, round_prefix(join_.spare_of) + "/end");
     if (!end) {
       // The last agent to leave deletes the job's keys, "current" included.
       if (!try_get(s, prefix() + "current")) {
@@ -219,6 +226,7 @@ std::optional<RendezvousInfo> DynamicRendezvous::step() {
     }
     // A member left: the round this node waits in forms now, within join_timeout.
     join_.spare_of = -1;
+    spare_end_.reset();
     join_.deadline = now + params_.join_timeout;
     join_.fallback_at = now + params_.last_call_timeout +
                         params_.keep_alive_interval * params_.keep_alive_max_attempt;
@@ -231,8 +239,7 @@ std::optional<RendezvousInfo> DynamicRendezvous::step() {
     throw TimeoutError(kOrigin, "round " + std::to_string(join_.round) + " of run '" +
                                     params_.run_id + "': " + std::to_string(arrived) + " of at least " +
                                     std::to_string(params_.min_nodes) + " nodes joined within the join "
-                                    "timeout of " + std::to_string(params_.join_timeout.count() / 1000.0) +
-                                    " s");
+                                    "timeout of " + seconds_text(params_.join_timeout) + " s");
   }
   return std::nullopt;
 }
@@ -346,6 +353,7 @@ std::optional<RendezvousInfo> DynamicRendezvous::on_closed(const std::string& te
   info.worker_prefix = r + "/workers";
   last_round_ = join_.round;
   last_nodes_ = c.nodes;
+  members_key_ = r + "/members_" + std::to_string(c.decider);
   {
     std::lock_guard lock(liveness_->mutex);
     info.instance = liveness_->member;
@@ -380,8 +388,17 @@ void DynamicRendezvous::wait_for_change() {
   std::string key;
   Clock::time_point until = join_.deadline;
   if (join_.spare_of >= 0) {
-    key = r + "/closed";
-    until = now + std::chrono::seconds(1);  // and look at the full round's end
+    // Nothing forms while the full round runs: wait for its end, and take the
+    // value in the same call (at the job's end the store's host leaves at once).
+    try {
+      spare_end_ = store()->get(round_prefix(join_.spare_of) + "/end", kMaxWait);
+    } catch (const TimeoutError&) {
+    } catch (const NetworkError& e) {
+      throw ShutdownError(kOrigin, std::string("the store went away while this node waited as a "
+                                               "spare (the job ended, or its store host died): ") +
+                                       e.what());
+    }
+    return;
   } else if (join_.index == 0 || now >= join_.fallback_at) {
     // The decider waits for the arrival that can change its decision.
     const int have = static_cast<int>(join_.arrivals.size());
@@ -406,6 +423,37 @@ void DynamicRendezvous::wait_for_change() {
     store()->wait({key}, left);
   } catch (const TimeoutError&) {
   }
+}
+
+std::chrono::milliseconds DynamicRendezvous::grace_for_membership_change(const RendezvousInfo& info) {
+  const Duration verdict = params_.keep_alive_interval * (params_.keep_alive_max_attempt + 1);
+  if (params_.max_nodes == 1 || info.group_world_size <= 1) return Duration(0);
+  try {
+    Store& s = *store();
+    const std::string me = member();
+    std::vector<std::string> keys;
+    for (const auto& m : split(s.get(members_key_, Duration(0)))) {
+      if (m != me) keys.push_back(alive_key(m));
+    }
+    // Every other member's keep-alive must move within about one interval.
+    const auto first = s.multi_get(keys, Duration(0));
+    std::vector<bool> moved(keys.size(), false);
+    const auto until = Clock::now() + params_.keep_alive_interval + params_.keep_alive_interval / 2;
+    const auto period = std::clamp<Duration>(params_.keep_alive_interval / 4, Duration(1), kMaxTickPeriod);
+    while (Clock::now() < until) {
+      std::this_thread::sleep_for(period);
+      const auto now = s.multi_get(keys, Duration(0));
+      bool all = true;
+      for (std::size_t i = 0; i < keys.size(); ++i) {
+        if (now[i] != first[i]) moved[i] = true;
+        all = all && moved[i];
+      }
+      if (all) return Duration(0);
+    }
+  } catch (const std::exception&) {
+    // A member's key is gone or the store does not answer: let the watch decide.
+  }
+  return verdict;
 }
 
 int DynamicRendezvous::num_nodes_waiting() {

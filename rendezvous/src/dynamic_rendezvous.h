@@ -54,6 +54,7 @@ class DynamicRendezvous : public RendezvousHandler {
   std::unique_ptr<PendingEnd> end_round(const RendezvousInfo& info, const RoundEnd& end) override;
   void arrive_at_exit_barrier(const RendezvousInfo& info, Clock::time_point deadline) override;
   int num_nodes_waiting() override;
+  std::chrono::milliseconds grace_for_membership_change(const RendezvousInfo& info) override;
 
   std::shared_ptr<Store> store() override;
   std::shared_ptr<Store> open_store() override;
@@ -121,6 +122,10 @@ class DynamicRendezvous : public RendezvousHandler {
   Join join_;
   int last_round_ = -1;
   int last_nodes_ = 0;
+  // The key listing the last round's members ("R/members_<decider>").
+  std::string members_key_;
+  // While a spare: the full round's end, once the wait for it returned it.
+  std::optional<std::string> spare_end_;
 
   // Shared with the liveness thread, which holds no reference to the handler
   // (a thread blocked in a frozen store past shutdown's deadline is detached).

@@ -158,6 +158,18 @@ class RendezvousHandler {
   // Nodes that wait to join the next round (none for a fixed membership).
   virtual int num_nodes_waiting() { return 0; }
 
+  // A worker of this node failed in round `info`. With elastic membership the
+  // cause may be a node that died: its peers' collectives fail at once, long
+  // before its keep-alives are missed. Returns how long to wait for the round's
+  // watch to report a membership change before calling it a worker failure:
+  // zero for a fixed membership, or when every member of the round showed a
+  // keep-alive within about one keep-alive interval (a real failure). Blocks
+  // that long at most. Never throws.
+  virtual std::chrono::milliseconds grace_for_membership_change(const RendezvousInfo& info) {
+    (void)info;
+    return std::chrono::milliseconds(0);
+  }
+
   // The store the agents meet in (used by the agent's thread).
   virtual std::shared_ptr<Store> store() = 0;
 

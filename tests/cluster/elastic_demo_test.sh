@@ -1,0 +1,188 @@
+#!/usr/bin/env bash
+# The Fashion-MNIST demo (train_fashion_mnist, a few seconds of training on a few
+# thousand samples, a checkpoint in a shared temp dir) as an elastic ddprun job on 3
+# network-namespace nodes, --nnodes 2:3, keep-alives 0.5 s x 2. One scenario per run:
+#
+#   lost_node  node 2's agent is SIGKILLed mid-training: nodes 0 and 1 say it was
+#              lost, re-form as 2 nodes (WORLD_SIZE=2), resume from the checkpoint
+#              and finish (exit 0).
+#   rejoin     the same, then a new ddprun on node 2: the group scales up to 3 nodes
+#              (WORLD_SIZE=3) and all three finish (exit 0).
+#   partition  node 2's link is cut mid-training: nodes 0 and 1 handle it like its
+#              death (re-form as 2, resume, go on); then the link is healed: node 2
+#              either exits or rejoins, and never runs a worker outside the group's
+#              rounds (no round with two world sizes, no WORLD_SIZE=1 or lone group on
+#              node 2, its old worker has ended when the job ends); nodes 0 and 1 finish.
+#
+# Workers use TCP between nodes (GLOO_SOCKET_IFNAME=eth0, DDP_SHM_DISABLE=1: the nodes
+# share this machine's /dev/shm, real nodes would not). Agents run with
+# --max_restarts=0: the README says a membership change does not consume restarts;
+# DDP_ELASTIC_MAX_RESTARTS=N runs them with N instead, to see past a failure that
+# spent one. DDP_ELASTIC_KEEP=1 keeps the logs and worker records.
+#
+# Needs root (exits 77 otherwise) and the dataset (/usr/share/datasets/fashion-mnist;
+# 77 without it). DDP_BUILD_BIN names the folder with ddprun and train_fashion_mnist.
+set -euo pipefail
+
+scenario=${1:-}
+case $scenario in
+  lost_node | rejoin | partition) ;;
+  *) echo "usage: $0 lost_node|rejoin|partition" >&2; exit 2 ;;
+esac
+data=/usr/share/datasets/fashion-mnist
+if [[ ! -f $data/train-images-idx3-ubyte.gz ]]; then
+  echo "skipped: the Fashion-MNIST dataset is not installed ($data)" >&2
+  exit 77
+fi
+
+source "$(dirname "$0")/elastic_lib.sh"
+in_cluster 3 "$0" "$@"
+setup_cluster
+
+# 3072 samples: 32 steps of 32 per rank and epoch with 3 nodes, 48 with 2; 80 ms per
+# step: about 2.5 s an epoch with 3 nodes, 4 s with 2. A checkpoint every 4 steps.
+ckpt=$tmp/ckpt.bin
+demo=("$bin/train_fashion_mnist" --train-limit 3072 --test-limit 300 --batch-size 32
+  --epochs 2 --hidden 32 --checkpoint "$ckpt" --checkpoint-every 4 --log-every 1
+  --throttle-ms 80)
+# --node_rank: node i is group rank i, so node 0 runs rank 0 (the one that prints
+# progress and writes the checkpoint) in every round.
+# --max_restarts=0 (the default): a membership change must not consume restarts.
+# DDP_ELASTIC_MAX_RESTARTS overrides it (to look past a failure that spent one).
+start_node() {  # KEY NODE
+  start_agent "$1" "$2" 2:3 "$conf_fast,join_timeout=60" --node_rank="$2" \
+    --max_restarts="${DDP_ELASTIC_MAX_RESTARTS:-0}" -- "${demo[@]}"
+}
+
+# The demo's rank 0 (node 0) printed a step of epoch 1 at or after S ("step S/32").
+trained_steps_at_3() {
+  local s
+  s=$(sed -n 's/^\[default0\]:epoch 1\/2 step \([0-9]*\)\/32 .*/\1/p' "$tmp/node0.log" | tail -n 1)
+  [[ -n $s ]] && ((s >= $1))
+}
+
+step "starting 3 nodes (node 0 hosts the store)"
+start_node node0 0
+retry 30 store_listens || fail "node 0's store does not listen on ${a[0]}:$port"
+start_node node1 1
+start_node node2 2
+await 60 "node0 node1 node2" at_least 'n*_ws3_*' 3 || fail "the 3 nodes did not start 3 workers with WORLD_SIZE=3"
+await 60 "node0 node1 node2" trained_steps_at_3 8 || fail "the demo did not reach step 8 with 3 nodes"
+[[ -f $ckpt ]] || fail "no checkpoint after 8 steps"
+round3=$(field "$rec/$(records 'n0_*_ws3_*' | head -n 1)" round)
+
+case $scenario in
+  lost_node | rejoin)
+    step "SIGKILL node 2's agent"
+    "$C" signal "$name" "2:${pid[node2]}" KILL
+    killed=$EPOCHREALTIME
+    w2=$(records "n2_round${round3}_*" | head -n 1)
+    # No worker survives its agent (parent-death signal).
+    retry 5 bash -c "! kill -0 ${w2##*_} 2>/dev/null || grep -q '^State:.*Z' /proc/${w2##*_}/status" ||
+      problem "node 2's worker (pid ${w2##*_}) still runs 5 s after its agent was SIGKILLed"
+    step "node 2's worker ended $(awk -v a="$killed" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.2f", b - a }') s after its agent's SIGKILL"
+    expect_exit node2 2 137 10
+    ;;
+  partition)
+    step "cutting node 2's link"
+    "$C" cut "$name" 2
+    ;;
+esac
+
+if ! await 60 "node0 node1" at_least 'n[01]_*_ws2_*' 2; then
+  why=
+  grep -q "failed with exit code" "$tmp/node0.log" "$tmp/node1.log" &&
+    why="; their workers failed first (a collective with the lost node) and the agents counted it as a worker failure, not a membership change"
+  fail "nodes 0 and 1 did not re-form with WORLD_SIZE=2 ($(states node0 node1))$why"
+fi
+step "nodes 0 and 1 re-formed with WORLD_SIZE=2"
+for k in node0 node1; do
+  grep -q "ddprun: [0-9:]* node 2 (member [^)]*) was lost" "$tmp/$k.log" ||
+    problem "$k.log does not say 'node 2 (member ...) was lost'"
+  grep -q "re-formed the group as round [0-9]*: 2 nodes, WORLD_SIZE=2" "$tmp/$k.log" ||
+    problem "$k.log does not say 're-formed the group as round R: 2 nodes, WORLD_SIZE=2'"
+  ! grep -q "restarting the worker group" "$tmp/$k.log" ||
+    problem "$k: the loss of node 2 spent a restart ('restarting the worker group')"
+done
+# The checkpoint was written with 3 ranks: the epoch restarts, from the saved weights.
+await 30 "node0" grep -q "resumed from checkpoint $ckpt" "$tmp/node0.log" ||
+  fail "the demo (WORLD_SIZE=2) did not resume from the checkpoint"
+grep -q "checkpoint from world size 3" "$tmp/node0.log" ||
+  problem "node0.log: the demo did not say 'checkpoint from world size 3'"
+
+case $scenario in
+  lost_node)
+    expect_exit node0 0 0 90
+    expect_exit node1 1 0 30
+    ;;
+  rejoin)
+    # Node 2 comes back while the 2-node group trains.
+    await 30 "node0 node1" grep -q '^\[default0\]:epoch [12]/2 step [0-9]*/48 ' "$tmp/node0.log" ||
+      fail "the 2-node group did not train"
+    step "a new ddprun on node 2"
+    start_node node2b 2
+    await 60 "node0 node1 node2b" at_least 'n*_ws3_*' 6 || fail "the group did not scale up to 3 nodes (WORLD_SIZE=3)"
+    for k in node0 node1; do
+      grep -q "a new node (member [^)]*) asked to join" "$tmp/$k.log" ||
+        problem "$k.log does not say 'a new node (member ...) asked to join'"
+      grep -q "re-formed the group as round [0-9]*: 3 nodes, WORLD_SIZE=3" "$tmp/$k.log" ||
+        problem "$k.log does not say 're-formed the group as round R: 3 nodes, WORLD_SIZE=3'"
+    done
+    step "scaled up to 3 nodes"
+    expect_exit node0 0 0 90
+    expect_exit node1 1 0 30
+    expect_exit node2b 2 0 30
+    grep -q '^\[default0\]:epoch 2/2 step 32/32 ' "$tmp/node0.log" ||
+      fail "the 3-node group did not train to the last step (epoch 2/2 step 32/32)"
+    ;;
+  partition)
+    # Let the 2-node group train a little, then heal the link.
+    await 30 "node0 node1" grep -q '^\[default0\]:epoch [12]/2 step [0-9]*/48 ' "$tmp/node0.log" ||
+      fail "the 2-node group did not train"
+    sleep 1
+    step "healing node 2's link"
+    "$C" heal "$name" 2
+    expect_exit node0 0 0 90
+    expect_exit node1 1 0 30
+    rc2=$(wait_agent node2 2 30)
+    ((rc2 != 124)) || fail "node 2's agent still runs 30 s after node 0 and 1 finished"
+    step "node 2's agent exited $rc2"
+    ;;
+esac
+grep -q "final test accuracy: " "$tmp/node0.log" || problem "the demo did not print its final accuracy"
+
+# No two groups at once: every round has one WORLD_SIZE, at most that many workers,
+# distinct ranks; no worker ran with WORLD_SIZE=1.
+declare -A ws_of
+while read -r f; do
+  r=$(field "$rec/$f" round)
+  w=$(field "$rec/$f" world_size)
+  [[ $w != 1 ]] || fail "$f: a worker ran with WORLD_SIZE=1 (a group of its own)"
+  [[ -z ${ws_of[$r]:-} || ${ws_of[$r]} == "$w" ]] || fail "round $r ran with WORLD_SIZE ${ws_of[$r]} and $w"
+  ws_of[$r]=$w
+done < <(records 'n*')
+for r in "${!ws_of[@]}"; do
+  n=$(count "n*_round${r}_*")
+  ((n <= ws_of[$r])) || fail "round $r: $n workers for WORLD_SIZE=${ws_of[$r]}"
+  dup=$(records "n*_round${r}_*" | sed 's/.*_r\([0-9]*\)_[0-9]*$/\1/' | sort | uniq -d)
+  [[ -z $dup ]] || fail "round $r: rank $dup ran twice"
+done
+if [[ $scenario == partition ]]; then
+  # After the cut node 2 may only run workers of a round nodes 0 and 1 run too.
+  while read -r f; do
+    r=$(field "$rec/$f" round)
+    ((r == round3)) && continue
+    ((${ws_of[$r]} == 3)) || fail "$f: node 2 ran a worker in round $r (WORLD_SIZE ${ws_of[$r]}) without nodes 0 and 1"
+    if ! at_least "n0_round${r}_*" 1 || ! at_least "n1_round${r}_*" 1; then
+      fail "$f: node 2 ran a worker in round $r that nodes 0 and 1 did not run"
+    fi
+  done < <(records 'n2_*')
+  # Node 2's worker of the 3-node round ended soon after the heal (it cannot be
+  # training anyway: its peers left).
+  w2=$(records "n2_round${round3}_*" | head -n 1)
+  p2=${w2##*_}
+  s=$(cat "/proc/$p2/stat" 2>/dev/null || true)
+  s=${s##*) }
+  [[ -z $s || ${s%% *} == Z || ${s%% *} == X ]] || fail "node 2's worker of round $round3 (pid $p2) still runs"
+fi
+done_test "($scenario)"

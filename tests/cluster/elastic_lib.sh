@@ -1,0 +1,218 @@
+# shellcheck shell=bash
+# Sourced by the elastic cluster tests (elastic_demo_test.sh, elastic_membership_test.sh):
+# elastic ddprun agents (--rdzv_backend=c10d, short keep-alives), one per network-namespace
+# node of scripts/cluster. Node 0 hosts the rendezvous store at its own address.
+#
+# Every worker is started through a small wrapper that records it, then execs the
+# real program (so the worker keeps the parent-death signal ddprun gives it): one
+# file per worker in $rec, named n<node>_round<R>_ws<WORLD_SIZE>_r<RANK>_<pid>, holding
+# "node= group_rank= rank= world_size= round= master=<MASTER_ADDR> start=<epoch seconds>".
+#
+# A test calls in_cluster N "$@" first: outside a cluster it re-runs the script inside
+# `scripts/cluster with N` (a fresh cluster that is always destroyed, also on a
+# signal); inside, it sets up $name, $tmp, $rec, the node addresses a[0..N-1].
+
+src=${DDP_SOURCE_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
+C=$src/scripts/cluster
+bin=${DDP_BUILD_BIN:-$src/build/bin}
+port=29400
+# keep_alive 0.5 s x 2: a lost node is noticed within about a second.
+# shellcheck disable=SC2034  # used by the tests
+conf_fast=keep_alive_interval=0.5,keep_alive_max_attempt=2,last_call_timeout=1
+
+# in_cluster N SCRIPT ARGS...
+in_cluster() {
+  local n=$1 script=$2
+  shift 2
+  if [[ ${DDP_ELASTIC_TEST_INNER:-} != 1 || -z ${DDP_CLUSTER:-} ]]; then
+    export DDP_ELASTIC_TEST_INNER=1
+    exec "$C" with "$n" -- bash "$script" "$@"
+  fi
+}
+
+setup_cluster() {
+  name=$DDP_CLUSTER
+  local i
+  for b in ddprun ddprun_test_worker train_fashion_mnist; do
+    [[ -x $bin/$b ]] || { echo "FAIL: $bin/$b is missing (build it; DDP_BUILD_BIN names the folder)" >&2; exit 1; }
+  done
+  a=()
+  # shellcheck disable=SC2153  # set by `scripts/cluster with`
+  for ((i = 0; i < DDP_CLUSTER_N; i++)); do a[i]=$("$C" addr "$name" "$i"); done
+  tmp=$(mktemp -d "${TMPDIR:-/tmp}/ddp-elastic.XXXXXX")
+  chmod 755 "$tmp"
+  rec=$tmp/rec
+  mkdir "$rec" "$tmp/w"
+  # DDP_ELASTIC_KEEP=1 keeps the logs and records (for debugging).
+  if [[ ${DDP_ELASTIC_KEEP:-} == 1 ]]; then
+    echo "logs and worker records in $tmp"
+  else
+    trap 'rm -rf "$tmp"' EXIT
+  fi
+  cat >"$tmp/worker.sh" <<'EOF'
+#!/usr/bin/env bash
+# A worker: record who it is, then become the program.
+rec=$1
+shift
+round=${DDP_STORE_PREFIX#*round_}
+round=${round%%/*}
+printf 'node=%s group_rank=%s rank=%s world_size=%s round=%s master=%s start=%s\n' \
+  "${DDP_CLUSTER_NODE:-x}" "${GROUP_RANK:-x}" "${RANK:-x}" "${WORLD_SIZE:-x}" "$round" \
+  "${MASTER_ADDR:-x}" "$EPOCHREALTIME" >"$rec/.tmp.$$"
+mv "$rec/.tmp.$$" "$rec/n${DDP_CLUSTER_NODE:-x}_round${round}_ws${WORLD_SIZE:-x}_r${RANK:-x}_$$"
+exec "$@"
+EOF
+  chmod 755 "$tmp/worker.sh"
+  t0=$SECONDS
+  # Every wait is cut to what is left of this budget, so that a hung scenario
+  # fails with its message (and `with` cleans up) before ctest's TIMEOUT kills it.
+  deadline=$((SECONDS + ${DDP_ELASTIC_BUDGET:-110}))
+}
+
+# clamp T: T, or the seconds left of the budget when fewer (at least 1).
+clamp() {
+  local left=$((deadline - SECONDS))
+  ((left >= 1)) || left=1
+  echo $(($1 < left ? $1 : left))
+}
+
+# Prints a line with the seconds since the start.
+step() { echo "[$((SECONDS - t0)) s] $*"; }
+
+# The last N lines of every agent's log, without the demo's progress lines and
+# the workers' transport notes.
+logs_of() {
+  local f
+  for f in "$tmp"/*.log; do
+    [[ -f $f ]] || continue
+    echo "----- $(basename "$f")"
+    grep -Ev '^\[default0\]:epoch [0-9]+/[0-9]+ step |no shared-memory all-reduce' "$f" | tail -n "${1:-60}"
+  done
+}
+
+# A check that fails without stopping the test (so that one run shows every
+# deviation): all are reported at the end by done_test, or by a later fail.
+problems=()
+problem() { echo "[$((SECONDS - t0)) s] PROBLEM: $*" >&2; problems+=("$*"); }
+
+# fail MSG: stops the test, printing every problem, MSG, the worker records and
+# the ends of the agents' logs.
+fail() {
+  {
+    local p
+    for p in "${problems[@]}"; do echo "FAIL: $p"; done
+    [[ -z $* ]] || echo "FAIL: $*"
+    echo "----- worker records:"
+    (cd "$rec" && for f in n*; do [[ -f $f ]] && cat "$f"; done) | sort -t= -k8,8n
+    logs_of "${DDP_ELASTIC_LOG_LINES:-60}"
+  } >&2
+  exit 1
+}
+
+# The end of a test: PASS, or FAIL with every problem.
+done_test() {
+  ((${#problems[@]} == 0)) || fail ""
+  step "PASS $*"
+}
+
+# start_agent KEY NODE NNODES CONF [DDPRUN FLAGS...] -- PROGRAM ARGS...
+# Starts ddprun on NODE (log $tmp/KEY.log; pid in pid[KEY]).
+declare -A pid nodeof
+start_agent() {
+  local key=$1 node=$2 nnodes=$3 conf=$4
+  shift 4
+  nodeof[$key]=$node
+  local flags=()
+  while (($#)) && [[ $1 != -- ]]; do flags+=("$1"); shift; done
+  [[ ${1:-} == -- ]] && shift
+  pid[$key]=$("$C" start "$name" "$node" --log "$tmp/$key.log" -- \
+    env GLOO_SOCKET_IFNAME=eth0 DDP_SHM_DISABLE=1 \
+    "$bin/ddprun" --nnodes="$nnodes" --nproc_per_node=1 --rdzv_backend=c10d \
+    --rdzv_endpoint="${a[0]}:$port" --rdzv_id="elastic-$$" --rdzv_conf="$conf" \
+    --local_addr '{addr}' --no_python "${flags[@]}" "$tmp/worker.sh" "$rec" "$@")
+}
+
+# Whether node 0's store listens (from node 1).
+store_listens() {
+  "$C" exec "$name" 1 -- timeout 1 bash -c "exec 3<>/dev/tcp/${a[0]}/$port" 2>/dev/null
+}
+
+# retry T CMD...: runs CMD until it succeeds, for up to T (whole) seconds.
+retry() {
+  local t
+  t=$(clamp "$1")
+  shift
+  local end=$((${EPOCHREALTIME//[!0-9]/} + t * 1000000))
+  until "$@"; do
+    ((${EPOCHREALTIME//[!0-9]/} < end)) || return 1
+    sleep 0.1
+  done
+}
+
+# Whether PID runs (a zombie counts as gone: PID 1 may never reap it).
+alive() {
+  local s
+  s=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+  s=${s##*) }
+  [[ ${s%% *} != Z && ${s%% *} != X ]]
+}
+
+# Whether every agent named (started as KEY) still runs.
+running() {
+  local k
+  for k in "$@"; do alive "${pid[$k]}" || return 1; done
+}
+
+# await T "KEYS" CMD...: retry CMD for up to T s, giving up early when one of the
+# agents KEYS has exited (it will not happen any more).
+await() {
+  local t keys=$2
+  t=$(clamp "$1")
+  shift 2
+  local end=$((${EPOCHREALTIME//[!0-9]/} + t * 1000000))
+  until "$@"; do
+    # shellcheck disable=SC2086  # KEYS is a list
+    running $keys || { "$@"; return; }
+    ((${EPOCHREALTIME//[!0-9]/} < end)) || return 1
+    sleep 0.1
+  done
+}
+
+# states KEYS...: "KEY (node N) runs" or "KEY (node N) exited RC", comma-separated.
+states() {
+  local k out=()
+  for k in "$@"; do
+    if alive "${pid[$k]}"; then
+      out+=("$k (node ${nodeof[$k]}) runs")
+    else
+      out+=("$k (node ${nodeof[$k]}) exited $(wait_agent "$k" "${nodeof[$k]}" 5)")
+    fi
+  done
+  local line
+  line=$(printf '%s, ' "${out[@]}")
+  echo "${line%, }"
+}
+
+# Worker records matching a glob (in $rec).
+records() { (cd "$rec" && { compgen -G "$1" || true; }); }
+count() { records "$1" | grep -c . || true; }
+at_least() { (($(count "$1") >= $2)); }
+
+# wait_agent KEY NODE TIMEOUT: the exit code of the agent started as KEY.
+wait_agent() {
+  local rc=0
+  "$C" wait "$name" "$2:${pid[$1]}" "$(clamp "$3")" >/dev/null 2>&1 || rc=$?
+  echo "$rc"
+}
+
+# expect_exit KEY NODE CODE TIMEOUT
+expect_exit() {
+  local rc t
+  t=$(clamp "$4")
+  rc=$(wait_agent "$1" "$2" "$t")
+  ((rc != 124)) || fail "ddprun $1 (node $2) still runs after $t s"
+  ((rc == $3)) || fail "ddprun $1 (node $2) exited $rc, not $3"
+}
+
+# field FILE KEY: KEY's value in a worker record.
+field() { sed -n "s/.*\\b$2=\\([^ ]*\\).*/\\1/p" "$1"; }
