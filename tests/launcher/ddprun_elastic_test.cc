@@ -124,6 +124,26 @@ TEST_F(ElasticTest, ASpareAtMaxTakesOverWhenAMemberDies) {
   EXPECT_EQ(wait_child(spare.pid, 60s), 0) << all_stderr();
 }
 
+TEST_F(ElasticTest, AWorkerFailureWithEveryNodeAliveSpendsARestart) {
+  auto agent = [&](const std::string& tag) {
+    return spawn({ddprun(), "--nnodes=1:2", "--nproc_per_node=1", "--rdzv_backend=c10d",
+                  "--rdzv_endpoint=" + endpoint_, "--rdzv_id=elastic", "--no_python",
+                  "--max_restarts=1", std::string("--rdzv_conf=") + kConf, worker(),
+                  "fail_on_attempt0", "3"},
+                 base_env(), dir_.path(), tag);
+  };
+  agents_.push_back(agent("first"));
+  Child& first = agents_.back();
+  ASSERT_TRUE(eventually([&] { return port_listens(port_); }, 30s)) << read_text(first.err);
+  agents_.push_back(agent("second"));
+  Child& second = agents_.back();
+  EXPECT_EQ(wait_child(first.pid, 60s), 0) << all_stderr();
+  EXPECT_EQ(wait_child(second.pid, 60s), 0) << all_stderr();
+  const std::string log = all_stderr();
+  EXPECT_NE(log.find("restarting the worker group (1/1 restarts)"), std::string::npos) << log;
+  EXPECT_EQ(log.find("was lost"), std::string::npos) << log;
+}
+
 TEST_F(ElasticTest, TooFewNodesFailAfterTheJoinTimeoutWithAClearMessage) {
   Child& host = start_agent("2:3", "join_timeout=2,last_call_timeout=1");
   EXPECT_EQ(wait_child(host.pid, 60s), 1);
