@@ -514,13 +514,11 @@ void DynamicRendezvous::tick(Liveness& l, Store& store) {
   if (watched_member.empty()) return;
   const auto value = try_get(store, l.prefix + "alive/" + watched_member);
   bool dead = false;
-  int missed = 0;
   {
     std::lock_guard lock(l.mutex);
     if (!l.watched || l.watched->member != watched_member) return;
     l.watched->tracker.observe(value, now);
     dead = l.watched->tracker.dead(now);
-    missed = l.watched->tracker.missed(now);
     if (dead) l.watched.reset();
   }
   if (!dead) return;
@@ -528,7 +526,6 @@ void DynamicRendezvous::tick(Liveness& l, Store& store) {
   lost.kind = RoundEnd::Kind::kNodeLost;
   lost.node = watched_rank;
   lost.member = watched_member;
-  (void)missed;
   store.compare_set(watched_round + "/end", "", encode_round_end(lost));
 }
 
@@ -583,16 +580,13 @@ void DynamicRendezvous::stop_liveness(std::chrono::milliseconds deadline) {
 void DynamicRendezvous::forget_round(int round) {
   // Off the decider's way (2N keys are deleted one by one): on a thread of its
   // own that owns its store handle; nobody waits for it.
-  std::shared_ptr<Store> store;
-  try {
-    store = open_store();
-  } catch (const std::exception&) {
-    return;  // the store is gone: nothing to delete
-  }
-  std::thread([store, r = round_prefix(round)] {
+  StoreOpener opener = store_.opener;
+  std::shared_ptr<Store> shared = opener ? nullptr : store();
+  std::thread([opener, shared, r = round_prefix(round)] {
     try {
-      delete_round_keys(*store, r);
+      delete_round_keys(opener ? *opener() : *shared, r);
     } catch (const std::exception&) {
+      // The store is gone or refused: nothing to delete, nobody waits.
     }
   }).detach();
 }
