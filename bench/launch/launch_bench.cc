@@ -30,6 +30,8 @@
 #include <string>
 #include <vector>
 
+#include "../support/torchrun_fix.h"
+
 extern char** environ;
 
 namespace {
@@ -157,19 +159,7 @@ int main(int argc, char** argv) {
   // sitecustomize.py that fixes torch 1.13's Std.from_str on Python 3.11.
   std::string site = (fs::temp_directory_path() / "launch-bench-site-XXXXXX").string();
   if (::mkdtemp(site.data()) == nullptr) return 1;
-  std::ofstream(fs::path(site) / "sitecustomize.py") <<
-      "try:\n"
-      "    import re\n"
-      "    from torch.distributed.elastic.multiprocessing import api as _api\n"
-      "    def _from_str(cls, vm):\n"
-      "        if re.match(_api._VALUE_REGEX, vm):\n"
-      "            return cls(int(vm))\n"
-      "        if re.match(_api._MAPPING_REGEX, vm):\n"
-      "            return {int(i): cls(int(v)) for i, v in (m.split(':') for m in vm.split(','))}\n"
-      "        raise ValueError(f'{vm} does not match: <{_api._VALUE_REGEX}> or <{_api._MAPPING_REGEX}>')\n"
-      "    _api.Std.from_str = classmethod(_from_str)\n"
-      "except Exception:\n"
-      "    pass\n";
+  std::ofstream(fs::path(site) / "sitecustomize.py") << ddp::bench::kTorchrunSiteCustomize;
 
   std::printf("launch_bench: %d runs each (restart latency: %d runs ddprun, %d torchrun)\n", runs,
               runs, std::max(1, runs / 5));

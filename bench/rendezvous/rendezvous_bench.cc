@@ -94,6 +94,8 @@
 #include "dynamic_rendezvous.h"
 #include "membership.h"
 
+#include "../support/torchrun_fix.h"
+
 extern char** environ;
 
 namespace {
@@ -1071,19 +1073,6 @@ std::string self_dir() {
   return fs::canonical("/proc/self/exe").parent_path().string();
 }
 
-const char* kSiteCustomize =
-    "try:\n"
-    "    import re\n"
-    "    from torch.distributed.elastic.multiprocessing import api as _api\n"
-    "    def _from_str(cls, vm):\n"
-    "        if re.match(_api._VALUE_REGEX, vm):\n"
-    "            return cls(int(vm))\n"
-    "        if re.match(_api._MAPPING_REGEX, vm):\n"
-    "            return {int(i): cls(int(v)) for i, v in (m.split(':') for m in vm.split(','))}\n"
-    "        raise ValueError(f'{vm} does not match: <{_api._VALUE_REGEX}> or <{_api._MAPPING_REGEX}>')\n"
-    "    _api.Std.from_str = classmethod(_from_str)\n"
-    "except Exception:\n"
-    "    pass\n";
 
 }  // namespace
 
@@ -1187,7 +1176,7 @@ int main(int argc, char** argv) {
         std::system((python + " -c 'import torch.distributed.run' >/dev/null 2>&1").c_str()) == 0;
     if (have_torchrun) {
       site.emplace("rdzv-bench-site-");
-      std::ofstream(site->path() / "sitecustomize.py") << kSiteCustomize;
+      std::ofstream(site->path() / "sitecustomize.py") << ddp::bench::kTorchrunSiteCustomize;
     } else {
       fmt::print(stderr, "real agents: {} (or torch under {}) is missing: torchrun_s=n/a\n", torchrun_path, python);
     }
