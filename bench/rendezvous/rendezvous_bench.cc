@@ -94,6 +94,7 @@
 #include "dynamic_rendezvous.h"
 #include "membership.h"
 
+#include "../support/daemon_process.h"
 #include "../support/torchrun_fix.h"
 
 extern char** environ;
@@ -105,9 +106,7 @@ using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 using ddp::rendezvous_detail::DynamicRendezvous;
 
-std::runtime_error sys_error(const std::string& what) {
-  return std::runtime_error(what + ": " + std::strerror(errno));
-}
+using ddp::bench::sys_error;
 
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
@@ -244,109 +243,6 @@ std::string read_text(const fs::path& path) {
 std::string tail(const std::string& text, std::size_t bytes = 1500) {
   return text.size() <= bytes ? text : "..." + text.substr(text.size() - bytes);
 }
-
-// ---- the store daemon ------------------------------------------------------------------------
-
-// ddp-rendezvous as a child process on a free loopback port. Its log goes to an
-// unlinked temporary file, read back when something fails.
-class Daemon {
- public:
-  explicit Daemon(const std::string& path) {
-    log_fd_ = ::open(fs::temp_directory_path().c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
-    if (log_fd_ < 0) throw sys_error("a temporary file for the daemon's log");
-    int out[2];
-    if (::pipe2(out, O_CLOEXEC) != 0) {
-      const auto error = sys_error("pipe");
-      ::close(log_fd_);
-      throw error;
-    }
-    const pid_t parent = ::getpid();
-    pid_ = ::fork();
-    if (pid_ < 0) {
-      const auto error = sys_error("fork");
-      for (int fd : {out[0], out[1], log_fd_}) ::close(fd);
-      throw error;
-    }
-    if (pid_ == 0) {
-      ::signal(SIGPIPE, SIG_DFL);  // the bench ignores it; an exec'd program must not
-      ::dup2(out[1], 1);
-      ::dup2(log_fd_, 2);
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (::getppid() != parent) ::_exit(127);
-      ::execl(path.c_str(), path.c_str(), "--host", "127.0.0.1", "--port", "0", nullptr);
-      std::fprintf(stderr, "cannot execute %s: %s\n", path.c_str(), std::strerror(errno));
-      ::_exit(127);
-    }
-    ::close(out[1]);
-    out_fd_ = out[0];  // kept open: the daemon must never get SIGPIPE
-    LineReader reader(out_fd_);
-    try {
-      port_ = static_cast<std::uint16_t>(std::stoi(reader.next(Clock::now() + 10s, path)));
-    } catch (const std::exception& e) {
-      const std::string log = log_tail();
-      stop();
-      throw std::runtime_error(fmt::format("{} did not print its port ({}); its log: {}", path,
-                                           e.what(), log));
-    }
-  }
-  ~Daemon() { stop(); }
-  Daemon(const Daemon&) = delete;
-  Daemon& operator=(const Daemon&) = delete;
-
-  std::uint16_t port() const { return port_; }
-
-  // CPU seconds (user + system) the daemon used so far.
-  double cpu_s() const {
-    std::ifstream in(fmt::format("/proc/{}/stat", pid_));
-    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    const auto paren = text.rfind(')');
-    if (paren == std::string::npos) return 0;
-    std::istringstream fields(text.substr(paren + 2));
-    std::string field;
-    double ticks = 0;
-    for (int i = 3; i <= 15 && fields >> field; ++i) {
-      if (i == 14 || i == 15) ticks += std::stod(field);  // utime, stime
-    }
-    return ticks / static_cast<double>(::sysconf(_SC_CLK_TCK));
-  }
-
-  void stop() {
-    if (pid_ > 0) {
-      ::kill(pid_, SIGTERM);
-      int status = 0;
-      const auto deadline = Clock::now() + 5s;
-      pid_t reaped = 0;
-      while ((reaped = ::waitpid(pid_, &status, WNOHANG)) == 0 && Clock::now() < deadline) {
-        std::this_thread::sleep_for(5ms);
-      }
-      if (reaped == 0) {
-        ::kill(pid_, SIGKILL);
-        ::waitpid(pid_, &status, 0);
-      }
-      pid_ = -1;
-    }
-    for (int* fd : {&out_fd_, &log_fd_}) {
-      if (*fd >= 0) ::close(*fd);
-      *fd = -1;
-    }
-  }
-
-  std::string log_tail() const {
-    if (log_fd_ < 0) return "";
-    const off_t size = ::lseek(log_fd_, 0, SEEK_END);
-    const off_t from = std::max<off_t>(0, size - 2000);
-    std::string text(static_cast<std::size_t>(size - from), '\0');
-    const ssize_t n = ::pread(log_fd_, text.data(), text.size(), from);
-    text.resize(n > 0 ? static_cast<std::size_t>(n) : 0);
-    return text;
-  }
-
- private:
-  pid_t pid_ = -1;
-  std::uint16_t port_ = 0;
-  int out_fd_ = -1;
-  int log_fd_ = -1;
-};
 
 // ---- simulated agents: the agent processes ---------------------------------------------------
 
@@ -731,7 +627,7 @@ struct SimResult {
 };
 
 SimResult run_simulated(int n, const SimSettings& s, const std::string& daemon_path) {
-  Daemon daemon(daemon_path);
+  ddp::bench::DaemonProcess daemon(daemon_path);
   const std::string run_id = fmt::format("bench{}", n);
   const int k = std::min(s.processes, n);
   AgentProcesses agents;

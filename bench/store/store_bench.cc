@@ -63,6 +63,7 @@
 
 #if DDP_STORE_BENCH_WITH_C10D
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include "../support/daemon_process.h"
 #endif
 
 namespace {
@@ -416,120 +417,6 @@ struct AttackSettings {
   std::string daemon;  // empty: ddp-rendezvous next to this binary
 };
 
-// The ddp-rendezvous daemon as a child process on a free loopback port. Its
-// stderr (the server's log) goes to an unlinked temporary file: nothing is left
-// behind, and a daemon that fails to start can still be explained.
-class Daemon {
- public:
-  explicit Daemon(const std::string& path) {
-    log_fd_ = ::open(std::filesystem::temp_directory_path().c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
-    if (log_fd_ < 0) throw ddp::attack::sys_error("a temporary file for the daemon's log");
-    int out[2];
-    if (::pipe2(out, O_CLOEXEC) != 0) {
-      ::close(log_fd_);
-      throw ddp::attack::sys_error("pipe");
-    }
-    const pid_t parent = ::getpid();
-    pid_ = ::fork();
-    if (pid_ < 0) {
-      const auto error = ddp::attack::sys_error("fork");
-      for (int fd : {out[0], out[1], log_fd_}) ::close(fd);
-      throw error;
-    }
-    if (pid_ == 0) {
-      ::dup2(out[1], 1);
-      ::dup2(log_fd_, 2);
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the benchmark
-      if (::getppid() != parent) ::_exit(127);
-      ::execl(path.c_str(), path.c_str(), "--host", "127.0.0.1", "--port", "0", nullptr);
-      std::fprintf(stderr, "cannot execute %s: %s\n", path.c_str(), std::strerror(errno));
-      ::_exit(127);
-    }
-    ::close(out[1]);
-    out_fd_ = out[0];  // kept open to the end: the daemon must never get SIGPIPE
-    std::string line;
-    const auto deadline = Clock::now() + 10s;
-    while (line.find('\n') == std::string::npos && Clock::now() < deadline) {
-      pollfd pfd{out_fd_, POLLIN, 0};
-      if (::poll(&pfd, 1, 100) <= 0) continue;
-      char buf[256];
-      const ssize_t n = ::read(out_fd_, buf, sizeof buf);
-      if (n <= 0) break;
-      line.append(buf, static_cast<std::size_t>(n));
-    }
-    try {
-      port_ = static_cast<std::uint16_t>(std::stoi(line));
-    } catch (const std::exception&) {
-      const std::string log = log_tail();
-      stop();
-      throw std::runtime_error(fmt::format("{} did not print its port within 10 s (stdout '{}'); its log: {}",
-                                           path, line, log));
-    }
-  }
-  ~Daemon() { stop(); }
-  Daemon(const Daemon&) = delete;
-  Daemon& operator=(const Daemon&) = delete;
-
-  pid_t pid() const { return pid_; }
-  std::uint16_t port() const { return port_; }
-
-  // A field of /proc/<pid>/status in MiB ("VmRSS", "VmHWM"); nullopt once the
-  // process is gone.
-  std::optional<double> status_mib(const std::string& field) const {
-    std::ifstream status(fmt::format("/proc/{}/status", pid_));
-    std::string line;
-    while (std::getline(status, line)) {
-      if (line.rfind(field + ":", 0) == 0) {
-        return std::stod(line.substr(field.size() + 1)) / 1024.0;  // the kernel writes kB
-      }
-    }
-    return std::nullopt;
-  }
-
-  void kill_now() {
-    if (pid_ > 0) ::kill(pid_, SIGKILL);
-  }
-
-  // SIGTERM, SIGKILL after 5 s, reaped; says how it ended ("" before it started).
-  std::string stop() {
-    if (pid_ <= 0) return "";
-    ::kill(pid_, SIGTERM);
-    int status = 0;
-    const auto deadline = Clock::now() + 5s;
-    pid_t reaped = 0;
-    while ((reaped = ::waitpid(pid_, &status, WNOHANG)) == 0 && Clock::now() < deadline) {
-      std::this_thread::sleep_for(10ms);
-    }
-    if (reaped == 0) {
-      ::kill(pid_, SIGKILL);
-      ::waitpid(pid_, &status, 0);
-    }
-    pid_ = -1;
-    if (out_fd_ >= 0) ::close(out_fd_);
-    out_fd_ = -1;
-    if (log_fd_ >= 0) ::close(log_fd_);
-    log_fd_ = -1;
-    if (WIFSIGNALED(status)) return fmt::format("killed by signal {}", WTERMSIG(status));
-    return fmt::format("exited with status {}", WEXITSTATUS(status));
-  }
-
-  // The last lines of the daemon's log.
-  std::string log_tail() const {
-    if (log_fd_ < 0) return "";
-    const off_t size = ::lseek(log_fd_, 0, SEEK_END);
-    const off_t from = std::max<off_t>(0, size - 2000);
-    std::string text(static_cast<std::size_t>(size - from), '\0');
-    const ssize_t n = ::pread(log_fd_, text.data(), text.size(), from);
-    text.resize(n > 0 ? static_cast<std::size_t>(n) : 0);
-    return text;
-  }
-
- private:
-  pid_t pid_ = -1;
-  std::uint16_t port_ = 0;
-  int out_fd_ = -1;
-  int log_fd_ = -1;
-};
 
 // One phase of the honest load: every client in its own thread does set then
 // get of its own small keys, timing each operation.
@@ -590,7 +477,7 @@ std::string describe(HonestPhase& phase, double seconds) {
 int run_attack(const AttackSettings& a, const std::string& self_dir) {
   const std::string daemon_path = a.daemon.empty() ? self_dir + "/ddp-rendezvous" : a.daemon;
   std::vector<std::string> failures;
-  Daemon daemon(daemon_path);
+  ddp::bench::DaemonProcess daemon(daemon_path);
   fmt::print("store_bench --attack: {} (pid {}, port {}), {} honest clients (set/get of 32 B values), "
              "{:.1f} s quiet then {:.1f} s under attack; RSS cap {:.0f} MiB; {} hardware thread(s), "
              "load average {}\n",
