@@ -430,15 +430,9 @@ class Agent::Impl {
         if (event.kind == LauncherEvent::Kind::kExited) on_exit(event);
       }
     }
-    auto end = watch.ended();
-    if (!end) return std::nullopt;
-    if (end->membership_change()) {
-      note_membership(describe(*end) + "; the worker failure on this node followed from it; "
-                      "re-forming the group");
-      stop_workers(SIGTERM);
-      return Outcome{Outcome::Kind::kReform, end->node, 0};
-    }
-    return on_remote_end(watch);  // another node's restart or abort
+    // A lost or joining node re-forms the group; another node's restart or
+    // abort is followed as it would be without our failure.
+    return on_remote_end(watch);
   }
 
   Outcome on_signal(int signo) {

@@ -59,8 +59,11 @@ std::string seconds_text(Duration d) {
 
 // Waits on another thread are bounded so that a lost wake-up costs at most this.
 constexpr Duration kMaxWait = std::chrono::seconds(5);
-// The liveness thread's tick: a quarter keep-alive interval, at most this.
-constexpr Duration kMaxTickPeriod = std::chrono::milliseconds(200);
+// How often a watched keep-alive is read: a quarter interval, at most every
+// 200 ms, so that a death is seen at most that long past its deadline.
+Duration tick_period(Duration keep_alive_interval) {
+  return std::clamp<Duration>(keep_alive_interval / 4, Duration(1), std::chrono::milliseconds(200));
+}
 
 }  // namespace
 
@@ -80,7 +83,6 @@ DynamicRendezvous::DynamicRendezvous(const RendezvousParams& params, RendezvousS
   }
   liveness_->prefix = prefix();
   liveness_->interval = params_.keep_alive_interval;
-  liveness_->max_attempts = params_.keep_alive_max_attempt;
   liveness_->time = &time_;
   liveness_->member = random_member();
 }
@@ -119,7 +121,7 @@ RendezvousInfo DynamicRendezvous::next_rendezvous() {
     info.world_size = params_.local_world_size;
     info.local_world_sizes = {params_.local_world_size};
     info.master_addr = params_.local_addr;
-    info.master_port = params_.worker_master_port != 0 ? params_.worker_master_port : find_free_port();
+    info.master_port = worker_master_port();
     info.instance = member();
     info.round_prefix = round_prefix(info.round) + "_" + info.instance;
     info.worker_prefix = info.round_prefix + "/workers";
@@ -196,13 +198,20 @@ void DynamicRendezvous::join_round(int round) {
   mine.member = member();
   mine.node_rank = params_.node_rank;
   mine.local_world_size = params_.local_world_size;
-  mine.master_port = params_.worker_master_port != 0 ? params_.worker_master_port : find_free_port();
+  mine.master_port = worker_master_port();
   mine.addr = params_.local_addr;
   s.set(r + "/rec_" + std::to_string(join.index), encode_arrival(mine));
-  // Another node decides only long after arrival 0 should have (it died).
-  join.fallback_at = time_.now() + params_.last_call_timeout +
-                     params_.keep_alive_interval * params_.keep_alive_max_attempt;
+  join.fallback_at = fallback_after(time_.now());
   join_ = std::move(join);
+}
+
+std::uint16_t DynamicRendezvous::worker_master_port() const {
+  return params_.worker_master_port != 0 ? params_.worker_master_port : find_free_port();
+}
+
+Clock::time_point DynamicRendezvous::fallback_after(Clock::time_point now) const {
+  // Another node decides only long after arrival 0 should have (it died).
+  return now + params_.last_call_timeout + params_.keep_alive_interval * params_.keep_alive_max_attempt;
 }
 
 std::optional<RendezvousInfo> DynamicRendezvous::step() {
@@ -228,8 +237,7 @@ std::optional<RendezvousInfo> DynamicRendezvous::step() {
     join_.spare_of = -1;
     spare_end_.reset();
     join_.deadline = now + params_.join_timeout;
-    join_.fallback_at = now + params_.last_call_timeout +
-                        params_.keep_alive_interval * params_.keep_alive_max_attempt;
+    join_.fallback_at = fallback_after(now);
   }
   if ((join_.index == 0 || now >= join_.fallback_at) && decide(join_)) {
     if (auto closed = try_get(s, r + "/closed")) return on_closed(*closed);
@@ -439,7 +447,7 @@ std::chrono::milliseconds DynamicRendezvous::grace_for_membership_change(const R
     const auto first = s.multi_get(keys, Duration(0));
     std::vector<bool> moved(keys.size(), false);
     const auto until = Clock::now() + params_.keep_alive_interval + params_.keep_alive_interval / 2;
-    const auto period = std::clamp<Duration>(params_.keep_alive_interval / 4, Duration(1), kMaxTickPeriod);
+    const auto period = tick_period(params_.keep_alive_interval);
     while (Clock::now() < until) {
       std::this_thread::sleep_for(period);
       const auto now = s.multi_get(keys, Duration(0));
@@ -479,11 +487,7 @@ std::unique_ptr<PendingEnd> DynamicRendezvous::end_round(const RendezvousInfo& i
 
 void DynamicRendezvous::arrive_at_exit_barrier(const RendezvousInfo& info, Clock::time_point deadline) {
   if (params_.max_nodes == 1) return;
-  if (store()->add(info.round_prefix + "/exit_barrier", 1) < info.group_world_size) return;
-  RoundEnd done;
-  done.kind = RoundEnd::Kind::kDone;
-  const std::string error = end_round(info, done)->wait_until(deadline);
-  if (!error.empty()) throw NetworkError(kOrigin, "cannot end the round: " + error);
+  rendezvous_detail::arrive_at_exit_barrier(store(), info, deadline, kOrigin);
 }
 
 // ---- liveness ---------------------------------------------------------------------------------------
@@ -540,7 +544,7 @@ void DynamicRendezvous::start_liveness() {
       shared.reset();
       // Writes are due once per interval; the watched neighbour is read every
       // tick (one key), so its death is seen at most 200 ms past its deadline.
-      const auto period = std::clamp<Duration>(l->interval / 4, Duration(1), kMaxTickPeriod);
+      const auto period = tick_period(l->interval);
       std::unique_lock lock(l->mutex);
       while (!l->stopping) {
         lock.unlock();

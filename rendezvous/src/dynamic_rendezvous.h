@@ -103,6 +103,10 @@ class DynamicRendezvous : public RendezvousHandler {
   std::string round_prefix(int round) const { return prefix() + "round_" + std::to_string(round); }
   std::string alive_key(const std::string& member) const { return prefix() + "alive/" + member; }
   void join_round(int round);
+  // --worker master port, or a free one (this node may become group rank 0).
+  std::uint16_t worker_master_port() const;
+  // When a node other than arrival 0 decides a round it joined at `now`.
+  Clock::time_point fallback_after(Clock::time_point now) const;
   bool decide(Join& join);
   Lineage load_lineage(int round);
   std::optional<RendezvousInfo> on_closed(const std::string& closed);
@@ -132,7 +136,6 @@ class DynamicRendezvous : public RendezvousHandler {
   struct Liveness {
     std::string prefix;
     Duration interval;
-    int max_attempts = 3;
     const TimeSource* time = nullptr;
     std::mutex mutex;
     std::condition_variable changed;

@@ -63,8 +63,7 @@ std::string random_instance() {
 
 // The keys one round uses besides its workers' (which cannot be listed).
 std::vector<std::string> round_keys(const std::string& prefix, int nodes) {
-  std::vector<std::string> keys = {prefix + "/joined", prefix + "/closed", prefix + "/end",
-                                   prefix + "/exit_barrier"};
+  std::vector<std::string> keys = {prefix + "/end", prefix + "/exit_barrier"};
   for (int rank = 0; rank < nodes; ++rank) keys.push_back(prefix + "/node_" + std::to_string(rank));
   return keys;
 }
@@ -309,11 +308,7 @@ class RoundHandler : public RendezvousHandler {
 
   void arrive_at_exit_barrier(const RendezvousInfo& info, Clock::time_point deadline) override {
     if (info.group_world_size <= 1) return;
-    if (store()->add(info.round_prefix + "/exit_barrier", 1) < info.group_world_size) return;
-    RoundEnd done;
-    done.kind = RoundEnd::Kind::kDone;
-    const std::string error = end_round(info, done)->wait_until(deadline);
-    if (!error.empty()) throw NetworkError(origin(), "cannot end the round: " + error);
+    rendezvous_detail::arrive_at_exit_barrier(store(), info, deadline, origin());
   }
 
   std::string store_name() const { return store_.host + ":" + std::to_string(store_.port); }

@@ -221,6 +221,16 @@ std::unique_ptr<PendingEnd> set_end_key(std::shared_ptr<Store> store, std::strin
   return std::make_unique<EndKeyWrite>(std::move(store), std::move(key), std::move(value));
 }
 
+void arrive_at_exit_barrier(const std::shared_ptr<Store>& store, const RendezvousInfo& info,
+                            Clock::time_point deadline, const char* origin) {
+  if (store->add(info.round_prefix + "/exit_barrier", 1) < info.group_world_size) return;
+  RoundEnd done;
+  done.kind = RoundEnd::Kind::kDone;
+  const std::string error =
+      set_end_key(store, info.round_prefix + "/end", encode_round_end(done))->wait_until(deadline);
+  if (!error.empty()) throw NetworkError(origin, "cannot end the round: " + error);
+}
+
 std::unique_ptr<RoundWatch> inert_watch() { return std::make_unique<InertWatch>(); }
 std::unique_ptr<PendingEnd> nothing_to_tell() { return std::make_unique<NothingToTell>(); }
 

@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 
+#include "ddp/rendezvous/rendezvous.h"
 #include "ddp/rendezvous/round.h"
 #include "ddp/store/store.h"
 
@@ -22,6 +23,13 @@ std::unique_ptr<RoundWatch> watch_end_key(std::shared_ptr<Store> store, std::str
 // thread of its own; returns at once.
 std::unique_ptr<PendingEnd> set_end_key(std::shared_ptr<Store> store, std::string key,
                                         std::string value);
+
+// Counts this node at round `info`'s exit barrier ("<round prefix>/exit_barrier");
+// the last node to arrive sets the round's end to "done", waiting for the store
+// until `deadline`. Throws the store's errors, and NetworkError naming `origin`
+// when the end could not be set in time.
+void arrive_at_exit_barrier(const std::shared_ptr<Store>& store, const RendezvousInfo& info,
+                            Clock::time_point deadline, const char* origin);
 
 // A watch that never ends (a round nobody else can end: a single node).
 std::unique_ptr<RoundWatch> inert_watch();
