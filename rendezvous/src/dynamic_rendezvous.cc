@@ -50,6 +50,11 @@ Closed parse_closed(const std::string& text, const std::string& key) {
   return c;
 }
 
+// A round that ended so leaves nothing for a waiting node to join.
+bool ends_the_job(const RoundEnd& end) {
+  return end.kind == RoundEnd::Kind::kDone || end.kind == RoundEnd::Kind::kAbort;
+}
+
 // "4", "0.5": seconds as the user would write them.
 std::string seconds_text(Duration d) {
   std::ostringstream out;
@@ -170,18 +175,12 @@ void DynamicRendezvous::begin_join() {
   if (current_round >= 0 && current_round == round - 1 && last_round_ != current_round) {
     const std::string end_key = round_prefix(current_round) + "/end";
     if (auto end = try_get(s, end_key)) {
-      auto parsed = parse_round_end(*end);
-      if (parsed && (parsed->kind == RoundEnd::Kind::kDone || parsed->kind == RoundEnd::Kind::kAbort)) {
+      if (auto parsed = parse_round_end(*end); parsed && ends_the_job(*parsed)) {
         throw ShutdownError(kOrigin, "run '" + params_.run_id + "' already ended (" +
                                          describe(*parsed) + ")");
       }
-    } else if (current_nodes < params_.max_nodes) {
-      RoundEnd joined;
-      joined.kind = RoundEnd::Kind::kNodeJoined;
-      joined.member = member();
-      s.compare_set(end_key, "", encode_round_end(joined));
     } else {
-      join_.spare_of = current_round;
+      admit_or_wait_behind(current_round, current_nodes);
     }
   }
 }
@@ -228,8 +227,7 @@ std::optional<RendezvousInfo> DynamicRendezvous::step() {
       }
       return std::nullopt;  // a spare waits as long as the full round runs
     }
-    auto parsed = parse_round_end(*end);
-    if (parsed && (parsed->kind == RoundEnd::Kind::kDone || parsed->kind == RoundEnd::Kind::kAbort)) {
+    if (auto parsed = parse_round_end(*end); parsed && ends_the_job(*parsed)) {
       throw ShutdownError(kOrigin, "the job ended while this node waited as a spare (" +
                                        describe(*parsed) + ")");
     }
@@ -377,17 +375,23 @@ std::optional<RendezvousInfo> DynamicRendezvous::on_closed(const std::string& te
 }
 
 void DynamicRendezvous::on_late(int nodes) {
-  // The round formed without this node. Below max it re-forms at once to admit
-  // it; a full one is waited behind, as a spare.
+  // The round formed without this node: it joins the next one.
   const int round = join_.round;
-  if (nodes < params_.max_nodes) {
-    RoundEnd joined;
-    joined.kind = RoundEnd::Kind::kNodeJoined;
-    joined.member = member();
-    store()->compare_set(round_prefix(round) + "/end", "", encode_round_end(joined));
-  }
   join_round(round + 1);
-  if (nodes >= params_.max_nodes) join_.spare_of = round;
+  admit_or_wait_behind(round, nodes);
+}
+
+void DynamicRendezvous::admit_or_wait_behind(int round, int nodes) {
+  // Round `round` runs with `nodes` nodes, without this one. Below max it
+  // re-forms at once to admit it; a full one is waited behind, as a spare.
+  if (nodes >= params_.max_nodes) {
+    join_.spare_of = round;
+    return;
+  }
+  RoundEnd joined;
+  joined.kind = RoundEnd::Kind::kNodeJoined;
+  joined.member = member();
+  store()->compare_set(round_prefix(round) + "/end", "", encode_round_end(joined));
 }
 
 void DynamicRendezvous::wait_for_change() {

@@ -111,6 +111,7 @@ class DynamicRendezvous : public RendezvousHandler {
   Lineage load_lineage(int round);
   std::optional<RendezvousInfo> on_closed(const std::string& closed);
   void on_late(int nodes);
+  void admit_or_wait_behind(int round, int nodes);
   void wait_for_change();
   void start_liveness();
   void stop_liveness(std::chrono::milliseconds deadline);
