@@ -1,0 +1,95 @@
+// A Store with leases and pushed change events (etcd v3's model): keys can be
+// attached to a lease that the store deletes, with its keys, when its holder
+// stops refreshing it; and a watch pushes every change under a key prefix.
+// The dynamic rendezvous uses these, when its store has them, for liveness:
+// a node's keep-alive key lives on its lease, and survivors learn of a death
+// from the key's DELETE event instead of polling counters.
+//
+// Thread-safety: as Store, every method may be called from several threads.
+// Errors: as Store (NetworkError, AuthError, TimeoutError, ...).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "ddp/store/store.h"
+
+namespace ddp {
+
+// One change pushed by a watch. `key` is relative to the store (as passed to set).
+struct StoreEvent {
+  enum class Kind { kPut, kDelete } kind = Kind::kPut;
+  std::string key;
+  // The new value of a kPut (empty for kDelete).
+  std::string value;
+  // The store's revision of the change (increasing).
+  std::int64_t revision = 0;
+};
+
+// A running watch; destroying it stops it (blocks until its callbacks returned,
+// so a callback must not destroy its own watch).
+class StoreWatch {
+ public:
+  virtual ~StoreWatch() = default;
+};
+
+class LeaseStore : public Store {
+ public:
+  using LeaseId = std::int64_t;
+
+  // Creates a lease that expires `ttl` after its last refresh (the store may
+  // round it up to its minimum). Returns its id.
+  virtual LeaseId grant_lease(std::chrono::seconds ttl) = 0;
+
+  // Refreshes `lease` once. Returns false when it no longer exists (it
+  // expired, or was revoked): its keys are gone.
+  virtual bool refresh_lease(LeaseId lease) = 0;
+
+  // Seconds left before `lease` expires (it rises back to its TTL at every
+  // refresh), or -1 when it no longer exists. Any holder of the id may ask.
+  virtual std::int64_t lease_time_left(LeaseId lease) = 0;
+
+  // Deletes `lease` and every key attached to it. Unknown leases are ignored.
+  virtual void revoke_lease(LeaseId lease) = 0;
+
+  // Creates or replaces `key`, attached to `lease` (deleted with it).
+  // Throws InvalidArgument (naming the lease) when the lease does not exist.
+  virtual void set_with_lease(const std::string& key, const std::string& value,
+                              LeaseId lease) = 0;
+
+  // Takes a ticket from the counter at `key`: returns how many tickets were
+  // taken before this one (0, 1, 2, ...), once even when the call is retried
+  // after a lost connection. Unlike add(), concurrent callers never conflict
+  // (on etcd: a put that returns the key's previous version), so a thousand
+  // nodes arriving at once cost a thousand writes, not a thousand races. A
+  // key used for tickets holds no meaningful value; use only these two on it.
+  virtual std::int64_t take_ticket(const std::string& key) = 0;
+  // How many tickets were taken from `key` (0 when it does not exist).
+  virtual std::int64_t tickets_taken(const std::string& key) = 0;
+
+  // The store's current revision: a watch from revision()+1 misses no change
+  // made after this call.
+  virtual std::int64_t revision() = 0;
+
+  // Pushes every change of a key that starts with `key_prefix`, from revision
+  // `from_revision` on (0: from now), to `on_event`, in revision order, on a
+  // thread of the watch's own. A lost connection is re-established (on
+  // another endpoint where there are several) and resumed after the last
+  // revision delivered, so no event is lost or repeated. When the watch cannot
+  // go on (the store unreachable for longer than the store's retry limit, or
+  // the revisions it needs were compacted) `on_error` is called once with the
+  // reason and no event follows. Never blocks.
+  virtual std::unique_ptr<StoreWatch> watch_prefix(
+      const std::string& key_prefix, std::int64_t from_revision,
+      std::function<void(const StoreEvent&)> on_event,
+      std::function<void(const std::string& reason)> on_error) = 0;
+
+ protected:
+  LeaseStore() = default;
+  explicit LeaseStore(Duration timeout) : Store(timeout) {}
+};
+
+}  // namespace ddp
