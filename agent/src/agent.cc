@@ -323,8 +323,8 @@ class Agent::Impl {
     if (options_.set_omp_num_threads && env.find(names::kOmpNumThreads) == env.end()) {
       env[names::kOmpNumThreads] = "1";
     }
-    env[names::kStoreAddr] = rdzv_.store_host();
-    env[names::kStorePort] = std::to_string(rdzv_.store_port());
+    env[names::kStoreAddr] = info_.store_addr;
+    env[names::kStorePort] = std::to_string(info_.store_port);
     env[names::kStorePrefix] = info_.worker_prefix;
     const std::string token = rdzv_.store_token();
     if (!token.empty()) {

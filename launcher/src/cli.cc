@@ -7,8 +7,10 @@
 #include <cctype>
 #include <csignal>
 #include <filesystem>
+#include <fstream>
 #include <random>
 #include <regex>
+#include <set>
 #include <sstream>
 
 #include <CLI/CLI.hpp>
@@ -382,9 +384,9 @@ class Parser {
     c.master_port = static_cast<std::uint16_t>(
         parse_int_in(raw_.master_port, 1, 65535, what("master_port"), "a port in 1..65535"));
     c.rdzv_backend = raw_.rdzv_backend;
-    if (c.rdzv_backend == "etcd" || c.rdzv_backend == "etcd-v2") {
-      fail(what("rdzv_backend") + "=" + c.rdzv_backend + " is not supported yet (expected " +
-           rendezvous_backend_names() + ")");
+    if (c.rdzv_backend == "etcd-v2") {
+      fail(what("rdzv_backend") + "=etcd-v2: etcd's v2 API is not supported (etcd 3.4 disables it, "
+           "3.6 removed it); --rdzv_backend=etcd speaks etcd's v3 API");
     }
     const RendezvousBackend* backend = find_rendezvous_backend(c.rdzv_backend);
     if (backend == nullptr) {
@@ -401,6 +403,26 @@ class Parser {
       c.rdzv_host = "127.0.0.1";
       c.rdzv_port = 0;
       c.rdzv_id = random_id();
+    } else if (backend->store_at == RendezvousBackend::StoreAt::kEtcd) {
+      if (raw_.rdzv_endpoint.empty()) {
+        fail("--rdzv_backend=etcd needs --rdzv_endpoint host[:port][,host[:port]...] (etcd's "
+             "client URLs; default port 2379)");
+      }
+      std::istringstream in(raw_.rdzv_endpoint);
+      for (std::string item; std::getline(in, item, ',');) {
+        auto [host, port] = parse_endpoint(item, backend->default_port, what("rdzv_endpoint"));
+        if (c.rdzv_endpoints.empty()) {
+          c.rdzv_host = host;
+          c.rdzv_port = port;
+        } else {
+          c.rdzv_endpoints += ",";
+        }
+        c.rdzv_endpoints += (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" +
+                            std::to_string(port);
+      }
+      if (raw_.rdzv_endpoint.back() == ',') {
+        fail(what("rdzv_endpoint") + ": trailing ',' in '" + raw_.rdzv_endpoint + "'");
+      }
     } else if (!raw_.rdzv_endpoint.empty()) {
       const bool at_endpoint = backend->store_at == RendezvousBackend::StoreAt::kEndpoint;
       auto [host, port] = parse_endpoint(raw_.rdzv_endpoint,
@@ -532,12 +554,44 @@ class Parser {
         } else {
           fail(name + ": expected true or false, got '" + value + "'");
         }
+      } else if (parse_etcd_conf(c, key, value, name)) {
       } else {
         fail(what("rdzv_conf") + ": unknown key '" + key +
              "' (known: join_timeout, last_call_timeout, close_timeout, heartbeat_timeout, "
-             "keep_alive_interval, keep_alive_max_attempt, read_timeout, is_host)");
+             "keep_alive_interval, keep_alive_max_attempt, read_timeout, is_host; for etcd: "
+             "protocol, cacert, cert, key, username, password_file)");
       }
     }
+  }
+
+  // --rdzv_conf's keys for etcd; false when `key` is none of them.
+  bool parse_etcd_conf(LaunchConfig& c, const std::string& key, const std::string& value,
+                       const std::string& name) {
+    static const std::set<std::string> keys = {"protocol", "cacert", "cert", "key", "username",
+                                               "password_file"};
+    if (keys.count(key) == 0) return false;
+    if (c.rdzv_backend != "etcd") fail(name + ": only for --rdzv_backend=etcd");
+    auto readable = [&](const std::string& path) {
+      if (::access(path.c_str(), R_OK) != 0) fail(name + ": cannot read '" + path + "'");
+      return path;
+    };
+    if (key == "protocol") {
+      if (value != "http" && value != "https") fail(name + ": expected http or https, got '" + value + "'");
+      c.etcd_tls = value == "https";
+    } else if (key == "cacert") {
+      c.etcd_ca_file = readable(value);
+    } else if (key == "cert") {
+      c.etcd_cert_file = readable(value);
+    } else if (key == "key") {
+      c.etcd_key_file = readable(value);
+    } else if (key == "username") {
+      if (value.empty()) fail(name + ": must not be empty");
+      c.etcd_username = value;
+    } else {  // password_file: the password is never on the command line
+      std::ifstream in(readable(value));
+      std::getline(in, c.etcd_password);
+    }
+    return true;
   }
 
   // Seconds, whole or fractional, that must be more than zero.

@@ -102,6 +102,13 @@ int run(const ddp::launcher::LaunchConfig& config) {
   rdzv.is_host = backend->store_at == ddp::RendezvousBackend::StoreAt::kNodeRankZero &&
                  config.node_rank == 0;
   rdzv.host_auto = backend->store_at == ddp::RendezvousBackend::StoreAt::kEndpoint;
+  rdzv.etcd.endpoints = config.rdzv_endpoints;
+  rdzv.etcd.tls = config.etcd_tls;
+  rdzv.etcd.ca_file = config.etcd_ca_file;
+  rdzv.etcd.cert_file = config.etcd_cert_file;
+  rdzv.etcd.key_file = config.etcd_key_file;
+  rdzv.etcd.username = config.etcd_username;
+  rdzv.etcd.password = config.etcd_password;
   rdzv.token = ddp::env::get_or("DDP_STORE_TOKEN", "");
   rdzv.connect_timeout = config.join_timeout;
   rdzv.params.run_id = config.rdzv_id;
@@ -114,6 +121,10 @@ int run(const ddp::launcher::LaunchConfig& config) {
   rdzv.params.last_call_timeout = config.last_call_timeout;
   rdzv.params.keep_alive_interval = config.keep_alive_interval;
   rdzv.params.keep_alive_max_attempt = config.keep_alive_max_attempt;
+  // What tells this job from another that uses its run id on a shared store.
+  rdzv.params.job_signature = "nnodes=" + std::to_string(config.min_nodes) + ":" +
+                              std::to_string(config.max_nodes) + " command=" + config.program;
+  for (const auto& arg : config.program_args) rdzv.params.job_signature += " " + arg;
   rdzv.keep_alive_timeout = config.heartbeat_timeout;
   rdzv.read_timeout = config.read_timeout;
   if (config.is_host && backend->store_at == ddp::RendezvousBackend::StoreAt::kEndpoint) {

@@ -5,9 +5,10 @@
 namespace ddp {
 namespace {
 
-const std::array<RendezvousBackend, 2> kBackends = {{
+const std::array<RendezvousBackend, 3> kBackends = {{
     {"static", RendezvousBackend::StoreAt::kNodeRankZero, 0, true, &make_static_rendezvous},
     {"c10d", RendezvousBackend::StoreAt::kEndpoint, 29400, false, &make_c10d_rendezvous},
+    {"etcd", RendezvousBackend::StoreAt::kEtcd, 2379, false, &make_etcd_rendezvous},
 }};
 
 }  // namespace

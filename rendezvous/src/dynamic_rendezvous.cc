@@ -28,7 +28,7 @@ std::vector<std::string> split(const std::string& text) {
   return words;
 }
 
-// R/closed: "<decider> <nodes> <world> <considered> <master addr> <master port>".
+// R/closed: "<decider> <nodes> <world> <considered> <master addr> <master port> <store port>".
 struct Closed {
   int decider = 0;
   int nodes = 0;
@@ -36,17 +36,21 @@ struct Closed {
   int considered = 0;
   std::string master_addr;
   std::uint16_t master_port = 0;
+  // Group rank 0's built-in store for workers (0: the agents' store).
+  std::uint16_t store_port = 0;
 };
 
 Closed parse_closed(const std::string& text, const std::string& key) {
   std::istringstream in(text);
   Closed c;
-  unsigned port = 0;
-  if (!(in >> c.decider >> c.nodes >> c.world >> c.considered >> c.master_addr >> port) ||
-      port > 65535 || c.nodes < 1) {
+  unsigned port = 0, store_port = 0;
+  if (!(in >> c.decider >> c.nodes >> c.world >> c.considered >> c.master_addr >> port >>
+        store_port) ||
+      port > 65535 || store_port > 65535 || c.nodes < 1) {
     throw ProtocolError(kOrigin, "malformed round decision at '" + key + "': '" + text + "'");
   }
   c.master_port = static_cast<std::uint16_t>(port);
+  c.store_port = static_cast<std::uint16_t>(store_port);
   return c;
 }
 
@@ -70,11 +74,36 @@ Duration tick_period(Duration keep_alive_interval) {
   return std::clamp<Duration>(keep_alive_interval / 4, Duration(1), std::chrono::milliseconds(200));
 }
 
+// Round R's arrival counter (R/arrivals): tickets on a LeaseStore (etcd: a
+// thousand nodes arriving at once never race), add() on any other store.
+// arrive() returns this node's arrival index, arrivals() how many arrived.
+int arrive(Store& s, const std::string& round_prefix) {
+  if (auto* leases = dynamic_cast<LeaseStore*>(&s)) {
+    return static_cast<int>(leases->take_ticket(round_prefix + "/arrivals"));
+  }
+  return static_cast<int>(s.add(round_prefix + "/arrivals", 1)) - 1;
+}
+
+int arrivals(Store& s, const std::string& round_prefix) {
+  if (auto* leases = dynamic_cast<LeaseStore*>(&s)) {
+    return static_cast<int>(leases->tickets_taken(round_prefix + "/arrivals"));
+  }
+  return static_cast<int>(s.add(round_prefix + "/arrivals", 0));
+}
+
+// A node's lease lasts as long as the keep-alives it may miss, in whole
+// seconds (what etcd counts in); etcd raises it to its own minimum.
+std::int64_t lease_ttl(const RendezvousParams& params) {
+  const auto ms = (params.keep_alive_interval * params.keep_alive_max_attempt).count();
+  return std::max<std::int64_t>(1, (ms + 999) / 1000);
+}
+
 }  // namespace
 
 DynamicRendezvous::DynamicRendezvous(const RendezvousParams& params, RendezvousStore store,
-                                     const TimeSource& time)
-    : params_(params), store_(std::move(store)), time_(time),
+                                     const TimeSource& time, std::string backend)
+    : params_(params), store_(std::move(store)), time_(time), backend_(std::move(backend)),
+      leases_(std::dynamic_pointer_cast<LeaseStore>(store_.store)),
       liveness_(std::make_shared<Liveness>()) {
   if (!store_.store && !store_.opener) throw InvalidArgument(kOrigin, "no store given");
   if (params_.min_nodes < 1 || params_.max_nodes < params_.min_nodes) {
@@ -92,7 +121,26 @@ DynamicRendezvous::DynamicRendezvous(const RendezvousParams& params, RendezvousS
   liveness_->member = random_member();
 }
 
-DynamicRendezvous::~DynamicRendezvous() { stop_liveness(std::chrono::seconds(1)); }
+DynamicRendezvous::~DynamicRendezvous() {
+  death_watch_.reset();
+  stop_liveness(std::chrono::seconds(1));
+}
+
+std::string DynamicRendezvous::store_name() const {
+  if (!store_.external_name.empty()) return store_.external_name;
+  return store_.host + ":" + std::to_string(store_.port);
+}
+
+void DynamicRendezvous::set_worker_store(RendezvousInfo& info, const std::string& master_addr,
+                                         std::uint16_t master_store_port) const {
+  if (store_.worker_store_port == 0) {  // workers share the agents' store
+    info.store_addr = store_.host;
+    info.store_port = store_.port;
+  } else {  // the one group rank 0's agent serves
+    info.store_addr = master_addr;
+    info.store_port = master_store_port;
+  }
+}
 
 std::string DynamicRendezvous::member() const {
   std::lock_guard lock(liveness_->mutex);
@@ -130,6 +178,7 @@ RendezvousInfo DynamicRendezvous::next_rendezvous() {
     info.instance = member();
     info.round_prefix = round_prefix(info.round) + "_" + info.instance;
     info.worker_prefix = info.round_prefix + "/workers";
+    set_worker_store(info, params_.local_addr, store_.worker_store_port);
     return info;
   }
   start_liveness();
@@ -146,6 +195,8 @@ void DynamicRendezvous::begin_join() {
     std::lock_guard lock(liveness_->mutex);
     liveness_->watched.reset();  // this node has left its round: nobody to judge
   }
+  death_watch_.reset();
+  if (last_round_ < 0) claim_run_id();
   if (last_round_ >= 0) {
     // Declared dead while it could not be heard (a partition that healed, a
     // frozen process): it comes back as a new member, never as the old one.
@@ -157,9 +208,10 @@ void DynamicRendezvous::begin_join() {
         std::lock_guard lock(liveness_->mutex);
         liveness_->member = random_member();
       }
-      s.delete_key(alive_key(old_member));
+      if (!leases_) s.delete_key(alive_key(old_member));  // a lease's key goes with it
     }
   }
+  if (leases_) put_leased_key();
   int current_round = -1, current_nodes = 0;
   if (auto current = try_get(s, prefix() + "current")) {
     auto words = split(*current);
@@ -185,6 +237,62 @@ void DynamicRendezvous::begin_join() {
   }
 }
 
+void DynamicRendezvous::claim_run_id() {
+  Store& s = *store();
+  const std::string mine = params_.job_signature.empty()
+                               ? "nnodes=" + std::to_string(params_.min_nodes) + ":" +
+                                     std::to_string(params_.max_nodes)
+                               : params_.job_signature;
+  const std::string key = prefix() + "config";
+  std::string held = s.compare_set(key, "", mine);
+  if (held == mine) return;
+  // Another job's: refused while any of its nodes lives, taken over otherwise.
+  if (!job_alive()) held = s.compare_set(key, held, mine);
+  if (held == mine) return;
+  throw InvalidArgument(kOrigin, "run id '" + params_.run_id + "' is in use on the store at " +
+                                     store_name() + " by another running job (" + held +
+                                     "); this node runs (" + mine + "): use another --rdzv_id");
+}
+
+bool DynamicRendezvous::job_alive() {
+  Store& s = *store();
+  std::vector<std::string> keys;
+  if (auto current = try_get(s, prefix() + "current")) {
+    auto words = split(*current);
+    if (!words.empty()) {
+      for (const auto& m : load_lineage(std::stoi(words[0])).members) keys.push_back(alive_key(m));
+    }
+  } else {  // its first round is forming
+    const std::string r = round_prefix(0);
+    const int arrived = arrivals(s, r);
+    for (int i = 0; i < arrived; ++i) {
+      if (auto rec = try_get(s, r + "/rec_" + std::to_string(i))) {
+        keys.push_back(alive_key(decode_arrival(*rec, r + "/rec_" + std::to_string(i)).member));
+      }
+    }
+  }
+  if (keys.empty()) return false;
+  auto read = [&] {
+    std::vector<std::optional<std::string>> values;
+    for (const auto& key : keys) values.push_back(try_get(s, key));
+    return values;
+  };
+  const auto first = read();
+  if (leases_) {  // a leased key exists exactly as long as its node refreshes it
+    return std::any_of(first.begin(), first.end(), [](const auto& v) { return v.has_value(); });
+  }
+  // Counters: alive when one moves within the time that declares a node dead.
+  const auto until = Clock::now() + params_.keep_alive_interval * params_.keep_alive_max_attempt;
+  while (Clock::now() < until) {
+    std::this_thread::sleep_for(tick_period(params_.keep_alive_interval));
+    const auto now = read();
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+      if (now[i] && now[i] != first[i]) return true;
+    }
+  }
+  return false;
+}
+
 void DynamicRendezvous::join_round(int round) {
   Store& s = *store();
   const std::string r = round_prefix(round);
@@ -192,12 +300,13 @@ void DynamicRendezvous::join_round(int round) {
   join.round = round;
   join.last_call = LastCall(params_.min_nodes, params_.last_call_timeout);
   join.deadline = join_.deadline;
-  join.index = static_cast<int>(s.add(r + "/arrivals", 1)) - 1;
+  join.index = arrive(s, r);
   Arrival mine;
   mine.member = member();
   mine.node_rank = params_.node_rank;
   mine.local_world_size = params_.local_world_size;
   mine.master_port = worker_master_port();
+  mine.store_port = store_.worker_store_port;
   mine.addr = params_.local_addr;
   s.set(r + "/rec_" + std::to_string(join.index), encode_arrival(mine));
   join.fallback_at = fallback_after(time_.now());
@@ -241,7 +350,7 @@ std::optional<RendezvousInfo> DynamicRendezvous::step() {
     if (auto closed = try_get(s, r + "/closed")) return on_closed(*closed);
   }
   if (now >= join_.deadline) {
-    const int arrived = static_cast<int>(s.add(r + "/arrivals", 0));
+    const int arrived = arrivals(s, r);
     throw TimeoutError(kOrigin, "round " + std::to_string(join_.round) + " of run '" +
                                     params_.run_id + "': " + std::to_string(arrived) + " of at least " +
                                     std::to_string(params_.min_nodes) + " nodes joined within the join "
@@ -271,7 +380,7 @@ Lineage DynamicRendezvous::load_lineage(int round) {
 bool DynamicRendezvous::decide(Join& join) {
   Store& s = *store();
   const std::string r = round_prefix(join.round);
-  const int count = static_cast<int>(s.add(r + "/arrivals", 0));
+  const int count = arrivals(s, r);
   if (count > static_cast<int>(join.arrivals.size())) {
     std::vector<std::string> keys;
     for (int i = static_cast<int>(join.arrivals.size()); i < count; ++i) {
@@ -321,7 +430,8 @@ bool DynamicRendezvous::decide(Join& join) {
   const Arrival& master = join.arrivals[(*chosen)[0]];
   const std::string decision = me + " " + std::to_string(nodes) + " " + std::to_string(world) + " " +
                                std::to_string(considered) + " " + master.addr + " " +
-                               std::to_string(master.master_port);
+                               std::to_string(master.master_port) + " " +
+                               std::to_string(master.store_port);
   if (s.compare_set(r + "/closed", "", decision) == decision) {
     s.set(prefix() + "current", std::to_string(join.round) + " " + std::to_string(nodes));
     if (join.round >= 2) forget_round(join.round - 2);
@@ -357,14 +467,16 @@ std::optional<RendezvousInfo> DynamicRendezvous::on_closed(const std::string& te
   info.master_port = c.master_port;
   info.round_prefix = r;
   info.worker_prefix = r + "/workers";
+  set_worker_store(info, c.master_addr, c.store_port);
   last_round_ = join_.round;
   last_nodes_ = c.nodes;
   members_key_ = r + "/members_" + std::to_string(c.decider);
+  if (leases_ && c.nodes > 1) watch_for_death(r, std::stoi(words[3]), words[2]);
   {
     std::lock_guard lock(liveness_->mutex);
     info.instance = liveness_->member;
     liveness_->watched.reset();
-    if (c.nodes > 1) {
+    if (c.nodes > 1 && !leases_) {
       liveness_->watched.emplace(Watched{r, std::stoi(words[3]), words[2],
                                          HeartbeatTracker(params_.keep_alive_interval,
                                                           params_.keep_alive_max_attempt,
@@ -447,6 +559,7 @@ std::chrono::milliseconds DynamicRendezvous::grace_for_membership_change(const R
     for (const auto& m : split(s.get(members_key_, Duration(0)))) {
       if (m != me) keys.push_back(alive_key(m));
     }
+    if (leases_) return lease_grace(keys);
     // Every other member's keep-alive must move within about one interval.
     const auto first = s.multi_get(keys, Duration(0));
     std::vector<bool> moved(keys.size(), false);
@@ -468,10 +581,39 @@ std::chrono::milliseconds DynamicRendezvous::grace_for_membership_change(const R
   return verdict;
 }
 
+std::chrono::milliseconds DynamicRendezvous::lease_grace(const std::vector<std::string>& keys) {
+  // A member is alive when its lease's time left rises (it was refreshed);
+  // etcd counts it in whole seconds, hence the extra second of patience.
+  const Duration verdict = std::chrono::seconds(lease_ttl(params_)) + params_.keep_alive_interval +
+                           std::chrono::seconds(1);
+  std::vector<LeaseStore::LeaseId> ids;
+  for (const auto& value : leases_->multi_get(keys, Duration(0))) ids.push_back(std::stoll(value));
+  std::vector<std::int64_t> lowest;
+  for (auto id : ids) {
+    lowest.push_back(leases_->lease_time_left(id));
+    if (lowest.back() < 0) return verdict;  // already gone: the watch reports it
+  }
+  std::vector<bool> refreshed(ids.size(), false);
+  const auto until = Clock::now() + params_.keep_alive_interval * 3 / 2 + std::chrono::seconds(1);
+  while (Clock::now() < until) {
+    std::this_thread::sleep_for(tick_period(params_.keep_alive_interval));
+    bool all = true;
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      if (refreshed[i]) continue;
+      const auto left = leases_->lease_time_left(ids[i]);
+      if (left < 0) return verdict;
+      refreshed[i] = left > lowest[i];
+      lowest[i] = std::min(lowest[i], left);
+      all = all && refreshed[i];
+    }
+    if (all) return Duration(0);
+  }
+  return verdict;
+}
+
 int DynamicRendezvous::num_nodes_waiting() {
   if (params_.max_nodes == 1 || last_round_ < 0) return 0;
-  const auto arrivals = store()->add(round_prefix(last_round_ + 1) + "/arrivals", 0);
-  return static_cast<int>(arrivals);
+  return arrivals(*store(), round_prefix(last_round_ + 1));
 }
 
 // ---- the running round --------------------------------------------------------------------------
@@ -499,6 +641,7 @@ void DynamicRendezvous::arrive_at_exit_barrier(const RendezvousInfo& info, Clock
 void DynamicRendezvous::liveness_tick(Store& store) { tick(*liveness_, store); }
 
 void DynamicRendezvous::tick(Liveness& l, Store& store) {
+  if (auto* leases = dynamic_cast<LeaseStore*>(&store)) return refresh_tick(l, *leases);
   const auto now = l.time->now();
   std::string member, watched_member, watched_round;
   int watched_rank = -1;
@@ -535,6 +678,68 @@ void DynamicRendezvous::tick(Liveness& l, Store& store) {
   lost.node = watched_rank;
   lost.member = watched_member;
   store.compare_set(watched_round + "/end", "", encode_round_end(lost));
+}
+
+void DynamicRendezvous::refresh_tick(Liveness& l, LeaseStore& store) {
+  LeaseStore::LeaseId lease = 0;
+  {
+    std::lock_guard lock(l.mutex);
+    const auto now = l.time->now();
+    if (l.lease == 0 || now < l.next_write) return;
+    lease = l.lease;
+    l.next_write = now + l.interval;
+  }
+  if (store.refresh_lease(lease)) return;
+  // Expired (this node could not refresh it in time): its key is gone and its
+  // round ends; the next join puts a new member id on a new lease.
+  std::lock_guard lock(l.mutex);
+  if (l.lease == lease) l.lease = 0;
+}
+
+void DynamicRendezvous::put_leased_key() {
+  std::string member;
+  LeaseStore::LeaseId old = 0;
+  {
+    std::lock_guard lock(liveness_->mutex);
+    member = liveness_->member;
+    if (liveness_->lease != 0 && liveness_->leased_member == member) return;
+    old = liveness_->lease;
+  }
+  if (old != 0) leases_->revoke_lease(old);  // the old member id's key goes with it
+  const auto lease = leases_->grant_lease(std::chrono::seconds(lease_ttl(params_)));
+  leases_->set_with_lease(alive_key(member), std::to_string(lease), lease);
+  std::lock_guard lock(liveness_->mutex);
+  liveness_->lease = lease;
+  liveness_->leased_member = member;
+  liveness_->next_write = time_.now() + params_.keep_alive_interval;
+}
+
+void DynamicRendezvous::watch_for_death(const std::string& round_prefix, int rank,
+                                        const std::string& member) {
+  const std::string key = alive_key(member);
+  RoundEnd lost;
+  lost.kind = RoundEnd::Kind::kNodeLost;
+  lost.node = rank;
+  lost.member = member;
+  auto declare = [store = store(), end_key = round_prefix + "/end", text = encode_round_end(lost)] {
+    try {
+      store->compare_set(end_key, "", text);
+    } catch (const std::exception&) {
+      // The store is gone: the round's watch reports that.
+    }
+  };
+  // From a revision read before the check below: a delete after it is pushed,
+  // one before it is seen by the check.
+  const auto from = leases_->revision() + 1;
+  death_watch_ = leases_->watch_prefix(
+      key, from,
+      [key, declare](const StoreEvent& event) {
+        if (event.kind == StoreEvent::Kind::kDelete && event.key == key) declare();
+      },
+      [](const std::string&) {
+        // The store cannot be watched any more: the round's watch reports a lost store.
+      });
+  if (!leases_->check({key})) declare();
 }
 
 void DynamicRendezvous::start_liveness() {
@@ -601,9 +806,9 @@ void DynamicRendezvous::forget_round(int round) {
 
 void DynamicRendezvous::delete_round_keys(Store& s, const std::string& r) {
   auto closed = try_get(s, r + "/closed");
-  const int arrivals = static_cast<int>(s.add(r + "/arrivals", 0));
+  const int arrived = arrivals(s, r);
   std::vector<std::string> keys = {r + "/end", r + "/exit_barrier", r + "/left"};
-  for (int i = 0; i < arrivals; ++i) keys.push_back(r + "/rec_" + std::to_string(i));
+  for (int i = 0; i < arrived; ++i) keys.push_back(r + "/rec_" + std::to_string(i));
   if (closed) {
     const Closed c = parse_closed(*closed, r + "/closed");
     keys.push_back(r + "/members_" + std::to_string(c.decider));
@@ -628,21 +833,33 @@ void DynamicRendezvous::shutdown(std::chrono::milliseconds deadline) {
   // that is gone: its host may have left first).
   std::shared_ptr<Store> store = store_.store;
   if (!store) return;
+  death_watch_.reset();
   const std::string prefix = this->prefix();
   const std::string alive = alive_key(member());
+  std::shared_ptr<LeaseStore> leases = leases_;
+  LeaseStore::LeaseId lease = 0;
+  {
+    std::lock_guard lock(liveness_->mutex);
+    lease = liveness_->lease;
+  }
   const std::string last = round_prefix(last_round_);
   const std::string before = last_round_ >= 1 ? round_prefix(last_round_ - 1) : "";
   const int nodes = last_nodes_;
   auto done = std::make_shared<std::promise<void>>();
   auto future = done->get_future();
-  std::thread([store, prefix, alive, last, before, nodes, done] {
+  std::thread([store, leases, lease, prefix, alive, last, before, nodes, done] {
     try {
-      store->delete_key(alive);
+      if (leases && lease != 0) {
+        leases->revoke_lease(lease);  // its key goes with it
+      } else {
+        store->delete_key(alive);
+      }
       // The last node of the last round to leave deletes what is left of the job.
       if (store->add(last + "/left", 1) >= nodes) {
         if (!before.empty()) delete_round_keys(*store, before);
         delete_round_keys(*store, last);
         store->delete_key(prefix + "current");
+        store->delete_key(prefix + "config");
       }
     } catch (const std::exception&) {
     }
@@ -658,7 +875,16 @@ namespace ddp {
 std::unique_ptr<RendezvousHandler> make_c10d_rendezvous(const RendezvousParams& params,
                                                         RendezvousStore store) {
   return std::make_unique<rendezvous_detail::DynamicRendezvous>(params, std::move(store),
-                                                                real_time());
+                                                                real_time(), "c10d");
+}
+
+std::unique_ptr<RendezvousHandler> make_etcd_rendezvous(const RendezvousParams& params,
+                                                        RendezvousStore store) {
+  if (!std::dynamic_pointer_cast<LeaseStore>(store.store)) {
+    throw InvalidArgument("etcd rendezvous", "needs a store with leases (an EtcdStore)");
+  }
+  return std::make_unique<rendezvous_detail::DynamicRendezvous>(params, std::move(store),
+                                                                real_time(), "etcd");
 }
 
 }  // namespace ddp

@@ -21,12 +21,22 @@
 // the decision, or is not chosen, asks a round below max_nodes to re-form with it
 // (R/end "joined <member>"), or waits as a spare behind a full one.
 //
-// Liveness: every node writes P/alive/<member> every keep_alive_interval on a
-// thread and store connection of its own; during a round, group rank g also reads
-// the key of rank g+1 (mod n) every quarter interval (at most every 200 ms) and,
-// once it has not moved for keep_alive_interval x keep_alive_max_attempt on g's
-// own clock, ends the round with "lost <g+1> <member>".
+// Liveness, on a store without leases (the built-in one): every node writes
+// P/alive/<member> every keep_alive_interval on a thread and store connection of
+// its own; during a round, group rank g also reads the key of rank g+1 (mod n)
+// every quarter interval (at most every 200 ms) and, once it has not moved for
+// keep_alive_interval x keep_alive_max_attempt on g's own clock, ends the round
+// with "lost <g+1> <member>".
+// On a store with leases (LeaseStore: etcd): P/alive/<member> holds the id of the
+// node's lease (TTL keep_alive_interval x keep_alive_max_attempt), which the
+// node refreshes every keep_alive_interval; the store deletes the key when the
+// lease expires, and group rank g, which watches rank g+1's key, ends the round
+// on its DELETE event: pushed, never polled.
 // A node that finds itself declared lost rejoins with a new member id.
+//
+// Run ids on a shared store (a ddp-rendezvous daemon, etcd): P/config holds the
+// node range of the job using the run id; a node with another range is refused
+// while any node of that job is alive, and takes the run id over otherwise.
 #pragma once
 
 #include <condition_variable>
@@ -37,14 +47,18 @@
 #include <vector>
 
 #include "ddp/rendezvous/rendezvous.h"
+#include "ddp/store/lease_store.h"
 #include "membership.h"
 
 namespace ddp::rendezvous_detail {
 
 class DynamicRendezvous : public RendezvousHandler {
  public:
-  // `time` must outlive the handler. Throws InvalidArgument for bad params.
-  DynamicRendezvous(const RendezvousParams& params, RendezvousStore store, const TimeSource& time);
+  // `time` must outlive the handler; `backend` is what backend() returns.
+  // When `store.store` is a LeaseStore, liveness uses its leases.
+  // Throws InvalidArgument for bad params.
+  DynamicRendezvous(const RendezvousParams& params, RendezvousStore store, const TimeSource& time,
+                    std::string backend = "c10d");
   ~DynamicRendezvous() override;
 
   RendezvousInfo next_rendezvous() override;
@@ -58,10 +72,9 @@ class DynamicRendezvous : public RendezvousHandler {
 
   std::shared_ptr<Store> store() override;
   std::shared_ptr<Store> open_store() override;
-  std::string store_host() const override { return store_.host; }
-  std::uint16_t store_port() const override { return store_.port; }
+  std::string store_name() const override;
   std::string store_token() const override { return store_.token; }
-  std::string backend() const override { return "c10d"; }
+  std::string backend() const override { return backend_; }
   const RendezvousParams& params() const override { return params_; }
 
   // ---- the steps of next_rendezvous(), public so that tests drive them with a
@@ -102,7 +115,19 @@ class DynamicRendezvous : public RendezvousHandler {
   std::string prefix() const { return "rdzv/" + params_.run_id + "/"; }
   std::string round_prefix(int round) const { return prefix() + "round_" + std::to_string(round); }
   std::string alive_key(const std::string& member) const { return prefix() + "alive/" + member; }
+  // Refuses a run id that a live job with another node range uses (P/config).
+  void claim_run_id();
+  // Whether some node of the job at P/current (or forming its first round) is alive.
+  bool job_alive();
   void join_round(int round);
+  // Where this round's workers reach their store; `master` is group rank 0's arrival.
+  void set_worker_store(RendezvousInfo& info, const std::string& master_addr,
+                        std::uint16_t master_store_port) const;
+  // Leases: puts this node's key on a lease of its own (a new lease for a new member id).
+  void put_leased_key();
+  // Leases: watches the watched member's key and ends the round when it is deleted.
+  void watch_for_death(const std::string& round_prefix, int rank, const std::string& member);
+  std::chrono::milliseconds lease_grace(const std::vector<std::string>& keys);
   // --worker master port, or a free one (this node may become group rank 0).
   std::uint16_t worker_master_port() const;
   // When a node other than arrival 0 decides a round it joined at `now`.
@@ -124,6 +149,10 @@ class DynamicRendezvous : public RendezvousHandler {
   RendezvousParams params_;
   RendezvousStore store_;
   const TimeSource& time_;
+  std::string backend_;
+  // Non-null when the store has leases (liveness by lease and DELETE events).
+  std::shared_ptr<LeaseStore> leases_;
+  std::unique_ptr<StoreWatch> death_watch_;
   Join join_;
   int last_round_ = -1;
   int last_nodes_ = 0;
@@ -146,8 +175,15 @@ class DynamicRendezvous : public RendezvousHandler {
     std::int64_t beats = 0;
     Clock::time_point next_write{};
     std::optional<Watched> watched;
+    // Leases: this node's lease (0: none yet, or it expired) and the member whose key it holds.
+    LeaseStore::LeaseId lease = 0;
+    std::string leased_member;
   };
+  // One tick of the keep-alive thread: counters (writes this node's key,
+  // judges the watched one) or, on a LeaseStore, refresh_tick.
   static void tick(Liveness& liveness, Store& store);
+  // Refreshes this node's lease when due.
+  static void refresh_tick(Liveness& liveness, LeaseStore& store);
 
   std::shared_ptr<Liveness> liveness_;
   std::thread liveness_thread_;

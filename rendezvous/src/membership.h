@@ -21,10 +21,13 @@ struct Arrival {
   int local_world_size = 1;
   // The MASTER_PORT this node's workers use if it becomes group rank 0.
   std::uint16_t master_port = 0;
+  // The built-in store this node serves its round's workers if it becomes
+  // group rank 0 (etcd); 0: workers use the agents' store.
+  std::uint16_t store_port = 0;
   std::string addr;
 };
 
-// "<member> <node rank> <local world size> <master port> <addr>", and back;
+// "<member> <node rank> <local world size> <master port> <store port> <addr>", and back;
 // decode throws ProtocolError naming `key` for malformed text.
 std::string encode_arrival(const Arrival& arrival);
 Arrival decode_arrival(const std::string& text, const std::string& key);

@@ -8,8 +8,9 @@
 #include <cstring>
 
 #include "ddp/common/error.h"
-#include "ddp/store_server/store_server.h"
 #include "ddp/store/tcp_store.h"
+#include "ddp/store_etcd/etcd_store.h"
+#include "ddp/store_server/store_server.h"
 
 namespace ddp {
 namespace {
@@ -36,6 +37,64 @@ bool is_loopback(const std::string& host) {
   return host == "localhost" || host == "127.0.0.1" || host == "::1";
 }
 
+// The built-in store for this node's workers, on every interface unless the
+// node's own address is loopback. Never closes a connection for idleness.
+std::shared_ptr<StoreServer> serve_worker_store(const RendezvousConfig& config) {
+  StoreServerOptions options;
+  options.host = is_loopback(config.params.local_addr) ? "127.0.0.1" : "0.0.0.0";
+  options.port = 0;
+  options.token = config.token;
+  options.idle_timeout = std::chrono::milliseconds(0);
+  auto server = std::make_shared<StoreServer>(options);
+  server->start();
+  return server;
+}
+
+EtcdStoreOptions etcd_options(const RendezvousConfig& config) {
+  EtcdStoreOptions options;
+  options.endpoints = parse_etcd_endpoints(config.etcd.endpoints);
+  // Every key of ddprun's under one prefix; the rendezvous adds rdzv/<run_id>/.
+  options.prefix = "ddp/";
+  options.tls = config.etcd.tls;
+  options.ca_file = config.etcd.ca_file;
+  options.cert_file = config.etcd.cert_file;
+  options.key_file = config.etcd.key_file;
+  options.username = config.etcd.username;
+  options.password = config.etcd.password;
+  // etcd runs before the job does: one that does not answer is an error
+  // within read_timeout, not a wait for a host that may come later.
+  options.connect_timeout = config.read_timeout;
+  options.request_timeout = config.read_timeout;
+  options.timeout = config.params.join_timeout;
+  return options;
+}
+
+// The agents meet in an etcd cluster; workers in the built-in store of their
+// round's group rank 0.
+std::unique_ptr<RendezvousHandler> create_on_etcd(const RendezvousConfig& config,
+                                                  const RendezvousBackend& backend) {
+  const EtcdStoreOptions client = etcd_options(config);
+  auto worker_store = serve_worker_store(config);
+  RendezvousStore rs;
+  rs.keep_alive = worker_store;
+  auto etcd = std::make_shared<EtcdStore>(client);
+  rs.external_name = etcd->endpoints_text();
+  rs.store = std::move(etcd);
+  rs.opener = [client]() -> std::shared_ptr<Store> { return std::make_shared<EtcdStore>(client); };
+  // The lease refreshes: a call that cannot be made within heartbeat_timeout is a missed one.
+  EtcdStoreOptions liveness = client;
+  liveness.connect_timeout = config.keep_alive_timeout;
+  liveness.request_timeout = config.keep_alive_timeout;
+  rs.liveness_opener = [liveness]() -> std::shared_ptr<Store> {
+    return std::make_shared<EtcdStore>(liveness);
+  };
+  rs.host = config.params.local_addr;
+  rs.port = worker_store->port();
+  rs.token = config.token;
+  rs.worker_store_port = worker_store->port();
+  return backend.make(config.params, std::move(rs));
+}
+
 }  // namespace
 
 std::unique_ptr<RendezvousHandler> create_rendezvous(const RendezvousConfig& config) {
@@ -44,6 +103,7 @@ std::unique_ptr<RendezvousHandler> create_rendezvous(const RendezvousConfig& con
     throw InvalidArgument("rendezvous", "unknown backend '" + config.backend + "' (expected " +
                                             rendezvous_backend_names() + ")");
   }
+  if (backend->store_at == RendezvousBackend::StoreAt::kEtcd) return create_on_etcd(config, *backend);
   bool host_store = config.is_host;
   if (config.host_auto) host_store = config.port == 0 || is_local_address(config.host);
 

@@ -270,10 +270,12 @@ class RoundHandler : public RendezvousHandler {
     keeper_.reset();
   }
 
-  static RendezvousInfo make_info(int round, const std::string& prefix, int group_rank,
-                                  const std::vector<NodeRecord>& records) {
+  RendezvousInfo make_info(int round, const std::string& prefix, int group_rank,
+                           const std::vector<NodeRecord>& records) const {
     RendezvousInfo info;
     info.round = round;
+    info.store_addr = store_.host;
+    info.store_port = store_.port;
     info.group_rank = group_rank;
     info.group_world_size = static_cast<int>(records.size());
     info.round_prefix = prefix;
@@ -311,7 +313,7 @@ class RoundHandler : public RendezvousHandler {
     rendezvous_detail::arrive_at_exit_barrier(store(), info, deadline, origin());
   }
 
-  std::string store_name() const { return store_.host + ":" + std::to_string(store_.port); }
+  std::string store_name() const override { return store_.host + ":" + std::to_string(store_.port); }
 
   std::uint16_t worker_master_port() const {
     return params_.worker_master_port != 0 ? params_.worker_master_port : find_free_port();
@@ -326,8 +328,6 @@ class RoundHandler : public RendezvousHandler {
   std::shared_ptr<Store> open_store() override {
     return store_.opener ? store_.opener() : store();
   }
-  std::string store_host() const override { return store_.host; }
-  std::uint16_t store_port() const override { return store_.port; }
   std::string store_token() const override { return store_.token; }
   std::string backend() const override { return "static"; }
   const RendezvousParams& params() const override { return params_; }

@@ -2,8 +2,9 @@
 //   env <dir>                 write the environment as JSON to <dir>/env_<RANK>_<RESTART>.json
 //   fail_on_attempt0 <code>   print the attempt, exit <code> on attempt 0 and 0 afterwards
 //   exit <code>               exit with <code> at once
-//   elastic <dir>             write <dir>/ws<WORLD_SIZE>_r<RANK>_<pid> (GROUP_RANK inside),
-//                             then run until <dir>/finish exists
+//   elastic <dir>             write <dir>/ws<WORLD_SIZE>_r<RANK>_<pid> (GROUP_RANK inside)
+//                             and <dir>/store_r<RANK>_<pid> ("<DDP_STORE_ADDR>:<DDP_STORE_PORT>
+//                             <DDP_STORE_PREFIX>"), then run until <dir>/finish exists
 //   error_file <code> <msg>   write TORCHELASTIC_ERROR_FILE like PyTorch's @record, exit <code>
 //   sleep <pid dir>           write <pid dir>/<LOCAL_RANK>.pid, then sleep until killed
 //   family <pid dir>          like sleep, but first fork a grandchild that sleeps too
@@ -98,6 +99,9 @@ int main(int argc, char** argv) {
     write_file(dir + "/ws" + env_or("WORLD_SIZE", "x") + "_r" + rank + "_" +
                    std::to_string(::getpid()),
                env_or("GROUP_RANK", "x"));
+    write_file(dir + "/store_r" + rank + "_" + std::to_string(::getpid()),
+               env_or("DDP_STORE_ADDR", "x") + ":" + env_or("DDP_STORE_PORT", "x") + " " +
+                   env_or("DDP_STORE_PREFIX", "x"));
     while (::access((dir + "/finish").c_str(), F_OK) != 0) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }

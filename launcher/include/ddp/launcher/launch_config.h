@@ -22,12 +22,23 @@ struct LaunchConfig {
   // --nproc_per_node, resolved (cpu/gpu/auto become numbers).
   int nproc_per_node = 1;
   bool standalone = false;
-  // --rdzv_backend: "static" (default, like torchrun) or "c10d".
+  // --rdzv_backend: "static" (default, like torchrun), "c10d" or "etcd".
   std::string rdzv_backend = "static";
   // The agents' store: --rdzv_endpoint host[:port], or for static without it
-  // --master_addr:--master_port. Port 0 (standalone) picks a free one.
+  // --master_addr:--master_port. Port 0 (standalone) picks a free one. For
+  // etcd, the first endpoint.
   std::string rdzv_host = "127.0.0.1";
   std::uint16_t rdzv_port = 29500;
+  // etcd: every endpoint, "host:port,host:port" (ports filled in).
+  std::string rdzv_endpoints;
+  // etcd: --rdzv_conf protocol=https, cacert, cert, key, username, and the
+  // password read from password_file.
+  bool etcd_tls = false;
+  std::string etcd_ca_file;
+  std::string etcd_cert_file;
+  std::string etcd_key_file;
+  std::string etcd_username;
+  std::string etcd_password;
   std::string rdzv_id = "none";
   std::map<std::string, std::string> rdzv_conf;
   std::chrono::milliseconds join_timeout = std::chrono::seconds(600);

@@ -21,8 +21,10 @@ struct RendezvousBackend {
   // hosts it at --master_addr:--master_port (an --rdzv_endpoint may replace
   // that address). kEndpoint: at --rdzv_endpoint, hosted by the node whose
   // address that is (or --rdzv_conf is_host), reached by every other one.
-  enum class StoreAt { kNodeRankZero, kEndpoint } store_at;
-  // The endpoint's port when --rdzv_endpoint names none (kEndpoint only).
+  // kEtcd: an etcd cluster at --rdzv_endpoint (a comma-separated list) that
+  // no node hosts.
+  enum class StoreAt { kNodeRankZero, kEndpoint, kEtcd } store_at;
+  // The endpoint's port when --rdzv_endpoint names none (kEndpoint, kEtcd).
   std::uint16_t default_port;
   // Whether --nnodes must be one number (MIN == MAX).
   bool fixed_node_count;
@@ -32,7 +34,7 @@ struct RendezvousBackend {
 // The backend called `name`, or null when there is none.
 const RendezvousBackend* find_rendezvous_backend(std::string_view name);
 
-// "static or c10d": the names, for error messages.
+// "static, c10d or etcd": the names, for error messages.
 std::string rendezvous_backend_names();
 
 }  // namespace ddp

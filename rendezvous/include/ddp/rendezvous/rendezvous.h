@@ -88,6 +88,10 @@ struct RendezvousParams {
   // by a newcomer on its own clock, is dead and taken over. Must exceed
   // heartbeat_interval by a margin for a slow store or a busy node.
   std::chrono::milliseconds heartbeat_timeout = std::chrono::seconds(5);
+  // c10d and etcd: what identifies this job among others that use the run id on
+  // a shared store (the launcher: "nnodes=MIN:MAX command=..."); a node whose
+  // signature differs from a live job's is refused. Empty: "nnodes=MIN:MAX".
+  std::string job_signature;
 };
 
 // What one round decided, seen from one node.
@@ -110,6 +114,10 @@ struct RendezvousInfo {
   std::string instance;
   std::string round_prefix;
   std::string worker_prefix;
+  // Where this round's workers reach their store (DDP_STORE_ADDR/PORT): the
+  // agents' store, or for etcd the built-in one that group rank 0's agent serves.
+  std::string store_addr;
+  std::uint16_t store_port = 0;
 };
 
 class RendezvousHandler {
@@ -178,12 +186,12 @@ class RendezvousHandler {
   // would stall the agent). May return store() for in-process stores.
   virtual std::shared_ptr<Store> open_store() = 0;
 
-  // Where workers reach that store (DDP_STORE_ADDR/PORT/TOKEN).
-  virtual std::string store_host() const = 0;
-  virtual std::uint16_t store_port() const = 0;
+  // Where the agents' store is, for messages ("host:port", or etcd's endpoint list).
+  virtual std::string store_name() const = 0;
+  // The token workers use on their store (DDP_STORE_TOKEN); empty: none.
   virtual std::string store_token() const { return ""; }
 
-  // "static" or "c10d".
+  // "static", "c10d" or "etcd".
   virtual std::string backend() const = 0;
   virtual const RendezvousParams& params() const = 0;
 };
@@ -208,9 +216,15 @@ struct RendezvousStore {
   // The keep-alive thread's own handle (its calls bounded by --rdzv_conf
   // heartbeat_timeout); null: `opener`.
   StoreOpener liveness_opener;
+  // Where the agents' store is (for workers, and for messages).
   std::string host;
   std::uint16_t port = 0;
   std::string token;
+  // A store the agents meet in that is not built-in (etcd): its name for
+  // messages ("h1:2379,h2:2379"). Then every node serves a built-in store for
+  // workers on `worker_store_port`, and a round's workers use group rank 0's.
+  std::string external_name;
+  std::uint16_t worker_store_port = 0;
 };
 
 std::unique_ptr<RendezvousHandler> make_static_rendezvous(const RendezvousParams& params,
@@ -223,6 +237,12 @@ std::unique_ptr<RendezvousHandler> make_static_rendezvous(const RendezvousParams
 // ends; a node that arrives while a round below max_nodes runs makes it
 // re-form at once, one that arrives at max_nodes waits as a spare.
 std::unique_ptr<RendezvousHandler> make_c10d_rendezvous(const RendezvousParams& params,
+                                                        RendezvousStore store);
+
+// The etcd handler: the c10d protocol on an etcd cluster (store.store must be a
+// LeaseStore); liveness by leases and DELETE events, workers' store served by
+// group rank 0's agent (store.worker_store_port).
+std::unique_ptr<RendezvousHandler> make_etcd_rendezvous(const RendezvousParams& params,
                                                         RendezvousStore store);
 
 // A free TCP port on this host (binds port 0 on `host`, reads it, closes).

@@ -1,6 +1,7 @@
 // Builds a rendezvous handler from the launcher's settings: hosts the store
 // (an embedded StoreServer) on the node that should, connects a TcpStore
-// everywhere else.
+// everywhere else; for etcd, connects an EtcdStore and serves a built-in store
+// for this node's workers.
 #pragma once
 
 #include <chrono>
@@ -12,8 +13,22 @@
 
 namespace ddp {
 
+// How to reach an etcd cluster (--rdzv_backend=etcd).
+struct EtcdConfig {
+  // "host1:2379,host2:2379" (--rdzv_endpoint).
+  std::string endpoints;
+  // --rdzv_conf protocol=https, cacert, cert, key (torchrun's etcd keys).
+  bool tls = false;
+  std::string ca_file;
+  std::string cert_file;
+  std::string key_file;
+  // --rdzv_conf username, and the password read from password_file.
+  std::string username;
+  std::string password;
+};
+
 struct RendezvousConfig {
-  // "static" or "c10d".
+  // "static", "c10d" or "etcd".
   std::string backend = "static";
   // Where the agents' store lives: static: --master_addr:--master_port;
   // c10d: --rdzv_endpoint. Port 0 (standalone) picks a free one.
@@ -33,6 +48,7 @@ struct RendezvousConfig {
   // write, keep_alive_timeout (a write that could not be made is a missed one).
   std::chrono::milliseconds read_timeout = std::chrono::seconds(60);
   std::chrono::milliseconds keep_alive_timeout = std::chrono::seconds(5);
+  EtcdConfig etcd;
   RendezvousParams params;
 };
 

@@ -1,0 +1,225 @@
+// --rdzv_backend=etcd with real ddprun agents on this host against real etcd
+// members on loopback (tests/support/etcd_cluster.h): the node that serves the
+// workers' store dies together with an etcd member, a frozen node's lease
+// expires and it rejoins on SIGCONT, and bad endpoints fail clearly. Workers
+// are ddprun_test_worker's "elastic" mode (<dir>/ws<WORLD_SIZE>_r<RANK>_<pid>,
+// <dir>/store_r<RANK>_<pid> with the workers' store, until <dir>/finish
+// exists). Generous timeouts: a loaded 2-core machine.
+#include <signal.h>
+
+#include <chrono>
+#include <deque>
+#include <fstream>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "ddp/store_etcd/etcd_store.h"
+#include "etcd_cluster.h"
+#include "net_util.h"
+#include "process_util.h"
+
+namespace ddp::test {
+namespace {
+
+using namespace std::chrono_literals;
+
+std::string ddprun() { return bin_dir() + "/ddprun"; }
+std::string worker() { return bin_dir() + "/ddprun_test_worker"; }
+
+// The parent pid of `pid` (from /proc), or -1.
+pid_t parent_of(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(in)), {});
+  auto close = text.rfind(')');
+  if (close == std::string::npos) return -1;
+  std::istringstream rest(text.substr(close + 2));
+  char state;
+  pid_t ppid = -1;
+  rest >> state >> ppid;
+  return ppid;
+}
+
+struct WorkerRecord {
+  int world = 0;
+  int rank = 0;
+  pid_t pid = -1;
+  std::string store;  // "<addr>:<port> <prefix>"
+};
+
+class EtcdJobTest : public ::testing::Test {
+ protected:
+  void TearDown() override {
+    for (const auto& agent : agents_) {
+      ::kill(agent.pid, SIGCONT);
+      kill_if_alive(agent.pid);
+    }
+  }
+
+  static constexpr const char* kConf =
+      "keep_alive_interval=0.5,keep_alive_max_attempt=2,last_call_timeout=1,join_timeout=60";
+
+  Child& start_agent(const std::string& endpoints, const std::string& nnodes,
+                     std::vector<std::string> extra = {}) {
+    std::vector<std::string> argv{ddprun(), "--nnodes=" + nnodes, "--nproc_per_node=1",
+                                  "--rdzv_backend=etcd", "--rdzv_endpoint=" + endpoints,
+                                  "--rdzv_id=etcdjob", "--no_python",
+                                  std::string("--rdzv_conf=") + kConf};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    argv.insert(argv.end(), {worker(), "elastic", dir_.str()});
+    agents_.push_back(spawn(argv, base_env(), dir_.path(), "agent" + std::to_string(agents_.size())));
+    return agents_.back();
+  }
+
+  std::vector<WorkerRecord> workers() const {
+    std::vector<WorkerRecord> list;
+    for (const auto& entry : fs::directory_iterator(dir_.path())) {
+      const std::string name = entry.path().filename().string();
+      WorkerRecord w;
+      if (std::sscanf(name.c_str(), "ws%d_r%d_%d", &w.world, &w.rank, &w.pid) != 3) continue;
+      w.store = read_text(dir_.path() / ("store_r" + std::to_string(w.rank) + "_" + std::to_string(w.pid)));
+      list.push_back(w);
+    }
+    return list;
+  }
+
+  // Workers with WORLD_SIZE `world` that are not in `before` (pids).
+  int workers_with_world(int world, const std::set<pid_t>& before = {}) const {
+    int n = 0;
+    for (const auto& w : workers()) n += w.world == world && before.count(w.pid) == 0;
+    return n;
+  }
+
+  bool wait_workers(int world, int count, const std::set<pid_t>& before = {},
+                    std::chrono::milliseconds timeout = 60s) {
+    return eventually([&] { return workers_with_world(world, before) >= count; }, timeout);
+  }
+
+  std::set<pid_t> worker_pids() const {
+    std::set<pid_t> pids;
+    for (const auto& w : workers()) pids.insert(w.pid);
+    return pids;
+  }
+
+  void finish() { std::ofstream(dir_.path() / "finish") << "done\n"; }
+
+  std::string all_stderr() const {
+    std::string text;
+    for (const auto& agent : agents_) text += "--- " + agent.err.string() + "\n" + read_text(agent.err);
+    return text;
+  }
+
+  TempDir dir_;
+  std::deque<Child> agents_;
+};
+
+TEST_F(EtcdJobTest, LosingTheNodeThatServesTheWorkersStoreAndAnEtcdMemberMovesTheStore) {
+  DDP_SKIP_WITHOUT_ETCD();
+  EtcdCluster etcd(3);
+  Child& node0 = start_agent(etcd.endpoints(), "2:3", {"--node_rank=0"});
+  Child& node1 = start_agent(etcd.endpoints(), "2:3", {"--node_rank=1"});
+  Child& node2 = start_agent(etcd.endpoints(), "2:3", {"--node_rank=2"});
+  ASSERT_TRUE(wait_workers(3, 3)) << all_stderr();
+  std::string first_store;
+  for (const auto& w : workers()) {
+    if (w.world != 3) continue;
+    if (first_store.empty()) first_store = w.store;
+    EXPECT_EQ(w.store, first_store) << "one store and prefix for the round";
+  }
+  const auto before = worker_pids();
+  // Node 0 is group rank 0 (--node_rank): its agent serves the workers' store.
+  // It dies with the etcd member the agents may be talking to.
+  ::kill(node0.pid, SIGKILL);
+  EXPECT_EQ(wait_child(node0.pid), 128 + SIGKILL);
+  etcd.kill(0);
+  ASSERT_TRUE(wait_workers(2, 2, before)) << "the survivors did not re-form\n" << all_stderr();
+  const std::string first_addr = first_store.substr(0, first_store.find(' '));
+  for (const auto& w : workers()) {
+    if (before.count(w.pid) != 0) continue;
+    EXPECT_NE(w.store.substr(0, w.store.find(' ')), first_addr)
+        << "the workers' store did not move to the new group rank 0";
+    EXPECT_NE(w.store.substr(w.store.find(' ')), first_store.substr(first_store.find(' ')))
+        << "a new round, a new prefix";
+  }
+  finish();
+  EXPECT_EQ(wait_child(node1.pid, 60s), 0) << all_stderr();
+  EXPECT_EQ(wait_child(node2.pid, 60s), 0) << all_stderr();
+  const std::string log = read_text(node1.err) + read_text(node2.err);
+  EXPECT_NE(log.find("node 0 (member "), std::string::npos) << log;
+  EXPECT_NE(log.find("was lost"), std::string::npos) << log;
+  // The last agent to leave deleted the job's keys.
+  EtcdStoreOptions options;
+  options.endpoints = {etcd.client_endpoints()[1]};
+  options.prefix = "ddp/rdzv/etcdjob/";
+  options.connect_timeout = 10s;
+  EXPECT_EQ(EtcdStore(options).num_keys(), 0);
+}
+
+TEST_F(EtcdJobTest, AFrozenNodeIsLostWhenItsLeaseExpiresAndRejoinsAsANewMemberOnSigcont) {
+  DDP_SKIP_WITHOUT_ETCD();
+  EtcdCluster etcd;
+  start_agent(etcd.endpoints(), "2:3");
+  start_agent(etcd.endpoints(), "2:3");
+  Child& frozen = start_agent(etcd.endpoints(), "2:3");
+  ASSERT_TRUE(wait_workers(3, 3)) << all_stderr();
+  pid_t stale = -1;  // the frozen agent's worker
+  for (const auto& w : workers()) {
+    if (parent_of(w.pid) == frozen.pid) stale = w.pid;
+  }
+  ASSERT_GT(stale, 0) << "no worker of the third agent found";
+  const auto before = worker_pids();
+  ::kill(frozen.pid, SIGSTOP);
+  const auto stopped = std::chrono::steady_clock::now();
+  ASSERT_TRUE(wait_workers(2, 2, before, 30s)) << "the others did not re-form\n" << all_stderr();
+  // A lease of 1 s (etcd makes it its minimum, about 2 s) and etcd's expiry checks.
+  EXPECT_LT(std::chrono::steady_clock::now() - stopped, 15s);
+  ::kill(frozen.pid, SIGCONT);
+  ASSERT_TRUE(wait_workers(3, 3, before)) << "the woken node did not rejoin (3 workers of a new round)\n"
+                                          << all_stderr();
+  EXPECT_TRUE(eventually([&] { return process_dead(stale); }, 10s))
+      << "the frozen node's stale worker still runs";
+  const std::string err = read_text(frozen.err);
+  EXPECT_NE(err.find("was lost"), std::string::npos) << err;
+  finish();
+  for (const auto& agent : agents_) EXPECT_EQ(wait_child(agent.pid, 60s), 0) << all_stderr();
+}
+
+TEST_F(EtcdJobTest, UnreachableOrWrongEndpointsFailWithinTheTimeoutNamingThem) {
+  DDP_SKIP_WITHOUT_ETCD();
+  auto attempt = [&](const std::string& endpoints) {
+    const auto start = std::chrono::steady_clock::now();
+    auto result = run({ddprun(), "--nnodes=1:2", "--rdzv_backend=etcd",
+                       "--rdzv_endpoint=" + endpoints, "--rdzv_conf=read_timeout=2",
+                       "--no_python", worker(), "env", dir_.str()},
+                      base_env(), dir_.path(), 60s);
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 20s) << endpoints;
+    EXPECT_EQ(result.code, 1) << result.err;
+    EXPECT_NE(result.err.find(endpoints), std::string::npos) << "the error names the endpoint\n"
+                                                             << result.err;
+    return result.err;
+  };
+  // Nothing listens there.
+  const std::string nobody = "127.0.0.1:" + std::to_string(free_port());
+  EXPECT_NE(attempt(nobody).find("no etcd endpoint answered"), std::string::npos);
+  // An etcd that was stopped.
+  {
+    EtcdCluster etcd;
+    const std::string endpoint = etcd.endpoints();
+    etcd.stop(0);
+    EXPECT_NE(attempt(endpoint).find("no etcd endpoint answered"), std::string::npos);
+  }
+  // An etcd that does not serve the v3 gateway.
+  {
+    EtcdCluster::Options options;
+    options.grpc_gateway = false;
+    EtcdCluster etcd(options);
+    EXPECT_NE(attempt(etcd.endpoints()).find("is not an etcd v3 HTTP gateway"), std::string::npos);
+  }
+  EXPECT_FALSE(fs::exists(dir_.path() / "env_0_0.json")) << "a worker started";
+}
+
+}  // namespace
+}  // namespace ddp::test
