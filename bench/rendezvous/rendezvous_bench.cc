@@ -1,6 +1,8 @@
 // rendezvous_bench: how the c10d rendezvous (rendezvous/src/dynamic_rendezvous.h)
-// scales, and how it compares with torchrun's, in one run. One line per
-// measurement on stdout; progress, details and errors go to stderr.
+// scales, on the built-in store and on etcd, and how it compares with torchrun's,
+// in one run. One line per measurement on stdout; progress, details, targets and
+// errors go to stderr. Order: for each N, the built-in store's "rendezvous
+// agents=N" line, then etcd's; then real_agents, then node_loss (built-in, then etcd).
 //
 //   rendezvous agents=<N> round_s=<t> reform_s=<t>
 //     N simulated agents against the real store daemon (ddp-rendezvous, a child
@@ -25,6 +27,21 @@
 //     Every agent's info is checked (group ranks 0..n-1 each once, the same
 //     world size, round and master); an inconsistency fails the run.
 //
+//   rendezvous agents=<N> store=etcd round_s=<t>
+//     The same first round, driven the same way (the same agent processes and
+//     drive()), with every agent a DynamicRendezvous over an EtcdStore of its
+//     own (the LeaseStore path: each agent puts its keep-alive key on a lease of
+//     its own and, once it has its info, watches its neighbour's key; each
+//     blocking get/wait opens its own connection to etcd) on a fresh
+//     single-member etcd (--etcd, default /usr/bin/etcd) that the bench starts for
+//     each N on free loopback ports with a temporary data dir (default fsync; its
+//     log level warn). A guard process starts etcd and stops it (SIGTERM, SIGKILL
+//     after 5 s) and removes the dir when the measurement ends, fails or times
+//     out, or the bench dies. No agent refreshes its lease (no keep-alive
+//     threads, as above): the leases' TTL (30 minutes) outlives the round. No
+//     reform_s. Default N: 8, 64, 512, 2048 (--etcd-agents); stderr gives etcd's
+//     CPU seconds during the round. Target (stderr): 512 agents within 3 s.
+//
 //   real_agents=<N> ddprun_s=<a> torchrun_s=<b>
 //     N real launchers started at once on one loopback endpoint (--nnodes=N
 //     --nproc_per_node=1 --rdzv_backend=c10d --no_python /bin/true): wall time
@@ -38,13 +55,27 @@
 //
 //   node_loss dead_after_s=<interval x attempts> detect_s=<d> running_s=<r>
 //     3 real ddprun agents (--nnodes=2:3) whose workers announce themselves
-//     (<dir>/w<WORLD_SIZE>_a<restart>_r<RANK>_<pid>) and run until <dir>/finish
+//     (<dir>/w<WORLD_SIZE>_a<restart>_r<RANK>_p<agent pid>_<pid>) and run until <dir>/finish
 //     exists. Once the 3-node round runs, an agent that does not host the store
 //     is SIGKILLed: detect_s is the time until a survivor logs "was lost" on
 //     stderr, running_s the time until both workers of the re-formed 2-node
 //     round started. At the default keep-alives (5 s x 3) and at
 //     keep_alive_interval=0.5,keep_alive_max_attempt=2.
 //
+//   node_loss store=etcd detect_s=<d> running_s=<r>
+//     The same with --rdzv_backend=etcd --rdzv_endpoint=<a fresh single-member
+//     etcd, as above> --local_addr=127.0.0.1 and
+//     keep_alive_interval=0.5,keep_alive_max_attempt=2 (a lease TTL of 1 s
+//     asked, raised by etcd to its minimum): the 3 agents start at once (nobody
+//     hosts a store), the third one started is SIGKILLed, whatever its group
+//     rank (stderr names its worker's RANK; when it is group rank 0, the
+//     re-formed round's workers also move to another node's store). stderr
+//     gives the TTLs etcd granted (lease/leases, lease/timetolive) and the
+//     target: survivors running within that TTL + 0.5 s of the death.
+//
+// The etcd lines are skipped, with the reason on stderr, when --no-etcd is given
+// or the etcd binary is missing.
+
 // Every process started dies with the bench (PR_SET_PDEATHSIG); launchers run in
 // process groups of their own, and on a timeout everything is killed and reaped.
 #include <arpa/inet.h>
@@ -60,6 +91,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
@@ -91,6 +123,7 @@
 #include "ddp/rendezvous/rendezvous.h"
 #include "ddp/rendezvous/round.h"
 #include "ddp/store/tcp_store.h"
+#include "ddp/store_etcd/etcd_store.h"
 #include "dynamic_rendezvous.h"
 #include "membership.h"
 
@@ -252,6 +285,22 @@ struct SimSettings {
   double timeout_s = 120;
 };
 
+// The store the simulated agents meet in: the ddp-rendezvous daemon or etcd.
+struct SimStore {
+  // "" (the built-in store's lines) or "etcd".
+  std::string name;
+  // One agent's store, called once per agent in the agent processes.
+  std::function<ddp::RendezvousStore()> connect;
+  // The server's CPU seconds so far, and the end of its log (for failures).
+  std::function<double()> cpu_s;
+  std::function<std::string()> log_tail;
+  // Also measure the re-formation after one agent's death.
+  bool reform = true;
+  // The agents' keep-alive settings (their lease TTL on etcd; no agent refreshes
+  // it: a lease must outlive the measurement).
+  std::chrono::milliseconds keep_alive_interval = std::chrono::seconds(5);
+};
+
 // Threads of an agent process that run one job together, again and again.
 class Crew {
  public:
@@ -319,7 +368,7 @@ class Crew {
 
 struct Agent {
   int global = -1;
-  std::shared_ptr<ddp::TcpStore> store;
+  std::shared_ptr<ddp::Store> store;
   std::unique_ptr<DynamicRendezvous> handler;
   std::optional<ddp::RendezvousInfo> info;
 };
@@ -383,7 +432,7 @@ void drive(const std::vector<Agent*>& mine, const std::string& r, int expected, 
 // An agent process: opens its agents' connections, then follows the bench's
 // commands on `cmd_fd` ("G <round prefix> <expected arrivals>": run a round;
 // "X <agent>": drop that agent; "Q": quit), answering on `res_fd`.
-[[noreturn]] void agent_process(int cmd_fd, int res_fd, std::uint16_t port, int n,
+[[noreturn]] void agent_process(int cmd_fd, int res_fd, const SimStore& target, int n,
                                 const std::vector<int>& globals, const SimSettings& s,
                                 const std::string& run_id) {
   int code = 0;
@@ -400,22 +449,15 @@ void drive(const std::vector<Agent*>& mine, const std::string& r, int expected, 
     params.local_addr = "127.0.0.1";
     params.join_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(s.timeout_s * 1000));
     params.last_call_timeout = 10min;  // never over: see the top of the file
+    params.keep_alive_interval = target.keep_alive_interval;
+    const std::string backend = target.name.empty() ? "c10d" : target.name;
     crew.run([&](int t) {
       for (std::size_t j = static_cast<std::size_t>(t); j < agents.size(); j += static_cast<std::size_t>(threads)) {
-        ddp::TcpStoreOptions options;
-        options.host = "127.0.0.1";
-        options.port = port;
-        options.connect_timeout = 60s;
-        options.reconnect_timeout = 60s;
-        options.timeout = 120s;
         Agent& a = agents[j];
         a.global = globals[j];
-        a.store = std::make_shared<ddp::TcpStore>(options);
-        ddp::RendezvousStore rs;
-        rs.store = a.store;
-        rs.host = "127.0.0.1";
-        rs.port = port;
-        a.handler = std::make_unique<DynamicRendezvous>(params, std::move(rs), ddp::real_time());
+        ddp::RendezvousStore rs = target.connect();
+        a.store = rs.store;
+        a.handler = std::make_unique<DynamicRendezvous>(params, std::move(rs), ddp::real_time(), backend);
       }
     });
     write_all(res_fd, "R\n");
@@ -425,7 +467,8 @@ void drive(const std::vector<Agent*>& mine, const std::string& r, int expected, 
       std::istringstream in(command);
       std::string verb;
       in >> verb;
-      if (verb == "Q") break;
+      // Its connections (and watches) close with it.
+      if (verb == "Q") ::_exit(0);
       if (verb == "X") {
         int dead = -1;
         in >> dead;
@@ -626,9 +669,10 @@ struct SimResult {
   double reform_s = 0;
 };
 
-SimResult run_simulated(int n, const SimSettings& s, const std::string& daemon_path) {
-  ddp::bench::DaemonProcess daemon(daemon_path);
-  const std::string run_id = fmt::format("bench{}", n);
+// One round of N simulated agents on `target` (then, with target.reform, the
+// re-formation of the N-1 survivors).
+SimResult run_simulated(int n, const SimSettings& s, const SimStore& target) {
+  const std::string run_id = fmt::format("{}bench{}", target.name, n);
   const int k = std::min(s.processes, n);
   AgentProcesses agents;
   agents.procs.resize(static_cast<std::size_t>(k));
@@ -644,7 +688,7 @@ SimResult run_simulated(int n, const SimSettings& s, const std::string& daemon_p
       ::prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (::getppid() != parent) ::_exit(127);
       close_other_fds({cmd[0], res[1]});
-      agent_process(cmd[0], res[1], daemon.port(), n, globals, s, run_id);
+      agent_process(cmd[0], res[1], target, n, globals, s, run_id);
     }
     ::close(cmd[0]);
     ::close(res[1]);
@@ -664,13 +708,19 @@ SimResult run_simulated(int n, const SimSettings& s, const std::string& daemon_p
     const std::string r0 = fmt::format("rdzv/{}/round_0", run_id);
     std::map<int, SimInfo> infos;
     auto end = Clock::time_point::min();
-    const double cpu0 = daemon.cpu_s();
+    const double cpu0 = target.cpu_s();
     const auto start = Clock::now();
     agents.send(fmt::format("G {} {}", r0, n));
     agents.collect("D", start + timeout + 10s, &infos, &end);
     result.round_s = seconds(end - start);
     check_round(infos, n, 0, "");
-    const double cpu1 = daemon.cpu_s();
+    const double cpu1 = target.cpu_s();
+    if (!target.reform) {
+      fmt::print(stderr, "  agents={} store={}: checked; {} used {:.2f} s of CPU in the round\n", n, target.name,
+                 target.name, cpu1 - cpu0);
+      agents.quit(30s);
+      return result;
+    }
 
     // One agent dies; its watcher ends the round; the survivors re-form.
     const auto dead = std::find_if(infos.begin(), infos.end(), [&](const auto& e) { return e.second.group_rank == n / 2; });
@@ -681,12 +731,7 @@ SimResult run_simulated(int n, const SimSettings& s, const std::string& daemon_p
     lost.member = dead->second.member;
     agents.send(fmt::format("X {}", dead_global));
     agents.collect("R", Clock::now() + 30s, nullptr, nullptr);
-    {
-      ddp::TcpStoreOptions options;
-      options.port = daemon.port();
-      ddp::TcpStore watcher(options);
-      watcher.compare_set(r0 + "/end", "", ddp::encode_round_end(lost));
-    }
+    target.connect().store->compare_set(r0 + "/end", "", ddp::encode_round_end(lost));
     infos.clear();
     end = Clock::time_point::min();
     const auto restart = Clock::now();
@@ -695,13 +740,335 @@ SimResult run_simulated(int n, const SimSettings& s, const std::string& daemon_p
     result.reform_s = seconds(end - restart);
     check_round(infos, n - 1, 1, lost.member);
     fmt::print(stderr, "  agents={}: checked; the daemon used {:.2f} s of CPU in the first round, {:.2f} s in the "
-                       "re-formed one\n", n, cpu1 - cpu0, daemon.cpu_s() - cpu1);
+                       "re-formed one\n", n, cpu1 - cpu0, target.cpu_s() - cpu1);
     agents.quit(30s);
     return result;
   } catch (const std::exception& e) {
-    const std::string log = daemon.log_tail();
-    throw std::runtime_error(fmt::format("{}\n  daemon log (last lines):\n{}", e.what(), log));
+    const std::string log = target.log_tail();
+    throw std::runtime_error(fmt::format("{}\n  {} log (last lines):\n{}", e.what(),
+                                         target.name.empty() ? "daemon" : target.name, log));
   }
+}
+
+// The built-in store's lines: the daemon, one TcpStore per agent.
+SimResult run_simulated_builtin(int n, const SimSettings& s, const std::string& daemon_path) {
+  ddp::bench::DaemonProcess daemon(daemon_path);
+  SimStore target;
+  const std::uint16_t port = daemon.port();
+  target.connect = [port] {
+    ddp::TcpStoreOptions options;
+    options.host = "127.0.0.1";
+    options.port = port;
+    options.connect_timeout = 60s;
+    options.reconnect_timeout = 60s;
+    options.timeout = 120s;
+    ddp::RendezvousStore rs;
+    rs.store = std::make_shared<ddp::TcpStore>(options);
+    rs.host = "127.0.0.1";
+    rs.port = port;
+    return rs;
+  };
+  target.cpu_s = [&daemon] { return daemon.cpu_s(); };
+  target.log_tail = [&daemon] { return daemon.log_tail(); };
+  return run_simulated(n, s, target);
+}
+
+// ---- etcd: one local member, started and stopped by the bench --------------------------------
+
+// The CPU seconds (user + system) process `pid` used so far (0 when it is gone).
+double cpu_seconds(pid_t pid) {
+  std::ifstream in(fmt::format("/proc/{}/stat", pid));
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto paren = text.rfind(')');
+  if (paren == std::string::npos) return 0;
+  std::istringstream fields(text.substr(paren + 2));
+  std::string field;
+  double ticks = 0;
+  for (int i = 3; i <= 15 && fields >> field; ++i) {
+    if (i == 14 || i == 15) ticks += std::stod(field);  // utime, stime
+  }
+  return ticks / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
+// One HTTP/1.1 request to 127.0.0.1:`port` (Connection: close); the response
+// (status line, headers and body), or nullopt when none came within `timeout`.
+std::optional<std::string> http_request(std::uint16_t port, const std::string& method, const std::string& path,
+                                        const std::string& body, std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return std::nullopt;
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  timeval tv{};
+  tv.tv_sec = static_cast<time_t>(timeout.count() / 1000);
+  tv.tv_usec = static_cast<suseconds_t>((timeout.count() % 1000) * 1000);
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) return std::nullopt;
+  const std::string request = fmt::format(
+      "{} {} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n"
+      "Connection: close\r\n\r\n{}",
+      method, path, port, body.size(), body);
+  std::size_t sent = 0;
+  while (sent < request.size()) {
+    const ssize_t n = ::send(fd, request.data() + sent, request.size() - sent, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return std::nullopt;
+    sent += static_cast<std::size_t>(n);
+  }
+  std::string response;
+  char chunk[8192];
+  while (Clock::now() < deadline) {
+    const ssize_t n = ::recv(fd, chunk, sizeof chunk, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return std::nullopt;
+    if (n == 0) return response;
+    response.append(chunk, static_cast<std::size_t>(n));
+  }
+  return std::nullopt;
+}
+
+// Every value of the JSON field `name` in `text` (numbers and int64 strings: "ID":"123" or "ID":123).
+std::vector<std::string> json_values(const std::string& text, const std::string& name) {
+  std::vector<std::string> values;
+  const std::string needle = "\"" + name + "\":";
+  for (auto at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) {
+    auto from = at + needle.size();
+    if (from < text.size() && text[from] == '"') ++from;
+    auto to = from;
+    while (to < text.size() && (std::isdigit(static_cast<unsigned char>(text[to])) || text[to] == '-')) ++to;
+    if (to > from) values.push_back(text.substr(from, to - from));
+  }
+  return values;
+}
+
+// A single-member etcd on free loopback ports, its data in a temporary folder.
+// A guard process of its own starts it and, when the bench says so or dies
+// (its pipe closes: an exception, a timeout, a SIGKILL of the bench), stops it
+// (SIGTERM, SIGKILL after 5 s), reaps it and removes the folder: nothing stays
+// behind whatever happens to the bench. Not thread-safe; one owner.
+class EtcdServer {
+ public:
+  // Starts `etcd_path` and waits (30 s at most) until it answers /health.
+  // Throws std::runtime_error with its log otherwise.
+  explicit EtcdServer(const std::string& etcd_path) {
+    std::string pattern = (fs::temp_directory_path() / "rdzv-bench-etcd-XXXXXX").string();
+    if (::mkdtemp(pattern.data()) == nullptr) throw sys_error("mkdtemp");
+    dir_ = pattern;
+    log_ = dir_ / "etcd.log";
+    client_port_ = ddp::find_free_port("127.0.0.1");
+    do {
+      peer_port_ = ddp::find_free_port("127.0.0.1");
+    } while (peer_port_ == client_port_);
+    const std::string client = fmt::format("http://127.0.0.1:{}", client_port_);
+    const std::string peer = fmt::format("http://127.0.0.1:{}", peer_port_);
+    const std::vector<std::string> argv{etcd_path,
+                                        "--name", "bench0",
+                                        "--data-dir", (dir_ / "data").string(),
+                                        "--listen-client-urls", client,
+                                        "--advertise-client-urls", client,
+                                        "--listen-peer-urls", peer,
+                                        "--initial-advertise-peer-urls", peer,
+                                        "--initial-cluster", "bench0=" + peer,
+                                        "--initial-cluster-state", "new",
+                                        "--initial-cluster-token", fmt::format("rdzv-bench-{}", ::getpid()),
+                                        "--logger", "zap",
+                                        "--log-level", "warn"};
+    int ctl[2], rep[2];
+    if (::pipe2(ctl, O_CLOEXEC) != 0) throw sys_error("pipe");
+    if (::pipe2(rep, O_CLOEXEC) != 0) {
+      ::close(ctl[0]);
+      ::close(ctl[1]);
+      throw sys_error("pipe");
+    }
+    guard_ = ::fork();
+    if (guard_ < 0) {
+      const auto error = sys_error("fork");
+      for (int fd : {ctl[0], ctl[1], rep[0], rep[1]}) ::close(fd);
+      std::error_code ec;
+      fs::remove_all(dir_, ec);
+      throw error;
+    }
+    if (guard_ == 0) guard(ctl[0], rep[1], argv);
+    ::close(ctl[0]);
+    ::close(rep[1]);
+    ctl_fd_ = ctl[1];
+    rep_fd_ = rep[0];
+    try {
+      LineReader from_guard(rep_fd_);
+      const std::string line = from_guard.next(Clock::now() + 10s, "etcd's guard process");
+      pid_ = static_cast<pid_t>(std::stol(line));
+      if (pid_ <= 0) throw std::runtime_error("cannot start " + etcd_path + ": " + log_tail());
+      const auto deadline = Clock::now() + 30s;
+      for (;;) {
+        const auto health = http_request(client_port_, "GET", "/health", "", 1s);
+        if (health && health->find("\"health\":\"true\"") != std::string::npos) break;
+        if (Clock::now() >= deadline || !alive()) {
+          throw std::runtime_error(fmt::format("{} did not become healthy on 127.0.0.1:{} within 30 s ({}); its log:\n{}",
+                                               etcd_path, client_port_, alive() ? "it runs" : "it exited",
+                                               log_tail()));
+        }
+        std::this_thread::sleep_for(50ms);
+      }
+    } catch (...) {
+      stop();
+      throw;
+    }
+  }
+  ~EtcdServer() { stop(); }
+  EtcdServer(const EtcdServer&) = delete;
+  EtcdServer& operator=(const EtcdServer&) = delete;
+
+  std::uint16_t port() const { return client_port_; }
+  std::string endpoint() const { return fmt::format("127.0.0.1:{}", client_port_); }
+  double cpu_s() const { return pid_ > 0 ? cpu_seconds(pid_) : 0; }
+  bool alive() const {
+    std::ifstream stat(fmt::format("/proc/{}/stat", pid_));
+    std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+    const auto paren = text.rfind(')');
+    return paren != std::string::npos && paren + 2 < text.size() && text[paren + 2] != 'Z' && text[paren + 2] != 'X';
+  }
+
+  // The TTLs etcd granted to its live leases (lease/leases, then lease/timetolive).
+  std::vector<std::int64_t> granted_ttls() const {
+    std::vector<std::int64_t> ttls;
+    const auto leases = http_request(client_port_, "POST", "/v3/lease/leases", "{}", 2s);
+    if (!leases) return ttls;
+    for (const auto& id : json_values(*leases, "ID")) {
+      const auto ttl = http_request(client_port_, "POST", "/v3/lease/timetolive", "{\"ID\":\"" + id + "\"}", 2s);
+      if (!ttl) continue;
+      for (const auto& granted : json_values(*ttl, "grantedTTL")) ttls.push_back(std::stoll(granted));
+    }
+    return ttls;
+  }
+
+  // The last 2,000 bytes of etcd's log.
+  std::string log_tail() const { return tail(read_text(log_), 2000); }
+
+  // Stops etcd and removes its folder (through the guard); idempotent.
+  void stop() {
+    if (guard_ <= 0) return;
+    try {
+      write_all(ctl_fd_, "S");
+    } catch (const std::exception&) {
+      // It is gone already: its end of the pipe closed.
+    }
+    ::close(ctl_fd_);
+    ctl_fd_ = -1;
+    // The guard exits once etcd is reaped and the folder removed.
+    const auto deadline = Clock::now() + 15s;
+    int status = 0;
+    pid_t reaped = 0;
+    while ((reaped = ::waitpid(guard_, &status, WNOHANG)) == 0 && Clock::now() < deadline) {
+      std::this_thread::sleep_for(5ms);
+    }
+    if (reaped == 0) {  // never seen: SIGKILL it, etcd dies with it (PR_SET_PDEATHSIG)
+      ::kill(guard_, SIGKILL);
+      ::waitpid(guard_, &status, 0);
+      if (pid_ > 0) ::kill(pid_, SIGKILL);
+    }
+    guard_ = -1;
+    ::close(rep_fd_);
+    rep_fd_ = -1;
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+
+ private:
+  // The guard: starts etcd, reports its pid, waits for "S" or the end of the
+  // bench, then stops etcd, reaps it and removes the folder.
+  [[noreturn]] void guard(int ctl_fd, int rep_fd, const std::vector<std::string>& argv) {
+    ::setpgid(0, 0);  // a Ctrl-C of the bench's group must not kill it before it cleaned up
+    for (int sig : {SIGINT, SIGHUP, SIGTERM, SIGQUIT}) ::signal(sig, SIG_IGN);
+    close_other_fds({ctl_fd, rep_fd});
+    const int log_fd = ::open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    const pid_t guard_pid = ::getpid();
+    const pid_t etcd = ::fork();
+    if (etcd == 0) {
+      for (int sig : {SIGINT, SIGHUP, SIGTERM, SIGQUIT, SIGPIPE}) ::signal(sig, SIG_DFL);
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the guard
+      if (::getppid() != guard_pid) ::_exit(127);
+      if (log_fd >= 0) {
+        ::dup2(log_fd, 1);
+        ::dup2(log_fd, 2);
+      }
+      std::vector<char*> args;
+      for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+      args.push_back(nullptr);
+      ::execv(args[0], args.data());
+      std::fprintf(stderr, "cannot execute %s: %s\n", args[0], std::strerror(errno));
+      ::_exit(127);
+    }
+    try {
+      write_all(rep_fd, fmt::format("{}\n", etcd > 0 ? etcd : -1));
+    } catch (...) {
+    }
+    char c;
+    while (::read(ctl_fd, &c, 1) < 0 && errno == EINTR) {
+    }
+    if (etcd > 0) {
+      ::kill(etcd, SIGTERM);
+      const auto deadline = Clock::now() + 5s;
+      int status = 0;
+      pid_t reaped = 0;
+      while ((reaped = ::waitpid(etcd, &status, WNOHANG)) == 0 && Clock::now() < deadline) {
+        std::this_thread::sleep_for(5ms);
+      }
+      if (reaped == 0) {
+        ::kill(etcd, SIGKILL);
+        ::waitpid(etcd, &status, 0);
+      }
+    }
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+    ::_exit(0);
+  }
+
+  fs::path dir_, log_;
+  std::uint16_t client_port_ = 0, peer_port_ = 0;
+  pid_t guard_ = -1;
+  pid_t pid_ = -1;
+  int ctl_fd_ = -1;
+  int rep_fd_ = -1;
+};
+
+// The etcd lines: one round of N agents, each a DynamicRendezvous over an
+// EtcdStore of its own, on a fresh etcd.
+SimResult run_simulated_etcd(int n, const SimSettings& s, const std::string& etcd_path) {
+  EtcdServer etcd(etcd_path);
+  SimStore target;
+  target.name = "etcd";
+  target.reform = false;
+  // A lease nobody refreshes (no keep-alive threads) outlives any round measured:
+  // a TTL of 10 minutes x 3 attempts.
+  target.keep_alive_interval = std::chrono::minutes(10);
+  const std::uint16_t port = etcd.port();
+  const double timeout_s = s.timeout_s;
+  target.connect = [port, timeout_s] {
+    ddp::EtcdStoreOptions options;
+    options.endpoints = {ddp::EtcdEndpoint{"127.0.0.1", port}};
+    options.prefix = "ddp/";  // as ddprun's
+    options.connect_timeout = 60s;
+    options.request_timeout = 60s;
+    options.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(timeout_s * 1000));
+    auto store = std::make_shared<ddp::EtcdStore>(options);
+    ddp::RendezvousStore rs;
+    rs.external_name = "etcd at " + store->endpoints_text();
+    rs.store = std::move(store);
+    rs.host = "127.0.0.1";
+    // Group rank 0's worker store, as ddprun announces it: nobody connects to it here.
+    rs.worker_store_port = 29400;
+    return rs;
+  };
+  target.cpu_s = [&etcd] { return etcd.cpu_s(); };
+  target.log_tail = [&etcd] { return etcd.log_tail(); };
+  return run_simulated(n, s, target);
 }
 
 // ---- real launchers ---------------------------------------------------------------------------
@@ -870,23 +1237,36 @@ int count_files(const fs::path& dir, const std::string& prefix) {
 struct NodeLoss {
   double detect_s = 0;
   double running_s = 0;
+  // etcd: the TTLs etcd granted to the agents' leases (empty: not learnt).
+  std::vector<std::int64_t> granted_ttls;
 };
 
 // 3 agents at --nnodes=2:3; one that does not host the store is SIGKILLed.
-// `conf`: --rdzv_conf ("" for the defaults).
+// `conf`: --rdzv_conf ("" for the defaults). `etcd`: the agents meet in it
+// (--rdzv_backend=etcd) instead of the built-in store one of them hosts.
 std::optional<NodeLoss> run_node_loss(const std::string& ddprun, const std::string& conf, double dead_after_s,
-                                      std::string* why) {
+                                      const EtcdServer* etcd, std::string* why) {
   TempDir dir("rdzv-bench-loss-");
   const fs::path workers = dir.path() / "w";
   fs::create_directories(workers);
   const fs::path script = dir.path() / "worker.sh";
   std::ofstream(script) << "#!/bin/sh\n"
                            "# rendezvous_bench's node-loss worker: announce, then run until $1/finish exists\n"
-                           ": > \"$1/w${WORLD_SIZE}_a${TORCHELASTIC_RESTART_COUNT}_r${RANK}_$$\"\n"
+                           ": > \"$1/w${WORLD_SIZE}_a${TORCHELASTIC_RESTART_COUNT}_r${RANK}_p${PPID}_$$\"\n"
                            "while [ ! -e \"$1/finish\" ]; do sleep 0.1; done\n";
-  const std::uint16_t port = ddp::find_free_port("127.0.0.1");
-  std::vector<std::string> argv{ddprun, "--nnodes=2:3", "--nproc_per_node=1", "--rdzv_backend=c10d",
-                                fmt::format("--rdzv_endpoint=127.0.0.1:{}", port), "--rdzv_id=nodeloss"};
+  const std::uint16_t port = etcd ? 0 : ddp::find_free_port("127.0.0.1");
+  std::vector<std::string> argv{ddprun, "--nnodes=2:3", "--nproc_per_node=1"};
+  if (etcd) {
+    for (const std::string& a : {std::string("--rdzv_backend=etcd"), "--rdzv_endpoint=" + etcd->endpoint(),
+                                 std::string("--local_addr=127.0.0.1"), std::string("--rdzv_id=nodeloss-etcd")}) {
+      argv.push_back(a);
+    }
+  } else {
+    for (const std::string& a : {std::string("--rdzv_backend=c10d"), fmt::format("--rdzv_endpoint=127.0.0.1:{}", port),
+                                 std::string("--rdzv_id=nodeloss")}) {
+      argv.push_back(a);
+    }
+  }
   if (!conf.empty()) argv.push_back("--rdzv_conf=" + conf);
   for (const std::string& a : {std::string("--no_python"), std::string("/bin/sh"), script.string(), workers.string()}) {
     argv.push_back(a);
@@ -913,9 +1293,10 @@ std::optional<NodeLoss> run_node_loss(const std::string& ddprun, const std::stri
       std::this_thread::sleep_for(2ms);
     }
   };
-  // The store host first (the first to bind the endpoint hosts it).
+  // The store host first (the first to bind the endpoint hosts it); on etcd
+  // nobody hosts it.
   start_agent();
-  if (!eventually([&] { return port_listens(port); }, 30s)) {
+  if (!etcd && !eventually([&] { return port_listens(port); }, 30s)) {
     *why = "the first agent did not host the store within 30 s:\n" + stderr_of_all();
     return std::nullopt;
   }
@@ -925,7 +1306,18 @@ std::optional<NodeLoss> run_node_loss(const std::string& ddprun, const std::stri
     *why = "the 3 agents did not start a 3-node round within 60 s:\n" + stderr_of_all();
     return std::nullopt;
   }
+  NodeLoss result;
+  if (etcd) result.granted_ttls = etcd->granted_ttls();
   Child& victim = agents[2];
+  {
+    std::error_code ec;
+    for (const auto& entry : fs::directory_iterator(workers, ec)) {
+      const std::string f = entry.path().filename().string();
+      if (f.rfind("w3_", 0) == 0 && f.find(fmt::format("_p{}_", victim.pid)) != std::string::npos) {
+        fmt::print(stderr, "  node_loss{}: SIGKILL the agent whose worker is {}\n", etcd ? " store=etcd" : "", f);
+      }
+    }
+  }
   const auto killed = Clock::now();
   ::kill(victim.pid, SIGKILL);
   std::optional<Clock::time_point> detected, running;
@@ -959,7 +1351,6 @@ std::optional<NodeLoss> run_node_loss(const std::string& ddprun, const std::stri
                  c.exit_text(), tail(read_text(c.err)));
     }
   }
-  NodeLoss result;
   result.detect_s = seconds(*detected - killed);
   result.running_s = seconds(*running - killed);
   return result;
@@ -975,8 +1366,11 @@ std::string self_dir() {
 int main(int argc, char** argv) {
   std::vector<int> agent_counts{8, 64, 512, 2048, 8192};
   std::vector<int> real_counts{8, 32};
+  std::vector<int> etcd_counts{8, 64, 512, 2048};
   std::string node_loss = "on";
   bool quick = false;
+  bool no_etcd = false;
+  std::string etcd_path = "/usr/bin/etcd";
   SimSettings sim;
   double real_timeout_s = 300;
   int real_runs = 1;
@@ -986,6 +1380,12 @@ int main(int argc, char** argv) {
   auto* agents_opt = app.add_option("--agents", agent_counts, "simulated agent counts, comma-separated (0: none)")
                          ->delimiter(',')
                          ->check(CLI::Range(0, 100000));
+  auto* etcd_opt = app.add_option("--etcd-agents", etcd_counts,
+                                  "simulated agent counts on etcd, comma-separated (0: none)")
+                       ->delimiter(',')
+                       ->check(CLI::Range(0, 100000));
+  app.add_flag("--no-etcd", no_etcd, "no etcd lines (neither simulated agents nor node loss on etcd)");
+  app.add_option("--etcd", etcd_path, "the etcd binary the etcd lines start")->capture_default_str();
   auto* real_opt = app.add_option("--real", real_counts, "real agent counts, comma-separated (0: none)")
                        ->delimiter(',')
                        ->check(CLI::Range(0, 1000));
@@ -993,8 +1393,8 @@ int main(int argc, char** argv) {
                        ->check(CLI::IsMember({"on", "off"}))
                        ->capture_default_str();
   app.add_flag("--quick", quick,
-               "a smoke run: --agents 8,64 --real 4 and node loss at the short keep-alives only "
-               "(explicit flags win)");
+               "a smoke run: --agents 8,64 --etcd-agents 8,64 --real 4 and node loss at the short "
+               "keep-alives only (explicit flags win)");
   app.add_option("--processes", sim.processes, "processes holding the simulated agents")
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
@@ -1017,10 +1417,12 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   if (quick) {
     if (agents_opt->count() == 0) agent_counts = {8, 64};
+    if (etcd_opt->count() == 0) etcd_counts = {8, 64};
     if (real_opt->count() == 0) real_counts = {4};
   }
   (void)loss_opt;
   agent_counts.erase(std::remove(agent_counts.begin(), agent_counts.end(), 0), agent_counts.end());
+  etcd_counts.erase(std::remove(etcd_counts.begin(), etcd_counts.end(), 0), etcd_counts.end());
   real_counts.erase(std::remove(real_counts.begin(), real_counts.end(), 0), real_counts.end());
 
   const auto bench_start = Clock::now();
@@ -1036,32 +1438,82 @@ int main(int argc, char** argv) {
              std::thread::hardware_concurrency(), load.substr(0, load.find(' ', load.find(' ', load.find(' ') + 1) + 1)),
              static_cast<unsigned long long>(fds), sim.processes, sim.threads);
   int failures = 0;
+  // etcd: why its lines are skipped ("": they are not).
+  std::string no_etcd_why;
+  if (no_etcd) {
+    no_etcd_why = "--no-etcd";
+  } else if (::access(etcd_path.c_str(), X_OK) != 0) {
+    no_etcd_why = fmt::format("{} is missing or not executable (install etcd, or name it with --etcd)", etcd_path);
+  }
+  if (!no_etcd_why.empty() && !no_etcd) {
+    fmt::print(stderr, "rendezvous_bench: the store=etcd lines are skipped: {}\n", no_etcd_why);
+  }
 
-  // 1. Simulated agents.
-  for (int n : agent_counts) {
+  // 1. Simulated agents: for each N, the built-in store's line, then etcd's.
+  std::vector<int> all_counts = agent_counts;
+  if (no_etcd_why.empty()) all_counts.insert(all_counts.end(), etcd_counts.begin(), etcd_counts.end());
+  std::sort(all_counts.begin(), all_counts.end());
+  all_counts.erase(std::unique(all_counts.begin(), all_counts.end()), all_counts.end());
+  std::optional<double> etcd_512_s;
+  for (int n : all_counts) {
+    const bool builtin = std::find(agent_counts.begin(), agent_counts.end(), n) != agent_counts.end();
+    const bool on_etcd = no_etcd_why.empty() && std::find(etcd_counts.begin(), etcd_counts.end(), n) != etcd_counts.end();
+    // The built-in store's line (the daemon, one TcpStore per agent).
+    auto builtin_line = [&] {
+      if (n < 2) {
+        fmt::print(stderr, "rendezvous agents={}: skipped: a re-form needs at least 2 agents\n", n);
+        return;
+      }
+      if (static_cast<rlim_t>(n) + 64 > fds) {
+        fmt::print(stderr, "rendezvous agents={}: skipped: the daemon needs {} descriptors, the limit is {}\n", n,
+                   n + 64, static_cast<unsigned long long>(fds));
+        return;
+      }
+      if (n + 1000 > ephemeral_ports()) {
+        fmt::print(stderr, "rendezvous agents={}: skipped: only {} ephemeral ports on this host\n", n,
+                   ephemeral_ports());
+        return;
+      }
+      try {
+        const SimResult r = run_simulated_builtin(n, sim, daemon_path);
+        fmt::print("rendezvous agents={} round_s={:.4f} reform_s={:.4f}\n", n, r.round_s, r.reform_s);
+        std::fflush(stdout);
+      } catch (const std::exception& e) {
+        ++failures;
+        fmt::print(stderr, "rendezvous agents={}: FAILED: {}\n", n, e.what());
+      }
+    };
+    if (builtin) builtin_line();
+    if (!on_etcd) continue;
     if (n < 2) {
-      fmt::print(stderr, "rendezvous agents={}: skipped: a re-form needs at least 2 agents\n", n);
+      fmt::print(stderr, "rendezvous agents={} store=etcd: skipped: a round needs at least 2 agents\n", n);
       continue;
     }
-    const int k = std::min(sim.processes, n);
-    if (static_cast<rlim_t>(n) + 64 > fds) {
-      fmt::print(stderr, "rendezvous agents={}: skipped: the daemon needs {} descriptors, the limit is {}\n", n,
-                 n + 64, static_cast<unsigned long long>(fds));
+    // etcd holds an agent's unary connection, its death watch and the blocking
+    // waits of the drivers; an agent process as many for its agents.
+    if (static_cast<rlim_t>(2 * n) + 256 > fds) {
+      fmt::print(stderr, "rendezvous agents={} store=etcd: skipped: etcd needs about {} descriptors, the limit is {}\n",
+                 n, 2 * n + 256, static_cast<unsigned long long>(fds));
       continue;
     }
-    if (n + 1000 > ephemeral_ports()) {
-      fmt::print(stderr, "rendezvous agents={}: skipped: only {} ephemeral ports on this host\n", n, ephemeral_ports());
+    if (2 * n + 1000 > ephemeral_ports()) {
+      fmt::print(stderr, "rendezvous agents={} store=etcd: skipped: only {} ephemeral ports on this host\n", n,
+                 ephemeral_ports());
       continue;
     }
-    (void)k;
     try {
-      const SimResult r = run_simulated(n, sim, daemon_path);
-      fmt::print("rendezvous agents={} round_s={:.4f} reform_s={:.4f}\n", n, r.round_s, r.reform_s);
+      const SimResult r = run_simulated_etcd(n, sim, etcd_path);
+      fmt::print("rendezvous agents={} store=etcd round_s={:.4f}\n", n, r.round_s);
       std::fflush(stdout);
+      if (n == 512) etcd_512_s = r.round_s;
     } catch (const std::exception& e) {
       ++failures;
-      fmt::print(stderr, "rendezvous agents={}: FAILED: {}\n", n, e.what());
+      fmt::print(stderr, "rendezvous agents={} store=etcd: FAILED: {}\n", n, e.what());
     }
+  }
+  if (etcd_512_s) {
+    fmt::print(stderr, "target: 512 agents in one round on etcd within 3 s: {} ({:.3f} s)\n",
+               *etcd_512_s <= 3.0 ? "met" : "NOT met", *etcd_512_s);
   }
 
   // 2. Real agents.
@@ -1123,7 +1575,7 @@ int main(int argc, char** argv) {
     for (const auto& s : settings) {
       std::string why;
       try {
-        if (auto r = run_node_loss(ddprun_path, s.conf, s.dead_after_s, &why)) {
+        if (auto r = run_node_loss(ddprun_path, s.conf, s.dead_after_s, nullptr, &why)) {
           fmt::print("node_loss dead_after_s={:g} detect_s={:.3f} running_s={:.3f}\n", s.dead_after_s, r->detect_s,
                      r->running_s);
           std::fflush(stdout);
@@ -1134,6 +1586,36 @@ int main(int argc, char** argv) {
       }
       ++failures;
       fmt::print(stderr, "node_loss dead_after_s={:g}: FAILED: {}\n", s.dead_after_s, why);
+    }
+    // On etcd: liveness by leases (a TTL of ceil(0.5 x 2) = 1 s asked, raised by etcd to its minimum).
+    if (no_etcd_why.empty()) {
+      std::string why;
+      try {
+        EtcdServer etcd(etcd_path);
+        if (auto r = run_node_loss(ddprun_path, "keep_alive_interval=0.5,keep_alive_max_attempt=2", 1.0, &etcd, &why)) {
+          fmt::print("node_loss store=etcd detect_s={:.3f} running_s={:.3f}\n", r->detect_s, r->running_s);
+          std::fflush(stdout);
+          if (r->granted_ttls.empty()) {
+            fmt::print(stderr, "  node_loss store=etcd: could not learn the leases' TTL from etcd; target: survivors "
+                               "running within the lease TTL + 0.5 s: not judged (running_s {:.3f})\n",
+                       r->running_s);
+          } else {
+            const auto ttl = *std::max_element(r->granted_ttls.begin(), r->granted_ttls.end());
+            fmt::print(stderr, "  node_loss store=etcd: etcd granted the {} agents' leases TTL(s) of {} s (asked: 1 s)\n",
+                       r->granted_ttls.size(), fmt::join(r->granted_ttls, ", "));
+            fmt::print(stderr, "target: survivors running within the lease TTL + 0.5 s = {:.1f} s of the death: {} "
+                               "({:.3f} s)\n",
+                       static_cast<double>(ttl) + 0.5, r->running_s <= static_cast<double>(ttl) + 0.5 ? "met" : "NOT met",
+                       r->running_s);
+          }
+        } else {
+          ++failures;
+          fmt::print(stderr, "node_loss store=etcd: FAILED: {}\n  etcd log (last lines):\n{}\n", why, etcd.log_tail());
+        }
+      } catch (const std::exception& e) {
+        ++failures;
+        fmt::print(stderr, "node_loss store=etcd: FAILED: {}\n", e.what());
+      }
     }
   }
 

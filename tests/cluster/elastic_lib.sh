@@ -2,11 +2,14 @@
 # Sourced by the elastic cluster tests (elastic_demo_test.sh, elastic_membership_test.sh):
 # elastic ddprun agents (--rdzv_backend=c10d, short keep-alives), one per network-namespace
 # node of scripts/cluster. Node 0 hosts the rendezvous store at its own address.
+# (etcd_demo_test.sh sets rdzv_backend=etcd and rdzv_endpoint to an etcd cluster with one
+# member per node: start_etcd_cluster.)
 #
 # Every worker is started through a small wrapper that records it, then execs the
 # real program (so the worker keeps the parent-death signal ddprun gives it): one
 # file per worker in $rec, named n<node>_round<R>_ws<WORLD_SIZE>_r<RANK>_<pid>, holding
-# "node= group_rank= rank= world_size= round= master=<MASTER_ADDR> start=<epoch seconds>".
+# "node= group_rank= rank= world_size= round= master=<MASTER_ADDR> start=<epoch seconds>
+# store=<DDP_STORE_ADDR>:<DDP_STORE_PORT>".
 #
 # A test calls in_cluster N "$@" first: outside a cluster it re-runs the script inside
 # `scripts/cluster with N` (a fresh cluster that is always destroyed, also on a
@@ -56,9 +59,9 @@ rec=$1
 shift
 round=${DDP_STORE_PREFIX#*round_}
 round=${round%%/*}
-printf 'node=%s group_rank=%s rank=%s world_size=%s round=%s master=%s start=%s\n' \
+printf 'node=%s group_rank=%s rank=%s world_size=%s round=%s master=%s start=%s store=%s\n' \
   "${DDP_CLUSTER_NODE:-x}" "${GROUP_RANK:-x}" "${RANK:-x}" "${WORLD_SIZE:-x}" "$round" \
-  "${MASTER_ADDR:-x}" "$EPOCHREALTIME" >"$rec/.tmp.$$"
+  "${MASTER_ADDR:-x}" "$EPOCHREALTIME" "${DDP_STORE_ADDR:-x}:${DDP_STORE_PORT:-x}" >"$rec/.tmp.$$"
 mv "$rec/.tmp.$$" "$rec/n${DDP_CLUSTER_NODE:-x}_round${round}_ws${WORLD_SIZE:-x}_r${RANK:-x}_$$"
 exec "$@"
 EOF
@@ -116,7 +119,8 @@ done_test() {
 }
 
 # start_agent KEY NODE NNODES CONF [DDPRUN FLAGS...] -- PROGRAM ARGS...
-# Starts ddprun on NODE (log $tmp/KEY.log; pid in pid[KEY]).
+# Starts ddprun on NODE (log $tmp/KEY.log; pid in pid[KEY]). Backend and endpoint:
+# $rdzv_backend and $rdzv_endpoint when set, else c10d and node 0's store.
 declare -A pid nodeof
 start_agent() {
   local key=$1 node=$2 nnodes=$3 conf=$4
@@ -127,8 +131,8 @@ start_agent() {
   [[ ${1:-} == -- ]] && shift
   pid[$key]=$("$C" start "$name" "$node" --log "$tmp/$key.log" -- \
     env GLOO_SOCKET_IFNAME=eth0 DDP_SHM_DISABLE=1 \
-    "$bin/ddprun" --nnodes="$nnodes" --nproc_per_node=1 --rdzv_backend=c10d \
-    --rdzv_endpoint="${a[0]}:$port" --rdzv_id="elastic-$$" --rdzv_conf="$conf" \
+    "$bin/ddprun" --nnodes="$nnodes" --nproc_per_node=1 --rdzv_backend="${rdzv_backend:-c10d}" \
+    --rdzv_endpoint="${rdzv_endpoint:-${a[0]}:$port}" --rdzv_id="elastic-$$" --rdzv_conf="$conf" \
     --local_addr '{addr}' --no_python "${flags[@]}" "$tmp/worker.sh" "$rec" "$@")
 }
 
@@ -216,3 +220,52 @@ expect_exit() {
 
 # field FILE KEY: KEY's value in a worker record.
 field() { sed -n "s/.*\\b$2=\\([^ ]*\\).*/\\1/p" "$1"; }
+
+# ---- etcd (etcd_demo_test.sh) ----------------------------------------------------------------
+
+etcd_bin=${DDP_ETCD:-/usr/bin/etcd}
+etcdctl_bin=${DDP_ETCDCTL:-/usr/bin/etcdctl}
+
+# start_etcd_cluster: one etcd member per node, on the node's address (clients 2379, peers
+# 2380), data in $tmp/etcd<i>, log $tmp/etcd<i>.log; pids in etcd_pid[i]. Sets
+# etcd_endpoints ("a0:2379,a1:2379,..."). Returns once every member answers (30 s at most).
+declare -A etcd_pid
+start_etcd_cluster() {
+  local i members=() initial token
+  token=etcd-$name-$$
+  for ((i = 0; i < ${#a[@]}; i++)); do members+=("n$i=http://${a[i]}:2380"); done
+  initial=$(IFS=,; echo "${members[*]}")
+  etcd_endpoints=
+  for ((i = 0; i < ${#a[@]}; i++)); do
+    etcd_endpoints+=${etcd_endpoints:+,}${a[i]}:2379
+    etcd_pid[$i]=$("$C" start "$name" "$i" --log "$tmp/etcd$i.log" -- \
+      "$etcd_bin" --name "n$i" --data-dir "$tmp/etcd$i" --log-level warn --logger zap \
+      --listen-client-urls "http://${a[i]}:2379" --advertise-client-urls "http://${a[i]}:2379" \
+      --listen-peer-urls "http://${a[i]}:2380" --initial-advertise-peer-urls "http://${a[i]}:2380" \
+      --initial-cluster "$initial" --initial-cluster-state new --initial-cluster-token "$token")
+  done
+  retry 30 etcd_healthy "$etcd_endpoints"
+}
+
+# etcd_healthy ENDPOINTS: whether every member listed answers (from this machine, over the bridge).
+etcd_healthy() {
+  ETCDCTL_API=3 timeout 5 "$etcdctl_bin" --endpoints="$1" --dial-timeout=1s --command-timeout=2s \
+    endpoint health >/dev/null 2>&1
+}
+
+# stop_etcd_cluster: SIGKILLs every member still running and waits for it (idempotent).
+stop_etcd_cluster() {
+  local i
+  for i in "${!etcd_pid[@]}"; do
+    if alive "${etcd_pid[$i]}"; then
+      "$C" signal "$name" "$i:${etcd_pid[$i]}" KILL >/dev/null 2>&1 || true
+      "$C" wait "$name" "$i:${etcd_pid[$i]}" 10 >/dev/null 2>&1 || true
+    fi
+  done
+}
+
+# etcd_leader ENDPOINTS: the endpoint of the member that leads (empty when none answers).
+etcd_leader() {
+  ETCDCTL_API=3 timeout 5 "$etcdctl_bin" --endpoints="$1" --dial-timeout=1s --command-timeout=2s \
+    endpoint status 2>/dev/null | awk -F', ' '$5 == "true" { print $1 }' | head -n 1
+}
