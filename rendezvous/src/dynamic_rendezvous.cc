@@ -817,8 +817,12 @@ void DynamicRendezvous::delete_round_keys(Store& s, const std::string& r) {
     }
     keys.push_back(r + "/closed");
   }
-  keys.push_back(r + "/arrivals");
   for (const auto& key : keys) s.delete_key(key);
+  if (auto* leases = dynamic_cast<LeaseStore*>(&s)) {
+    leases->delete_tickets(r + "/arrivals");
+  } else {
+    s.delete_key(r + "/arrivals");
+  }
 }
 
 void DynamicRendezvous::shutdown(std::chrono::milliseconds deadline) {

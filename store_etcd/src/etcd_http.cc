@@ -646,6 +646,29 @@ Json Transport::attempt(const std::string& origin, const std::string& path, cons
   }
 }
 
+bool Transport::after_failed_attempt(const std::string& origin, const EtcdEndpoint& endpoint,
+                                     int& reauths) {
+  try {
+    throw;
+  } catch (const ConnectionFailed& e) {
+    unary_.reset();
+    endpoint_failed(endpoint, e.reason());
+    return false;
+  } catch (const TokenExpired&) {
+    std::lock_guard state(state_mutex_);
+    token_.clear();
+    if (++reauths <= kMaxReauth) return true;
+    throw AuthError(origin, fmt::format("etcd at {} keeps refusing fresh auth tokens",
+                                        endpoint_text(endpoint)));
+  } catch (const CertificateError& e) {
+    unary_.reset();
+    throw AuthError(origin, e.what());
+  } catch (...) {
+    unary_.reset();
+    throw;
+  }
+}
+
 Json Transport::call(const std::string& origin, const std::string& path, const Json& body,
                      std::optional<Duration> retry_limit) {
   std::lock_guard lock(unary_mutex_);
@@ -658,21 +681,8 @@ Json Transport::call(const std::string& origin, const std::string& path, const J
     const EtcdEndpoint endpoint = current_endpoint();
     try {
       return attempt(origin, path, text, Deadline(attempt_limit(limit, failing_since)));
-    } catch (const ConnectionFailed& e) {
-      unary_.reset();
-      endpoint_failed(endpoint, e.reason());
-    } catch (const TokenExpired&) {
-      std::lock_guard state(state_mutex_);
-      token_.clear();
-      if (++reauths <= kMaxReauth) continue;
-      throw AuthError(origin, fmt::format("etcd at {} keeps refusing fresh auth tokens",
-                                          endpoint_text(endpoint)));
-    } catch (const CertificateError& e) {
-      unary_.reset();
-      throw AuthError(origin, e.what());
     } catch (...) {
-      unary_.reset();
-      throw;
+      if (after_failed_attempt(origin, endpoint, reauths)) continue;
     }
     auto now = Clock::now();
     if (!failing_since) failing_since = now;
@@ -699,20 +709,8 @@ void Transport::probe() {
       attempt("EtcdStore", "/v3/kv/range", text,
               Deadline(std::min(deadline.remaining(), kMaxAttempt)));
       return;
-    } catch (const ConnectionFailed& e) {
-      unary_.reset();
-      endpoint_failed(endpoint, e.reason());
-    } catch (const TokenExpired&) {
-      std::lock_guard state(state_mutex_);
-      token_.clear();
-      if (++reauths > kMaxReauth) throw AuthError("EtcdStore", "etcd keeps refusing fresh auth tokens");
-      continue;
-    } catch (const CertificateError& e) {
-      unary_.reset();
-      throw AuthError("EtcdStore", e.what());
     } catch (...) {
-      unary_.reset();
-      throw;
+      if (after_failed_attempt("EtcdStore", endpoint, reauths)) continue;
     }
     if (deadline.expired()) give_up("EtcdStore", limit);
     std::this_thread::sleep_for(std::min(backoff.next(), deadline.remaining()));

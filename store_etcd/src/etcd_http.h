@@ -201,6 +201,11 @@ class Transport {
   Json attempt(const std::string& origin, const std::string& path, const std::string& body,
                const Deadline& deadline);
   void authenticate(Connection& connection, const std::string& origin, const Deadline& deadline);
+  // Called from a catch block after a unary attempt on `endpoint` failed: a
+  // broken connection marks the endpoint failed (false: retry after backoff),
+  // an expired token is dropped (true: retry at once, at most kMaxReauth
+  // times); anything else is rethrown (a bad certificate as AuthError).
+  bool after_failed_attempt(const std::string& origin, const EtcdEndpoint& endpoint, int& reauths);
   // Throws ConnectionFailed when `reply` comes from another cluster than the first reply did.
   void check_cluster(const Json& reply, const std::string& where);
   std::string token();

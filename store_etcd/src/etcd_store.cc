@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -141,18 +142,16 @@ class EtcdStore::Client {
   std::string read_modify_write(const std::string& origin, const std::string& key,
                                 const std::function<std::string(const std::string*)>& update);
 
-  // take_ticket: see the comment at the definition.
-  std::int64_t take_ticket(const std::string& origin, const std::string& key);
+  // A name for this client's next ticket, unique among all clients.
+  std::string next_ticket_name() { return marker.substr(marker.rfind('/') + 1) + "." + std::to_string(++tickets_); }
 
   std::shared_ptr<etcd::Transport> transport;
   const std::string marker;  // this client's marker key (see read_modify_write)
 
  private:
-  std::mutex rmw_mutex_;  // one add/append/ticket of this client at a time
+  std::mutex rmw_mutex_;  // one add/append of this client at a time
   std::uint64_t sequence_ = 0;
-  // The marker's mod_revision as this client last wrote or read it (0:
-  // absent); guarded by rmw_mutex_.
-  std::int64_t marker_revision_ = 0;
+  std::atomic<std::uint64_t> tickets_{0};
 
  public:
   bool marker_written = false;  // guarded by rmw_mutex_
@@ -261,50 +260,7 @@ std::string EtcdStore::Client::read_modify_write(
     Json compare = Json::array({compare_mod(full_key, kv ? json_int(*kv, "mod_revision") : 0),
                                 compare_mod(marker, marker_kv ? json_int(*marker_kv, "mod_revision") : 0)});
     reply = txn(origin, compare, Json::array({put_op(full_key, value), put_op(marker, sequence)}), reads);
-    if (reply.value("succeeded", false)) {
-      marker_revision_ = header_revision(reply);
-      return value;
-    }
-  }
-}
-
-// Tickets: one txn puts the counter key with prev_kv (its previous version is
-// the number of tickets taken before) and stamps this client's marker with
-// the attempt's number, on the sole condition that the marker is as this
-// client last left it. Nobody else writes that marker, so tickets never
-// contend. A re-sent txn that had been applied fails the condition and reads
-// the marker: holding this attempt's number, the attempt was applied, and
-// the counter's version at the marker's revision is its ticket + 1.
-std::int64_t EtcdStore::Client::take_ticket(const std::string& origin, const std::string& key) {
-  std::lock_guard lock(rmw_mutex_);
-  const std::string full_key = full(key);
-  const Json read_marker = Json::array({range_op(marker, false)});
-  for (;;) {
-    const std::string sequence = std::to_string(++sequence_);
-    Json put = put_op(full_key, "");
-    put["request_put"]["prev_kv"] = true;
-    marker_written = true;
-    Json reply = txn(origin, Json::array({compare_mod(marker, marker_revision_)}),
-                     Json::array({put, put_op(marker, sequence)}), read_marker);
-    if (reply.value("succeeded", false)) {
-      marker_revision_ = header_revision(reply);
-      const Json& response = txn_response(reply, 0, "response_put");
-      auto previous = response.find("prev_kv");
-      return previous == response.end() ? 0 : json_int(*previous, "version");
-    }
-    const Json* kv = first_kv(txn_response(reply, 0, "response_range"));
-    marker_revision_ = kv ? json_int(*kv, "mod_revision") : 0;
-    if (kv == nullptr || json_bytes(*kv, "value") != sequence) continue;  // stale: retry
-    Json at = range_body(full_key, true);
-    at["revision"] = std::to_string(marker_revision_);
-    const Json* counter = first_kv(call(origin, "/v3/kv/range", at));
-    const std::int64_t version = counter ? json_int(*counter, "version") : 0;
-    if (version < 1) {
-      throw ProtocolError(origin, fmt::format("ticket counter '{}' has no version at revision {}, "
-                                              "the one that took this client's ticket", key,
-                                              marker_revision_));
-    }
-    return version - 1;
+    if (reply.value("succeeded", false)) return value;
   }
 }
 
@@ -493,15 +449,42 @@ void EtcdStore::set_with_lease(const std::string& key, const std::string& value,
   }
 }
 
+// Tickets: one key per ticket below "<key>/", named by the client and the
+// call, so a put that the transport sends again (its first send may have been
+// applied) leaves the key's create_revision as it was. A ticket's number is how
+// many ticket keys existed at that revision, less one: a count-only range at
+// the revision (etcd keeps the index; a count ignores max_create_revision).
+// Puts of different keys never conflict.
 std::int64_t EtcdStore::take_ticket(const std::string& key) {
-  return client_->take_ticket("EtcdStore::take_ticket", key);
+  const char* origin = "EtcdStore::take_ticket";
+  const std::string tickets = client_->full(key) + "/";
+  Json put = put_op(tickets + client_->next_ticket_name(), "")["request_put"];
+  put["prev_kv"] = true;
+  const Json reply = client_->call(origin, "/v3/kv/put", put);
+  auto previous = reply.find("prev_kv");
+  const std::int64_t created =
+      previous != reply.end() ? json_int(*previous, "create_revision") : header_revision(reply);
+  auto [begin, end] = prefix_range(tickets);
+  Json at = {{"key", base64_encode(begin)}, {"range_end", base64_encode(end)}, {"count_only", true},
+             {"revision", std::to_string(created)}};
+  const std::int64_t count = json_int(client_->call(origin, "/v3/kv/range", at), "count");
+  if (count < 1) {
+    throw ProtocolError(origin, fmt::format("etcd counts no ticket of '{}' at revision {}, where this "
+                                            "client's was created", key, created));
+  }
+  return count - 1;
+}
+
+void EtcdStore::delete_tickets(const std::string& key) {
+  auto [begin, end] = prefix_range(client_->full(key) + "/");
+  client_->call("EtcdStore::delete_tickets", "/v3/kv/deleterange",
+                {{"key", base64_encode(begin)}, {"range_end", base64_encode(end)}});
 }
 
 std::int64_t EtcdStore::tickets_taken(const std::string& key) {
-  const Json reply = client_->call("EtcdStore::tickets_taken", "/v3/kv/range",
-                                   range_body(client_->full(key), true));
-  const Json* kv = first_kv(reply);
-  return kv == nullptr ? 0 : json_int(*kv, "version");
+  const Json reply = client_->txn("EtcdStore::tickets_taken", Json::array(),
+                                  Json::array({count_op(client_->full(key) + "/")}));
+  return json_int(txn_response(reply, 0, "response_range"), "count");
 }
 
 std::int64_t EtcdStore::revision() {

@@ -88,6 +88,7 @@ class FakeLeaseStore final : public LeaseStore {
     auto it = tickets_.find(key);
     return it == tickets_.end() ? 0 : it->second;
   }
+  void delete_tickets(const std::string& key) override { tickets_.erase(key); }
   std::int64_t revision() override { return revision_; }
   std::unique_ptr<StoreWatch> watch_prefix(const std::string& prefix, std::int64_t,
                                            std::function<void(const StoreEvent&)> on_event,

@@ -63,12 +63,14 @@ class LeaseStore : public Store {
   // Takes a ticket from the counter at `key`: returns how many tickets were
   // taken before this one (0, 1, 2, ...), once even when the call is retried
   // after a lost connection. Unlike add(), concurrent callers never conflict
-  // (on etcd: a put that returns the key's previous version), so a thousand
-  // nodes arriving at once cost a thousand writes, not a thousand races. A
-  // key used for tickets holds no meaningful value; use only these two on it.
+  // (on etcd: a key per ticket, numbered by creation), so a thousand nodes
+  // arriving at once cost a thousand writes, not a thousand races. Keys below
+  // "<key>/" hold the tickets; use only these three on them.
   virtual std::int64_t take_ticket(const std::string& key) = 0;
-  // How many tickets were taken from `key` (0 when it does not exist).
+  // How many tickets were taken from `key` (0 when none).
   virtual std::int64_t tickets_taken(const std::string& key) = 0;
+  // Deletes every ticket of `key` (the count starts again at 0).
+  virtual void delete_tickets(const std::string& key) = 0;
 
   // The store's current revision: a watch from revision()+1 misses no change
   // made after this call.

@@ -7,6 +7,8 @@
 //   set, multi_set       kv/put (multi_set: one kv/txn)
 //   get, wait, multi_get kv/range; a missing key is waited for with a watch
 //                        from the revision of that read (never by polling)
+//   take_ticket          kv/put of a key per ticket, then a count-only kv/range
+//                        at its create revision (no conflicts)
 //   add, append          kv/txn comparing the key's mod_revision (or its
 //                        absence) with what was read, retried on a lost race;
 //                        a retry after a lost connection is applied once
@@ -108,11 +110,13 @@ class EtcdStore final : public LeaseStore {
   std::int64_t lease_time_left(LeaseId lease) override;
   void revoke_lease(LeaseId lease) override;
   void set_with_lease(const std::string& key, const std::string& value, LeaseId lease) override;
-  // A txn that puts `key` with prev_kv (its previous version counts the
-  // tickets before) and stamps this client's marker (see add).
+  // A key of its own below "<key>/" (a re-sent put keeps its create_revision),
+  // then a count of the keys below "<key>/" at that revision.
   std::int64_t take_ticket(const std::string& key) override;
-  // kv/range: the key's version.
+  // A count of the keys below "<key>/".
   std::int64_t tickets_taken(const std::string& key) override;
+  // kv/deleterange of the keys below "<key>/".
+  void delete_tickets(const std::string& key) override;
   std::int64_t revision() override;
   std::unique_ptr<StoreWatch> watch_prefix(
       const std::string& key_prefix, std::int64_t from_revision,
