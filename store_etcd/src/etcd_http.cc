@@ -46,6 +46,10 @@ Deadline first_byte_deadline(const Deadline& attempt, std::size_t request_bytes)
 }
 // The token expired more often than this within one call: give up.
 constexpr int kMaxReauth = 3;
+// The cheapest call that names the cluster (its header's cluster_id): a count
+// of the single key "\0" (base64 "AA==").
+constexpr const char* kProbePath = "/v3/kv/range";
+const std::string kProbeBody = R"({"count_only":true,"key":"AA=="})";
 
 // The server's certificate did not verify: final, not retried.
 class CertificateError : public AuthError {
@@ -606,20 +610,21 @@ void Transport::authenticate(Connection& connection, const std::string& origin,
   token_ = result.value("token", std::string());
 }
 
-void Transport::check_cluster(const Json& reply, const std::string& where) {
+bool Transport::from_this_cluster(const Json& reply) {
   auto header = reply.find("header");
-  if (header == reply.end() || !header->is_object()) return;
+  if (header == reply.end() || !header->is_object()) return true;
   const std::string id = header->value("cluster_id", std::string());
-  if (id.empty()) return;
+  if (id.empty()) return true;
   std::lock_guard lock(state_mutex_);
-  if (cluster_id_.empty()) {
-    cluster_id_ = id;
-  } else if (id != cluster_id_) {
-    // Not a member of the cluster this client talks to (a misconfigured
-    // list, or a port reused by another etcd): never mix two clusters' keys.
-    throw ConnectionFailed(fmt::format("{} belongs to another etcd cluster (id {}, not {})", where,
-                                       id, cluster_id_),
-                           false);
+  if (cluster_id_.empty()) cluster_id_ = id;
+  return id == cluster_id_;
+}
+
+void Transport::check_cluster(const Json& reply, const std::string& where) {
+  // Not a member of the cluster this client talks to (a misconfigured list,
+  // or a port another etcd took over): never mix two clusters' keys.
+  if (!from_this_cluster(reply)) {
+    throw ConnectionFailed(fmt::format("{} belongs to another etcd cluster", where), false);
   }
 }
 
@@ -629,11 +634,18 @@ Json Transport::attempt(const std::string& origin, const std::string& path, cons
   const bool same = unary_ && unary_->endpoint().host == endpoint.host &&
                     unary_->endpoint().port == endpoint.port;
   for (int tries = 0;; ++tries) {
+    bool fresh = false;
     if (!same || !unary_->is_open() || tries > 0) {
       unary_ = std::make_unique<Connection>(endpoint, tls_.get());
       unary_->open(deadline);
+      fresh = true;
     }
     if (!options_.username.empty() && token().empty()) authenticate(*unary_, origin, deadline);
+    // A new connection proves its cluster before a write can go through it.
+    if (fresh && path != kProbePath) {
+      HttpReply probe = unary_->post(kProbePath, kProbeBody, token(), first_byte_deadline(deadline, 0), deadline);
+      check_cluster(parse_reply(origin, unary_->where(), kProbePath, probe), unary_->where());
+    }
     try {
       HttpReply reply = unary_->post(path, body, token(), first_byte_deadline(deadline, body.size()), deadline);
       Json result = parse_reply(origin, unary_->where(), path, reply);
@@ -696,8 +708,6 @@ void Transport::probe() {
   std::lock_guard lock(unary_mutex_);
   const Duration limit = options_.connect_timeout;
   Deadline deadline(limit);
-  Json body = {{"key", base64_encode(std::string(1, '\0'))}, {"count_only", true}, {"limit", "1"}};
-  const std::string text = body.dump();
   Backoff backoff(Duration(20), Duration(500));
   int reauths = 0;
   for (bool first = true;; first = false) {
@@ -706,7 +716,7 @@ void Transport::probe() {
     // of the previous failure with a timeout.
     if (!first && deadline.remaining() < Duration(100)) give_up("EtcdStore", limit);
     try {
-      attempt("EtcdStore", "/v3/kv/range", text,
+      attempt("EtcdStore", kProbePath, kProbeBody,
               Deadline(std::min(deadline.remaining(), kMaxAttempt)));
       return;
     } catch (...) {

@@ -192,6 +192,9 @@ class Transport {
   // Records that the endpoint in use failed (a stream broke): later calls
   // start at the next one.
   void endpoint_failed(const EtcdEndpoint& endpoint, const std::string& reason);
+  // false when `reply` (a reply or a watch message's result, with its header)
+  // comes from another etcd cluster than the first reply this client got.
+  bool from_this_cluster(const Json& reply);
   // A message of a stream carried an error: throws ReplyError for final ones;
   // returns normally when the stream should be re-opened (re-authenticating
   // first when the token expired).

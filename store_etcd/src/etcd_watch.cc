@@ -54,6 +54,10 @@ WaitResult wait_for_put(Transport& transport, const std::string& origin, const s
       return WaitResult::kRecheck;
     }
     const Json& result = result_of(message);
+    if (!transport.from_this_cluster(result)) {
+      transport.endpoint_failed(connection->endpoint(), "it belongs to another etcd cluster");
+      return WaitResult::kRecheck;
+    }
     if (result.value("canceled", false)) {
       std::this_thread::sleep_for(std::min(kRecheckPause, deadline.remaining()));
       return WaitResult::kRecheck;
@@ -142,6 +146,11 @@ class EtcdWatch final : public StoreWatch {
       Json message = parse_message(kWatchOrigin, connection.where(), *line);
       if (message.contains("error")) {
         transport_->stream_error(kWatchOrigin, connection.where(), message);
+        if (!failing_since) failing_since = Clock::now();
+        return true;
+      }
+      if (!transport_->from_this_cluster(result_of(message))) {
+        transport_->endpoint_failed(connection.endpoint(), "it belongs to another etcd cluster");
         if (!failing_since) failing_since = Clock::now();
         return true;
       }

@@ -197,6 +197,26 @@ TEST(EtcdStore, TicketsAreDistinctAndCountedOnceUnderContentionAndAcrossAMemberK
   EXPECT_EQ(clients[1]->take_ticket("arrivals"), 0) << "the count starts again";
 }
 
+TEST(EtcdStore, AMemberOfAnotherClusterIsAFailedEndpointNotAPlaceForKeys) {
+  DDP_SKIP_WITHOUT_ETCD();
+  test::EtcdCluster mine;
+  test::EtcdCluster other;  // e.g. another etcd that took over a dead member's port
+  EtcdStoreOptions options = options_for(mine);
+  options.endpoints.push_back(other.client_endpoints()[0]);
+  options.request_timeout = 3s;
+  EtcdStore store(options);
+  store.set("k", "v");
+  mine.stop(0);
+  try {
+    store.set("k", "w");
+    FAIL() << "a write went to another cluster";
+  } catch (const NetworkError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("belongs to another etcd cluster")) << e.what();
+  }
+  EtcdStore others(options_for(other));
+  EXPECT_FALSE(others.check({"k"}));
+}
+
 // ---------------------------------------------------------------------------
 // Leases
 

@@ -26,6 +26,10 @@
 // attempt of a unary call lasts at most clamp(request_timeout, 1 s, 15 s), and
 // moves on when no reply has started within 3 s (plus 1 s per MiB sent): a
 // member that lost its leader would otherwise hold it for its own 7 s.
+// Every endpoint must belong to the cluster of the first reply (its
+// cluster_id): a new connection proves it before a write goes through it, and
+// a reply or watch message from another cluster (say another etcd that took
+// over a dead member's port) counts as a failed endpoint.
 // The constructor checks that some endpoint answers as an etcd v3 gateway
 // (and authenticates when a username is given) within `connect_timeout`;
 // it throws NetworkError naming the endpoints when none does, ProtocolError
