@@ -92,6 +92,15 @@ ProcessGroupGloo::ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int s
                                               options_.max_segment_bytes));
   }
   debug_detail_ = options_.debug_detail.value_or(debug_detail_from_env());
+  // Settings are checked before any connection: a rank that refuses its own
+  // must not leave its peers with a half-connected mesh.
+  const bool want_shm = options_.shared_memory ? *options_.shared_memory
+                                               : !env::get_bool("DDP_SHM_DISABLE").value_or(false);
+  if (options_.allreduce_algorithm == AllreduceAlgorithm::kSharedMemory && !want_shm) {
+    throw InvalidArgument(origin, options_.shared_memory
+                                      ? "allreduce_algorithm shm needs shared_memory on"
+                                      : "allreduce_algorithm shm, but DDP_SHM_DISABLE is set");
+  }
 
   try {
     gloo::transport::tcp::attr attr;
@@ -117,8 +126,6 @@ ProcessGroupGloo::ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int s
   }
   // Every rank takes part in the shared-memory setup, even with it off, so that
   // ranks configured differently fall back together instead of waiting.
-  const bool want_shm = options_.shared_memory ? *options_.shared_memory
-                                               : !env::get_bool("DDP_SHM_DISABLE").value_or(false);
   std::string why_no_shm = "a group of one rank";
   if (size > 1) {
     ShmAllreduce::Options shm_options;
@@ -129,11 +136,6 @@ ProcessGroupGloo::ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int s
     shm_ = ShmAllreduce::create(*store_, rank, size, shm_options, &why_no_shm);
   }
   if (options_.allreduce_algorithm == AllreduceAlgorithm::kSharedMemory) {
-    if (!want_shm) {
-      throw InvalidArgument(origin, options_.shared_memory
-                                        ? "allreduce_algorithm shm needs shared_memory on"
-                                        : "allreduce_algorithm shm, but DDP_SHM_DISABLE is set");
-    }
     if (!shm_ && size > 1) {
       throw BackendError(origin, fmt::format("group '{}' rank {}/{}: allreduce_algorithm shm, but the "
                                              "ranks cannot share memory ({})",
