@@ -828,7 +828,9 @@ void DynamicRendezvous::delete_round_keys(Store& s, const std::string& r) {
 void DynamicRendezvous::shutdown(std::chrono::milliseconds deadline) {
   const auto until = Clock::now() + deadline;
   stop_liveness(deadline);
-  if (params_.max_nodes == 1 || last_round_ < 0) return;
+  // A single node never touched the store. A node that never joined a round
+  // (refused, timed out) only takes its keep-alive key away.
+  if (params_.max_nodes == 1) return;
   auto left = std::chrono::duration_cast<Duration>(until - Clock::now());
   if (left <= Duration(0)) return;
   // On a thread of its own, which owns all it touches, so that a frozen store
@@ -846,7 +848,7 @@ void DynamicRendezvous::shutdown(std::chrono::milliseconds deadline) {
     std::lock_guard lock(liveness_->mutex);
     lease = liveness_->lease;
   }
-  const std::string last = round_prefix(last_round_);
+  const std::string last = last_round_ >= 0 ? round_prefix(last_round_) : "";
   const std::string before = last_round_ >= 1 ? round_prefix(last_round_ - 1) : "";
   const int nodes = last_nodes_;
   auto done = std::make_shared<std::promise<void>>();
@@ -859,7 +861,7 @@ void DynamicRendezvous::shutdown(std::chrono::milliseconds deadline) {
         store->delete_key(alive);
       }
       // The last node of the last round to leave deletes what is left of the job.
-      if (store->add(last + "/left", 1) >= nodes) {
+      if (!last.empty() && store->add(last + "/left", 1) >= nodes) {
         if (!before.empty()) delete_round_keys(*store, before);
         delete_round_keys(*store, last);
         store->delete_key(prefix + "current");

@@ -221,6 +221,35 @@ expect_exit() {
 # field FILE KEY: KEY's value in a worker record.
 field() { sed -n "s/.*\\b$2=\\([^ ]*\\).*/\\1/p" "$1"; }
 
+# ---- the demo (elastic_demo_test.sh, etcd_demo_test.sh) -------------------------------------
+
+# setup_demo: the Fashion-MNIST demo as the tests run it, in demo=(...), checkpointing to
+# $ckpt. 3072 samples: 32 steps of 32 per rank and epoch with 3 nodes, 48 with 2; 80 ms
+# per step: about 2.5 s an epoch with 3 nodes, 4 s with 2. A checkpoint every 4 steps.
+setup_demo() {
+  ckpt=$tmp/ckpt.bin
+  demo=("$bin/train_fashion_mnist" --train-limit 3072 --test-limit 300 --batch-size 32
+    --epochs 2 --hidden 32 --checkpoint "$ckpt" --checkpoint-every 4 --log-every 1
+    --throttle-ms 80)
+}
+
+# start_node KEY NODE: the demo on NODE, --nnodes 2:3. --node_rank: node i is group rank
+# i, so node 0 runs rank 0 (the one that prints progress and writes the checkpoint) while
+# it lives. --max_restarts=0 (the default): a membership change must not consume
+# restarts; DDP_ELASTIC_MAX_RESTARTS overrides it (to look past a failure that spent one).
+start_node() {
+  start_agent "$1" "$2" 2:3 "$conf_fast,join_timeout=60" --node_rank="$2" \
+    --max_restarts="${DDP_ELASTIC_MAX_RESTARTS:-0}" -- "${demo[@]}"
+}
+
+# trained_steps_at_3 S: the demo's rank 0 (node 0) printed a step of epoch 1 at or after S
+# ("step S/32").
+trained_steps_at_3() {
+  local s
+  s=$(sed -n 's/^\[default0\]:epoch 1\/2 step \([0-9]*\)\/32 .*/\1/p' "$tmp/node0.log" | tail -n 1)
+  [[ -n $s ]] && ((s >= $1))
+}
+
 # ---- etcd (etcd_demo_test.sh) ----------------------------------------------------------------
 
 etcd_bin=${DDP_ETCD:-/usr/bin/etcd}

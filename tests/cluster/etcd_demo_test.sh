@@ -55,23 +55,7 @@ start_etcd_cluster || fail "the etcd cluster ($etcd_endpoints) did not become he
 rdzv_backend=etcd
 rdzv_endpoint=$etcd_endpoints
 
-# As elastic_demo_test.sh: 3072 samples, 80 ms per step, a checkpoint every 4 steps.
-ckpt=$tmp/ckpt.bin
-demo=("$bin/train_fashion_mnist" --train-limit 3072 --test-limit 300 --batch-size 32
-  --epochs 2 --hidden 32 --checkpoint "$ckpt" --checkpoint-every 4 --log-every 1
-  --throttle-ms 80)
-# --node_rank: node i is group rank i, so node 0 runs rank 0 while it lives, then node 1.
-start_node() {  # KEY NODE
-  start_agent "$1" "$2" 2:3 "$conf_fast,join_timeout=60" --node_rank="$2" \
-    --max_restarts="${DDP_ELASTIC_MAX_RESTARTS:-0}" -- "${demo[@]}"
-}
-
-# The demo's rank 0 (node 0) printed a step of epoch 1 at or after S ("step S/32").
-trained_steps_at_3() {
-  local s
-  s=$(sed -n 's/^\[default0\]:epoch 1\/2 step \([0-9]*\)\/32 .*/\1/p' "$tmp/node0.log" | tail -n 1)
-  [[ -n $s ]] && ((s >= $1))
-}
+setup_demo
 
 step "starting 3 nodes on etcd at $etcd_endpoints"
 start_node node0 0

@@ -60,7 +60,7 @@ class ElasticTest : public ::testing::Test {
     int n = 0;
     const std::string prefix = "ws" + std::to_string(world) + "_";
     for (const auto& entry : fs::directory_iterator(dir_.path())) {
-      if (entry.path().filename().string().rfind(prefix, 0) == 0) ++n;
+      if (entry.path().filename().string().rfind(prefix, 0) == 0 && entry.path().extension() != ".tmp") ++n;
     }
     return n;
   }

@@ -78,6 +78,7 @@ class EtcdJobTest : public ::testing::Test {
     std::vector<WorkerRecord> list;
     for (const auto& entry : fs::directory_iterator(dir_.path())) {
       const std::string name = entry.path().filename().string();
+      if (entry.path().extension() == ".tmp") continue;  // being written
       WorkerRecord w;
       if (std::sscanf(name.c_str(), "ws%d_r%d_%d", &w.world, &w.rank, &w.pid) != 3) continue;
       w.store = read_text(dir_.path() / ("store_r" + std::to_string(w.rank) + "_" + std::to_string(w.pid)));

@@ -60,7 +60,8 @@ class SharedStoreTest : public ::testing::Test {
   std::vector<std::string> worker_stores(const std::string& run_id) const {
     std::vector<std::string> stores;
     for (const auto& entry : fs::directory_iterator(dir_.path() / run_id)) {
-      if (entry.path().filename().string().rfind("store_r", 0) == 0) {
+      // (a worker writes <name>.tmp, then renames it)
+      if (entry.path().filename().string().rfind("store_r", 0) == 0 && entry.path().extension() != ".tmp") {
         stores.push_back(read_text(entry.path()));
       }
     }
@@ -71,7 +72,7 @@ class SharedStoreTest : public ::testing::Test {
     int n = 0;
     const std::string prefix = "ws" + std::to_string(world) + "_";
     for (const auto& entry : fs::directory_iterator(dir_.path() / run_id)) {
-      if (entry.path().filename().string().rfind(prefix, 0) == 0) ++n;
+      if (entry.path().filename().string().rfind(prefix, 0) == 0 && entry.path().extension() != ".tmp") ++n;
     }
     return n;
   }

@@ -96,12 +96,13 @@ int main(int argc, char** argv) {
     // Announces itself as "ws<WORLD_SIZE>_r<RANK>_<pid>" (its GROUP_RANK inside)
     // and runs until "<dir>/finish" exists: a worker of a group that may re-form.
     const std::string dir = argv[2];
-    write_file(dir + "/ws" + env_or("WORLD_SIZE", "x") + "_r" + rank + "_" +
-                   std::to_string(::getpid()),
-               env_or("GROUP_RANK", "x"));
+    // The store file first: a test that sees the ws file can read it.
     write_file(dir + "/store_r" + rank + "_" + std::to_string(::getpid()),
                env_or("DDP_STORE_ADDR", "x") + ":" + env_or("DDP_STORE_PORT", "x") + " " +
                    env_or("DDP_STORE_PREFIX", "x"));
+    write_file(dir + "/ws" + env_or("WORLD_SIZE", "x") + "_r" + rank + "_" +
+                   std::to_string(::getpid()),
+               env_or("GROUP_RANK", "x"));
     while (::access((dir + "/finish").c_str(), F_OK) != 0) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }

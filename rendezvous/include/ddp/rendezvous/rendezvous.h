@@ -140,7 +140,8 @@ class RendezvousHandler {
   // is abandoned on a detached thread that owns its own store handle. Never
   // throws. Must not be called while next_rendezvous() runs on another thread;
   // after it, next_rendezvous() must not be called again. A no-op for a
-  // single-node job or when no round formed.
+  // single-node job; when no round formed it only stops this node's
+  // heartbeat or keep-alives (and takes its keep-alive key away).
   virtual void shutdown(std::chrono::milliseconds deadline) { (void)deadline; }
 
   // ---- the round in progress: the agent drives these between next_rendezvous() calls
