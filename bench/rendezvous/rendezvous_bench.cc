@@ -140,6 +140,7 @@ using namespace std::chrono_literals;
 using ddp::rendezvous_detail::DynamicRendezvous;
 
 using ddp::bench::sys_error;
+using ddp::bench::process_cpu_seconds;
 
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
@@ -775,21 +776,6 @@ SimResult run_simulated_builtin(int n, const SimSettings& s, const std::string& 
 
 // ---- etcd: one local member, started and stopped by the bench --------------------------------
 
-// The CPU seconds (user + system) process `pid` used so far (0 when it is gone).
-double cpu_seconds(pid_t pid) {
-  std::ifstream in(fmt::format("/proc/{}/stat", pid));
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const auto paren = text.rfind(')');
-  if (paren == std::string::npos) return 0;
-  std::istringstream fields(text.substr(paren + 2));
-  std::string field;
-  double ticks = 0;
-  for (int i = 3; i <= 15 && fields >> field; ++i) {
-    if (i == 14 || i == 15) ticks += std::stod(field);  // utime, stime
-  }
-  return ticks / static_cast<double>(::sysconf(_SC_CLK_TCK));
-}
-
 // One HTTP/1.1 request to 127.0.0.1:`port` (Connection: close); the response
 // (status line, headers and body), or nullopt when none came within `timeout`.
 std::optional<std::string> http_request(std::uint16_t port, const std::string& method, const std::string& path,
@@ -927,7 +913,7 @@ class EtcdServer {
 
   std::uint16_t port() const { return client_port_; }
   std::string endpoint() const { return fmt::format("127.0.0.1:{}", client_port_); }
-  double cpu_s() const { return pid_ > 0 ? cpu_seconds(pid_) : 0; }
+  double cpu_s() const { return pid_ > 0 ? process_cpu_seconds(pid_) : 0; }
   bool alive() const {
     std::ifstream stat(fmt::format("/proc/{}/stat", pid_));
     std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());

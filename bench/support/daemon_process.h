@@ -33,6 +33,21 @@ inline std::runtime_error sys_error(const std::string& what) {
   return std::runtime_error(what + ": " + std::strerror(errno));
 }
 
+// The CPU seconds (user + system) process `pid` used so far (0 when it is gone).
+inline double process_cpu_seconds(pid_t pid) {
+  std::ifstream in(fmt::format("/proc/{}/stat", pid));
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto paren = text.rfind(')');
+  if (paren == std::string::npos) return 0;
+  std::istringstream fields(text.substr(paren + 2));
+  std::string field;
+  double ticks = 0;
+  for (int i = 3; i <= 15 && fields >> field; ++i) {
+    if (i == 14 || i == 15) ticks += std::stod(field);  // utime, stime
+  }
+  return ticks / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
 class DaemonProcess {
  public:
   using Clock = std::chrono::steady_clock;
@@ -108,19 +123,7 @@ class DaemonProcess {
   }
 
   // CPU seconds (user + system) the daemon used so far.
-  double cpu_s() const {
-    std::ifstream in(fmt::format("/proc/{}/stat", pid_));
-    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    const auto paren = text.rfind(')');
-    if (paren == std::string::npos) return 0;
-    std::istringstream fields(text.substr(paren + 2));
-    std::string field;
-    double ticks = 0;
-    for (int i = 3; i <= 15 && fields >> field; ++i) {
-      if (i == 14 || i == 15) ticks += std::stod(field);  // utime, stime
-    }
-    return ticks / static_cast<double>(::sysconf(_SC_CLK_TCK));
-  }
+  double cpu_s() const { return process_cpu_seconds(pid_); }
 
   void kill_now() {
     if (pid_ > 0) ::kill(pid_, SIGKILL);
