@@ -1,6 +1,7 @@
 // The dynamic rendezvous on a store with leases (the etcd backend's liveness),
 // with a fake clock: FakeLeaseStore is a MemoryStore with leases that expire by
-// FakeTime and watches that push events synchronously. Several handlers share
+// FakeTime and watches that push events synchronously (thread-safe: the handlers
+// delete old rounds on threads of their own). Several handlers share
 // it in one thread; the test drives their steps and the clock. No sleeps.
 #include "dynamic_rendezvous.h"
 
@@ -8,6 +9,7 @@
 
 #include <functional>
 #include <map>
+#include <mutex>
 #include <memory>
 #include <optional>
 #include <set>
@@ -40,6 +42,7 @@ class FakeLeaseStore final : public LeaseStore {
   void wait(const std::vector<std::string>& keys, Duration timeout) override { data_.wait(keys, timeout); }
   bool check(const std::vector<std::string>& keys) override { return data_.check(keys); }
   bool delete_key(const std::string& key) override {
+    std::lock_guard lock(mutex_);
     const bool existed = data_.delete_key(key);
     if (existed) push_delete(key);
     return existed;
@@ -55,22 +58,26 @@ class FakeLeaseStore final : public LeaseStore {
   void append(const std::string& key, const std::string& value) override { data_.append(key, value); }
 
   LeaseId grant_lease(std::chrono::seconds ttl) override {
+    std::lock_guard lock(mutex_);
     const LeaseId id = next_lease_++;
     leases_[id] = Lease{ttl, time_.now() + ttl, {}};
     return id;
   }
   bool refresh_lease(LeaseId id) override {
+    std::lock_guard lock(mutex_);
     auto it = leases_.find(id);
     if (it == leases_.end()) return false;
     it->second.expires = time_.now() + it->second.ttl;
     return true;
   }
   std::int64_t lease_time_left(LeaseId id) override {
+    std::lock_guard lock(mutex_);
     auto it = leases_.find(id);
     if (it == leases_.end()) return -1;
     return std::chrono::ceil<std::chrono::seconds>(it->second.expires - time_.now()).count();
   }
   void revoke_lease(LeaseId id) override {
+    std::lock_guard lock(mutex_);
     auto it = leases_.find(id);
     if (it == leases_.end()) return;
     const auto keys = it->second.keys;
@@ -78,35 +85,51 @@ class FakeLeaseStore final : public LeaseStore {
     for (const auto& key : keys) delete_key(key);
   }
   void set_with_lease(const std::string& key, const std::string& value, LeaseId id) override {
+    std::lock_guard lock(mutex_);
     auto it = leases_.find(id);
     if (it == leases_.end()) throw InvalidArgument("FakeLeaseStore", "no lease " + std::to_string(id));
     it->second.keys.insert(key);
     data_.set(key, value);
   }
-  std::int64_t take_ticket(const std::string& key) override { return tickets_[key]++; }
+  std::int64_t take_ticket(const std::string& key) override {
+    std::lock_guard lock(mutex_);
+    return tickets_[key]++;
+  }
   std::int64_t tickets_taken(const std::string& key) override {
+    std::lock_guard lock(mutex_);
     auto it = tickets_.find(key);
     return it == tickets_.end() ? 0 : it->second;
   }
-  void delete_tickets(const std::string& key) override { tickets_.erase(key); }
-  std::int64_t revision() override { return revision_; }
+  void delete_tickets(const std::string& key) override {
+    std::lock_guard lock(mutex_);
+    tickets_.erase(key);
+  }
+  std::int64_t revision() override {
+    std::lock_guard lock(mutex_);
+    return revision_;
+  }
   std::unique_ptr<StoreWatch> watch_prefix(const std::string& prefix, std::int64_t,
                                            std::function<void(const StoreEvent&)> on_event,
                                            std::function<void(const std::string&)>) override {
+    std::lock_guard lock(mutex_);
     const int id = next_watch_++;
     watches_[id] = Watch{prefix, std::move(on_event)};
-    return std::make_unique<WatchHandle>(watches_, id);
+    return std::make_unique<WatchHandle>(*this, id);
   }
 
   // Deletes every lease past its deadline, with its keys.
   void expire() {
+    std::lock_guard lock(mutex_);
     std::vector<LeaseId> due;
     for (const auto& [id, lease] : leases_) {
       if (lease.expires <= time_.now()) due.push_back(id);
     }
     for (auto id : due) revoke_lease(id);
   }
-  std::size_t watches() const { return watches_.size(); }
+  std::size_t watches() const {
+    std::lock_guard lock(mutex_);
+    return watches_.size();
+  }
 
  private:
   struct Lease {
@@ -119,9 +142,12 @@ class FakeLeaseStore final : public LeaseStore {
     std::function<void(const StoreEvent&)> on_event;
   };
   struct WatchHandle : StoreWatch {
-    WatchHandle(std::map<int, Watch>& watches, int id) : watches(watches), id(id) {}
-    ~WatchHandle() override { watches.erase(id); }
-    std::map<int, Watch>& watches;
+    WatchHandle(FakeLeaseStore& store, int id) : store(store), id(id) {}
+    ~WatchHandle() override {
+      std::lock_guard lock(store.mutex_);
+      store.watches_.erase(id);
+    }
+    FakeLeaseStore& store;
     int id;
   };
 
@@ -137,6 +163,9 @@ class FakeLeaseStore final : public LeaseStore {
   }
 
   const FakeTime& time_;
+  // The rendezvous deletes old rounds' keys on a thread of its own; callbacks
+  // run under the lock and may call back into the store (hence recursive).
+  mutable std::recursive_mutex mutex_;
   MemoryStore data_;
   std::map<LeaseId, Lease> leases_;
   LeaseId next_lease_ = 1;
