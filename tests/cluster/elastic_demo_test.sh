@@ -131,22 +131,7 @@ case $scenario in
 esac
 grep -q "final test accuracy: " "$tmp/node0.log" || problem "the demo did not print its final accuracy"
 
-# No two groups at once: every round has one WORLD_SIZE, at most that many workers,
-# distinct ranks; no worker ran with WORLD_SIZE=1.
-declare -A ws_of
-while read -r f; do
-  r=$(field "$rec/$f" round)
-  w=$(field "$rec/$f" world_size)
-  [[ $w != 1 ]] || fail "$f: a worker ran with WORLD_SIZE=1 (a group of its own)"
-  [[ -z ${ws_of[$r]:-} || ${ws_of[$r]} == "$w" ]] || fail "round $r ran with WORLD_SIZE ${ws_of[$r]} and $w"
-  ws_of[$r]=$w
-done < <(records 'n*')
-for r in "${!ws_of[@]}"; do
-  n=$(count "n*_round${r}_*")
-  ((n <= ws_of[$r])) || fail "round $r: $n workers for WORLD_SIZE=${ws_of[$r]}"
-  dup=$(records "n*_round${r}_*" | sed 's/.*_r\([0-9]*\)_[0-9]*$/\1/' | sort | uniq -d)
-  [[ -z $dup ]] || fail "round $r: rank $dup ran twice"
-done
+check_one_group_per_round
 if [[ $scenario == partition ]]; then
   # After the cut node 2 may only run workers of a round nodes 0 and 1 run too.
   while read -r f; do

@@ -250,6 +250,27 @@ trained_steps_at_3() {
   [[ -n $s ]] && ((s >= $1))
 }
 
+# check_one_group_per_round: no two groups at once. Every round has one WORLD_SIZE, at
+# most that many workers, distinct ranks; no worker ran with WORLD_SIZE=1. Leaves each
+# round's WORLD_SIZE in ws_of[round].
+declare -A ws_of
+check_one_group_per_round() {
+  local f r w n dup
+  while read -r f; do
+    r=$(field "$rec/$f" round)
+    w=$(field "$rec/$f" world_size)
+    [[ $w != 1 ]] || fail "$f: a worker ran with WORLD_SIZE=1 (a group of its own)"
+    [[ -z ${ws_of[$r]:-} || ${ws_of[$r]} == "$w" ]] || fail "round $r ran with WORLD_SIZE ${ws_of[$r]} and $w"
+    ws_of[$r]=$w
+  done < <(records 'n*')
+  for r in "${!ws_of[@]}"; do
+    n=$(count "n*_round${r}_*")
+    ((n <= ws_of[$r])) || fail "round $r: $n workers for WORLD_SIZE=${ws_of[$r]}"
+    dup=$(records "n*_round${r}_*" | sed 's/.*_r\([0-9]*\)_[0-9]*$/\1/' | sort | uniq -d)
+    [[ -z $dup ]] || fail "round $r: rank $dup ran twice"
+  done
+}
+
 # ---- etcd (etcd_demo_test.sh) ----------------------------------------------------------------
 
 etcd_bin=${DDP_ETCD:-/usr/bin/etcd}

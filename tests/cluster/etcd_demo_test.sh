@@ -113,20 +113,5 @@ step "${acc:-no final accuracy}"
 grep -q '^\[default0\]:epoch 2/2 step 48/48 ' "$tmp/node1.log" ||
   problem "the 2-node group did not train to the last step (epoch 2/2 step 48/48 in node1.log)"
 
-# No two groups at once: every round has one WORLD_SIZE, at most that many workers,
-# distinct ranks; no worker ran with WORLD_SIZE=1.
-declare -A ws_of
-while read -r f; do
-  r=$(field "$rec/$f" round)
-  w=$(field "$rec/$f" world_size)
-  [[ $w != 1 ]] || fail "$f: a worker ran with WORLD_SIZE=1 (a group of its own)"
-  [[ -z ${ws_of[$r]:-} || ${ws_of[$r]} == "$w" ]] || fail "round $r ran with WORLD_SIZE ${ws_of[$r]} and $w"
-  ws_of[$r]=$w
-done < <(records 'n*')
-for r in "${!ws_of[@]}"; do
-  n=$(count "n*_round${r}_*")
-  ((n <= ws_of[$r])) || fail "round $r: $n workers for WORLD_SIZE=${ws_of[$r]}"
-  dup=$(records "n*_round${r}_*" | sed 's/.*_r\([0-9]*\)_[0-9]*$/\1/' | sort | uniq -d)
-  [[ -z $dup ]] || fail "round $r: rank $dup ran twice"
-done
+check_one_group_per_round
 done_test "(etcd, node 0 lost)"
