@@ -38,3 +38,37 @@ write_basic_package_version_file(${PROJECT_BINARY_DIR}/ddpConfigVersion.cmake
   COMPATIBILITY SameMinorVersion)
 install(FILES ${PROJECT_BINARY_DIR}/ddpConfig.cmake ${PROJECT_BINARY_DIR}/ddpConfigVersion.cmake
   DESTINATION ${DDP_INSTALL_CMAKEDIR})
+
+# pkg-config files for other build systems: ddp.pc (the worker library) and,
+# with libtorch, ddp-torch.pc (the adapter). Each finds the prefix from its own
+# place (${pcfiledir}), so `cmake --install --prefix` anywhere gives working files.
+set(DDP_PC_DIR ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+file(RELATIVE_PATH DDP_PC_PREFIX_FROM_PCDIR /prefix/${DDP_PC_DIR} /prefix)
+string(REGEX REPLACE "/$" "" DDP_PC_PREFIX_FROM_PCDIR "${DDP_PC_PREFIX_FROM_PCDIR}")
+set(DDP_PC_CFLAGS "")
+set(DDP_PC_NCCL_NAME "")
+set(DDP_PC_NCCL_LIBS "")
+if(DDP_WITH_NCCL)
+  set(DDP_PC_CFLAGS "-DDDP_WITH_NCCL=1")
+  set(DDP_PC_NCCL_NAME ", NCCL")
+  get_filename_component(_ddp_nccl_dir ${DDP_NCCL_LIBRARY} DIRECTORY)
+  get_filename_component(_ddp_cudart_dir ${DDP_CUDART_LIBRARY} DIRECTORY)
+  set(_ddp_cuda_dirs ${_ddp_nccl_dir} ${_ddp_cudart_dir})
+  list(REMOVE_DUPLICATES _ddp_cuda_dirs)
+  list(TRANSFORM _ddp_cuda_dirs PREPEND "-L")
+  string(JOIN " " DDP_PC_NCCL_LIBS ${_ddp_cuda_dirs} -lnccl -lcudart)
+endif()
+configure_file(${PROJECT_SOURCE_DIR}/cmake/ddp.pc.in ${PROJECT_BINARY_DIR}/ddp.pc @ONLY)
+install(FILES ${PROJECT_BINARY_DIR}/ddp.pc DESTINATION ${DDP_PC_DIR})
+if(DDP_WITH_TORCH)
+  # libtorch-dev's libraries: libtorch, libtorch_cpu and libc10, beside TORCH_LIBRARY.
+  get_filename_component(_ddp_torch_libdir ${TORCH_LIBRARY} DIRECTORY)
+  set(DDP_PC_TORCH_LIBS "-L${_ddp_torch_libdir} -ltorch -ltorch_cpu -lc10")
+  # /usr/include is the compiler's own: as -I it would reorder the system headers.
+  set(_ddp_torch_includes ${TORCH_INCLUDE_DIRS})
+  list(REMOVE_ITEM _ddp_torch_includes /usr/include)
+  list(TRANSFORM _ddp_torch_includes PREPEND "-I")
+  string(JOIN " " DDP_PC_TORCH_CFLAGS ${_ddp_torch_includes} ${TORCH_CXX_FLAGS})
+  configure_file(${PROJECT_SOURCE_DIR}/cmake/ddp-torch.pc.in ${PROJECT_BINARY_DIR}/ddp-torch.pc @ONLY)
+  install(FILES ${PROJECT_BINARY_DIR}/ddp-torch.pc DESTINATION ${DDP_PC_DIR})
+endif()
