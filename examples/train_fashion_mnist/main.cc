@@ -6,11 +6,14 @@
 //
 // Rank 0 prints a progress line (epoch, step, loss, samples/s) and the test
 // accuracy after every epoch. With --checkpoint, rank 0 saves parameters,
-// optimizer state and the sampler position atomically; every rank loads the
-// file at start, so a restarted run continues where it stopped.
+// optimizer state, the sampler position, the step counter and the settings
+// they depend on atomically; every rank loads the file at start, so a
+// restarted run continues where it stopped, bit for bit (see checkpoint.h).
 #include <cblas.h>
 #include <unistd.h>
+#include <zlib.h>
 
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -36,6 +39,7 @@ using Clock = std::chrono::steady_clock;
 using ddp::examples::Checkpoint;
 using ddp::examples::Dataset;
 using ddp::examples::Mlp;
+using ddp::examples::Settings;
 
 struct Flags {
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
@@ -72,6 +76,60 @@ std::vector<int> parse_layers(const std::string& hidden, int in, int out) {
   }
   layers.push_back(out);
   return layers;
+}
+
+// The shortest text that reads back as `v`: equal floats, equal texts.
+std::string exact_text(float v) {
+  char buf[64];
+  const auto result = std::to_chars(buf, buf + sizeof buf, v);
+  return std::string(buf, result.ptr);
+}
+
+// What identifies the training set: its size and a CRC-32 of its pixels and labels.
+std::string fingerprint(const Dataset& data) {
+  uLong crc = ::crc32(0L, Z_NULL, 0);
+  auto add = [&crc](const void* bytes, std::size_t n) {
+    const auto* p = static_cast<const Bytef*>(bytes);
+    while (n > 0) {
+      const auto chunk = static_cast<uInt>(std::min<std::size_t>(n, 1u << 30));
+      crc = ::crc32(crc, p, chunk);
+      p += chunk;
+      n -= chunk;
+    }
+  };
+  add(data.images.data(), data.images.size() * sizeof(float));
+  add(data.labels.data(), data.labels.size());
+  char hex[16];
+  std::snprintf(hex, sizeof hex, "%08lx", static_cast<unsigned long>(crc));
+  return std::to_string(data.size) + " samples, crc32 " + hex;
+}
+
+// Everything the trajectory of a run depends on besides the checkpoint's own
+// state: a resume with other values would silently train something else. The
+// world size is not here: a different one restarts the epoch (elastic runs).
+// Left out on purpose: logging, checkpointing, --test-limit, --max-steps and
+// --throttle-ms change nothing that is computed; the DDP bucket options change
+// only how gradients are grouped for the all-reduce, which with Gloo's ring
+// (TCP, 3 or more ranks) may change the last bits of the sums, not the run.
+// A resume with the same flags is bit-identical; one with other bucket options
+// continues the same run, possibly differing from it in the last bits.
+Settings run_settings(const Flags& flags, const std::vector<int>& layers, const Dataset& train) {
+  std::string widths;  // the hidden layers: the input and output widths are the data's
+  for (std::size_t l = 1; l + 1 < layers.size(); ++l) {
+    widths += (widths.empty() ? "" : ",") + std::to_string(layers[l]);
+  }
+  return {
+      {"--seed", std::to_string(flags.seed)},
+      {"--hidden", widths},
+      {"--batch-size", std::to_string(flags.batch_size)},
+      {"--accumulate", std::to_string(std::max(flags.accumulate, 1))},
+      {"--epochs", std::to_string(flags.epochs)},
+      {"--lr", exact_text(flags.lr)},
+      {"--momentum", exact_text(flags.momentum)},
+      {"--weight-decay", exact_text(flags.weight_decay)},
+      {"--comm-hook", flags.comm_hook},
+      {"training set", fingerprint(train)},
+  };
 }
 
 // Correct predictions and samples of this rank's contiguous shard of `test`,
@@ -116,12 +174,28 @@ int run(const Flags& flags) {
   const Dataset test = ddp::examples::load_fashion_mnist(flags.data_dir, "t10k", flags.test_limit);
 
   // Rank 0's initialization wins anyway (DDP broadcasts it at construction).
-  Mlp model(parse_layers(flags.hidden, static_cast<int>(train.features), 10),
-            rank == 0 ? flags.seed + 1 : flags.seed + 1000 + static_cast<std::uint64_t>(rank));
+  const std::vector<int> layers = parse_layers(flags.hidden, static_cast<int>(train.features), 10);
+  Mlp model(layers, rank == 0 ? flags.seed + 1 : flags.seed + 1000 + static_cast<std::uint64_t>(rank));
+  // Only a checkpoint needs them (the fingerprint reads the whole training set: ~0.1 s for all of it).
+  const Settings settings = flags.checkpoint.empty() ? Settings{} : run_settings(flags, layers, train);
 
   Checkpoint resume;
   if (!flags.checkpoint.empty()) {
+    if (lead) {  // rank 0 is the only writer: what a dead writer left is its to remove
+      for (const auto& removed : ddp::examples::remove_stale_temporaries(flags.checkpoint)) {
+        std::printf("removed %s (left by a checkpoint writer that died mid-save)\n", removed.c_str());
+      }
+    }
     if (auto ckpt = ddp::examples::load_checkpoint(flags.checkpoint)) {
+      if (ckpt->settings.empty()) {
+        if (lead) std::printf("checkpoint %s records no settings (an older version wrote it): not checked\n",
+                              flags.checkpoint.c_str());
+      } else if (const auto mismatch = ddp::examples::settings_mismatch(ckpt->settings, settings)) {
+        throw ddp::InvalidArgument("--checkpoint", flags.checkpoint + " was written by a run with other settings (" +
+                                                       *mismatch + "); resuming would not continue that run: "
+                                                       "use the settings it was written with, or another "
+                                                       "checkpoint file to start afresh");
+      }
       if (ckpt->tensors.size() != 2 * model.num_params()) {
         throw ddp::InvalidArgument("--checkpoint", flags.checkpoint + " was written for a different model");
       }
@@ -154,6 +228,13 @@ int run(const Flags& flags) {
   options.reducer.first_bucket_cap_bytes = static_cast<std::size_t>(flags.first_bucket_mb * ddp::kMiB);
   options.reducer.comm_hook = ddp::make_comm_hook(flags.comm_hook);
   options.reducer.gradient_as_bucket_view = flags.grad_as_bucket_view;
+  // The buckets keep the layout they get here, for the whole run. Rebuilding them
+  // in the observed ready order after the first step would give a resumed
+  // process another layout than the uninterrupted run had at the same step, and
+  // Gloo's ring all-reduce (TCP, 3 or more ranks) sums each element in an order
+  // that depends on its position in the bucket: the resumed run would differ in
+  // the last bits. One bucket layout for every step keeps resumes bit-identical.
+  options.reducer.rebuild_buckets = false;
   std::vector<ddp::Parameter> params;
   for (std::size_t i = 0; i < model.num_params(); ++i) {
     params.push_back({model.name(i), model.shape(i), ddp::Buffer::of(model.value(i)),
@@ -265,6 +346,7 @@ int run(const Flags& flags) {
         c.step = last ? 0 : step + 1;
         c.global_step = global_step;
         c.world_size = static_cast<std::uint64_t>(world);
+        c.settings = settings;
         for (std::size_t i = 0; i < model.num_params(); ++i) c.tensors.push_back(model.value(i));
         for (std::size_t i = 0; i < model.num_params(); ++i) c.tensors.push_back(model.momentum(i));
         ddp::examples::save_checkpoint(flags.checkpoint, c);
