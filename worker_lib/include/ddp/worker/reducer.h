@@ -92,6 +92,10 @@ struct ReducerOptions {
   // The set of used gradients and their ready order are the same every iteration.
   bool static_graph = false;
   // Rebuild the buckets once, in observed ready order, after the first iteration.
+  // A process resumed from a checkpoint rebuilds again, so for some steps its
+  // layout differs from the uninterrupted run's; with Gloo's ring all-reduce
+  // (TCP, 3 or more ranks) an element's summation order depends on its place in
+  // the bucket, and the last bits differ. Bit-identical resumes: false.
   bool rebuild_buckets = true;
   // How buckets are reduced; nullptr means allreduce_hook().
   CommHookPtr comm_hook;
