@@ -67,6 +67,8 @@ class Agent::Impl {
 
   int restart_count() const { return restart_count_; }
 
+  bool reported_worker_failure() const { return reported_worker_failure_; }
+
  private:
   struct Outcome {
     // kReform: the group's membership changed (a node lost or admitted): the
@@ -147,6 +149,7 @@ class Agent::Impl {
         std::string report = format_report(program_name(), failures_, options_.hostname);
         std::fputs(report.c_str(), stderr);
         std::fflush(stderr);
+        reported_worker_failure_ = true;
         return exit_code_for(failures_[root_cause(failures_)].exit_code);
       }
       std::fprintf(stderr,
@@ -564,6 +567,8 @@ class Agent::Impl {
   std::optional<Clock::time_point> hurry_until_;
   // A rendezvous thread was left blocked in the handler (a signal came first).
   bool rendezvous_abandoned_ = false;
+  // run() printed a failure report of this node's workers.
+  bool reported_worker_failure_ = false;
 };
 
 Agent::Agent(AgentOptions options, RendezvousHandler& rendezvous, ProcessLauncher& launcher)
@@ -571,5 +576,6 @@ Agent::Agent(AgentOptions options, RendezvousHandler& rendezvous, ProcessLaunche
 Agent::~Agent() = default;
 int Agent::run() { return impl_->run(); }
 int Agent::restart_count() const { return impl_->restart_count(); }
+bool Agent::reported_worker_failure() const { return impl_->reported_worker_failure(); }
 
 }  // namespace ddp::agent

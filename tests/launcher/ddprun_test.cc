@@ -1,5 +1,5 @@
 // End-to-end tests of the ddprun binary: environment, multi-agent rendezvous,
-// restarts, reports, signals, logs, the command line, PyTorch compatibility.
+// restarts, reports, signals, logs, the command line, Python programs.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -270,7 +270,8 @@ TEST_F(DdprunTest, MaxRestartsExhaustedReportsRootCause) {
                         {worker(), "error_file", "9", "boom at step 3"}),
                     base_env(), dir_.path());
   EXPECT_EQ(result.code, 9) << result.err;
-  EXPECT_NE(result.err.find("ddprun_test_worker FAILED"), std::string::npos) << result.err;
+  // Titled with the program as typed, as torchrun does.
+  EXPECT_NE(result.err.find("\n" + worker() + " FAILED\n"), std::string::npos) << result.err;
   EXPECT_NE(result.err.find("Root Cause (first observed failure):"), std::string::npos);
   EXPECT_NE(result.err.find("exitcode  : 9 (pid: "), std::string::npos);
   EXPECT_NE(result.err.find("traceback : Traceback (most recent call last):"), std::string::npos);
@@ -797,48 +798,86 @@ TEST_F(DdprunTest, PythonProgramRunsUnbufferedWithPython3) {
   EXPECT_EQ(module.out, "[default0]:python3 -u -m pkg.mod x\n");
 }
 
-TEST_F(DdprunTest, PyTorchGlooAllReduce) {
-  if (std::system("/usr/bin/python3 -c 'import torch.distributed' >/dev/null 2>&1") != 0) {
-    GTEST_SKIP() << "/usr/bin/python3 cannot import torch";
+// PyTorch scripts themselves, under ddprun and torchrun side by side, are
+// tests/pytorch's matrix. Here: the note for a Python without torch.
+
+// A python3 first on PATH that cannot import torch: /usr/bin/python3 with -S,
+// which leaves site- and dist-packages out of sys.path.
+class PythonWithoutTorchTest : public DdprunTest {
+ protected:
+  void SetUp() override {
+    if (!fs::exists("/usr/bin/python3")) GTEST_SKIP() << "/usr/bin/python3 not found";
+    fs::create_directories(dir_.path() / "bin");
+    std::ofstream(python()) << "#!/bin/sh\nexec /usr/bin/python3 -S \"$@\"\n";
+    fs::permissions(python(), fs::perms::owner_all);
+    std::ofstream(script()) << "import torch\n";
+    fs::create_directories(dir_.path() / "pkg");
+    std::ofstream(dir_.path() / "pkg" / "__init__.py");
+    std::ofstream(dir_.path() / "pkg" / "train.py") << "import torch\n";
+    env_ = base_env();
+    env_["PATH"] = dir_.str() + "/bin:" + env_["PATH"];
+    env_["PYTHONPATH"] = dir_.str();  // for -m pkg.train
   }
-  std::ofstream(dir_.path() / "allreduce.py") <<
-      "import os, torch, torch.distributed as dist\n"
-      "dist.init_process_group('gloo')\n"
-      "t = torch.tensor([float(dist.get_rank() + 1)])\n"
-      "dist.all_reduce(t)\n"
-      "assert t.item() == 3.0, t\n"
-      "print(f'rank {dist.get_rank()}/{dist.get_world_size()} sum {t.item()}')\n"
-      "dist.destroy_process_group()\n";
-  auto env = base_env();
-  env["PYTHON_EXEC"] = "/usr/bin/python3";
-  auto result = run(cmd({"--standalone", "--nproc_per_node=2"},
-                        {(dir_.path() / "allreduce.py").string()}),
-                    env, dir_.path(), std::chrono::seconds(90));
-  EXPECT_EQ(result.code, 0) << result.out << result.err;
-  EXPECT_NE(result.out.find("[default0]:rank 0/2 sum 3.0"), std::string::npos) << result.out;
-  EXPECT_NE(result.out.find("[default1]:rank 1/2 sum 3.0"), std::string::npos) << result.out;
+
+  std::string python() const { return dir_.str() + "/bin/python3"; }
+  std::string script() const { return dir_.str() + "/train.py"; }
+
+  // The note's first line right after the report, and its advice.
+  void expect_note(const RunResult& result, const std::string& program, const std::string& origin) {
+    EXPECT_EQ(result.code, 1) << result.err;
+    EXPECT_NE(result.err.find("ModuleNotFoundError: No module named 'torch'"), std::string::npos)
+        << result.err;
+    const std::string note = "=\nddprun: note: the workers ran " + program + " with " + python() +
+                             " (" + origin + "), which has no module named 'torch'\n";
+    EXPECT_NE(result.err.find(note), std::string::npos)
+        << "expected:\n" << note << "got:\n" << result.err;
+    EXPECT_NE(result.err.find("ddprun: note: if " + program + " uses PyTorch, set PYTHON_EXEC to a "
+                              "Python that has it, e.g. PYTHON_EXEC=/usr/bin/python3 ddprun ...\n"),
+              std::string::npos)
+        << result.err;
+  }
+
+  std::map<std::string, std::string> env_;
+};
+
+TEST_F(PythonWithoutTorchTest, ReportOfAScriptNamesThePythonAndPythonExec) {
+  auto result = run(cmd({"--standalone", "--nproc_per_node=2"}, {script()}), env_, dir_.path());
+  expect_note(result, script(), "the first python3 on PATH");
 }
 
-TEST_F(DdprunTest, PyTorchRecordErrorFileReachesTheReport) {
-  if (std::system("/usr/bin/python3 -c 'import torch.distributed' >/dev/null 2>&1") != 0) {
-    GTEST_SKIP() << "/usr/bin/python3 cannot import torch";
+TEST_F(PythonWithoutTorchTest, ReportOfAModuleNamesThePythonAndPythonExec) {
+  auto result = run(cmd({"--standalone", "-m"}, {"pkg.train"}), env_, dir_.path());
+  expect_note(result, "pkg.train", "the first python3 on PATH");
+}
+
+TEST_F(PythonWithoutTorchTest, ReportSaysThePythonCameFromPythonExec) {
+  auto env = env_;
+  env["PYTHON_EXEC"] = python();
+  env["PATH"] = base_env()["PATH"];
+  auto result = run(cmd({"--standalone"}, {script()}), env, dir_.path());
+  expect_note(result, script(), "$PYTHON_EXEC");
+}
+
+TEST_F(PythonWithoutTorchTest, NoNoteForAProgramRunDirectly) {
+  auto result =
+      run(cmd({"--standalone", "--no_python"}, {worker(), "exit", "3"}), env_, dir_.path());
+  EXPECT_EQ(result.code, 3) << result.err;
+  EXPECT_NE(result.err.find(" FAILED\n"), std::string::npos) << result.err;
+  EXPECT_EQ(result.err.find("ddprun: note"), std::string::npos) << result.err;
+}
+
+TEST_F(DdprunTest, NoNoteWhenThePythonHasTorch) {
+  if (std::system("/usr/bin/python3 -c 'import importlib.util, sys; "
+                  "sys.exit(importlib.util.find_spec(\"torch\") is None)' >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "/usr/bin/python3 has no torch";
   }
-  std::ofstream(dir_.path() / "fails.py") <<
-      "from torch.distributed.elastic.multiprocessing.errors import record\n"
-      "@record\n"
-      "def main():\n"
-      "    raise ValueError('bad batch size 7')\n"
-      "main()\n";
+  std::ofstream(dir_.path() / "fails.py") << "raise SystemExit(3)\n";
   auto env = base_env();
   env["PYTHON_EXEC"] = "/usr/bin/python3";
-  auto result = run(cmd({"--standalone", "--nproc_per_node=1"}, {(dir_.path() / "fails.py").string()}),
-                    env, dir_.path(), std::chrono::seconds(90));
-  EXPECT_EQ(result.code, 1) << result.err;
-  EXPECT_NE(result.err.find("fails.py FAILED"), std::string::npos) << result.err;
-  EXPECT_NE(result.err.find("traceback : Traceback (most recent call last):"), std::string::npos)
-      << result.err;
-  EXPECT_NE(result.err.find("ValueError: bad batch size 7"), std::string::npos) << result.err;
-  EXPECT_EQ(result.err.find("error_file: <N/A>"), std::string::npos) << result.err;
+  auto result = run(cmd({"--standalone"}, {(dir_.path() / "fails.py").string()}), env, dir_.path());
+  EXPECT_EQ(result.code, 3) << result.err;
+  EXPECT_NE(result.err.find("fails.py FAILED\n"), std::string::npos) << result.err;
+  EXPECT_EQ(result.err.find("ddprun: note"), std::string::npos) << result.err;
 }
 
 }  // namespace

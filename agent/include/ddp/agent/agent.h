@@ -43,6 +43,12 @@ class Agent {
   // The restart count of the current (or last) attempt.
   int restart_count() const;
 
+  // Whether run() ended by printing a failure report: this node's workers
+  // failed and no restarts were left. False before run() returns, and when
+  // it ended otherwise (success, a signal, another node's failure, a
+  // rendezvous error).
+  bool reported_worker_failure() const;
+
  private:
   class Impl;
   std::unique_ptr<Impl> impl_;

@@ -1,0 +1,9 @@
+#!/bin/sh
+# Runs one case of the PyTorch matrix (matrix.py) with /usr/bin/python3, the
+# Python that has torch on this image; exits 77 (skipped) without it.
+python=/usr/bin/python3
+if [ ! -x "$python" ]; then
+  echo "skipped: $python not found (the PyTorch matrix runs scripts with it; scripts/setup installs python3-torch)"
+  exit 77
+fi
+exec "$python" "$(dirname "$0")/matrix.py" "$@"
