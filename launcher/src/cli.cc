@@ -19,6 +19,7 @@
 #include "ddp/common/env.h"
 #include "ddp/common/error.h"
 #include "ddp/launcher/launch_config.h"
+#include "ddp/launcher/slurm.h"
 #include "ddp/rendezvous/backends.h"
 
 namespace ddp::launcher {
@@ -185,7 +186,14 @@ const char* kDescription =
     "torchrun's format. A program ending in .py (or -m module) runs as `python3 -u` (the\n"
     "python3 first on PATH, or $PYTHON_EXEC); any other program is executed directly.\n"
     "Every --under_score option also has a --dash-spelling and falls back to the environment\n"
-    "variable PET_<NAME> (e.g. PET_NPROC_PER_NODE).";
+    "variable PET_<NAME> (e.g. PET_NPROC_PER_NODE).\n\n"
+    "In a SLURM job (SLURM_JOB_ID set), without --standalone and --rdzv_endpoint, options that\n"
+    "are neither given nor in PET_<NAME> come from the job: --nnodes from SLURM_NNODES,\n"
+    "--node_rank from SLURM_NODEID, --rdzv_id from SLURM_JOB_ID, --master_addr from the first\n"
+    "host of SLURM_STEP_NODELIST (srun's; else SLURM_JOB_NODELIST), --master_port =\n"
+    "20000 + SLURM_JOB_ID mod 10000 (with --rdzv_backend=c10d the endpoint is that address\n"
+    "and port), --nproc_per_node from SLURM_GPUS_ON_NODE or else SLURM_NTASKS_PER_NODE.\n"
+    "Start one ddprun per node: srun --ntasks=$SLURM_JOB_NUM_NODES ddprun ...";
 
 // torchrun's (argparse's) layout: usage line first, then the description.
 class HelpFormatter : public CLI::Formatter {
@@ -317,8 +325,84 @@ class Parser {
         if (arg == spelled || arg.rfind(spelled + "=", 0) == 0) return "--" + name;
       }
     }
+    if (auto it = from_slurm_.find(name); it != from_slurm_.end()) {
+      return "--" + name + " (from " + it->second + ")";
+    }
     return env::get(env_name(name).c_str()) ? "--" + name + " (from " + env_name(name) + ")"
                                             : "--" + name;
+  }
+
+  // Whether the option was given, on the command line or as PET_<NAME>.
+  bool given(const std::string& name) const {
+    return app_.get_option("--" + name)->count() > 0;
+  }
+
+  // Under SLURM (SLURM_JOB_ID set), without --standalone and --rdzv_endpoint:
+  // every option of the job's shape that was not given comes from the job's
+  // environment (see slurm.h for the variables). Only the variables that are
+  // used are read, so a flag always wins, even over a malformed variable.
+  void apply_slurm() {
+    SlurmEnvironment slurm;
+    if (!slurm.in_job() || given("standalone") || given("rdzv_endpoint")) return;
+    const RendezvousBackend* backend = find_rendezvous_backend(raw_.rdzv_backend);
+    // An unknown backend and etcd without an endpoint are refused below.
+    if (backend == nullptr || backend->store_at == RendezvousBackend::StoreAt::kEtcd) return;
+    // Reads one thing from SLURM; a bad value names the variable and the flag
+    // that would override it.
+    auto read = [](const std::string& flag, auto reader) {
+      try {
+        return reader();
+      } catch (const InvalidArgument& e) {
+        fail(std::string(e.what()) + "; " + flag + " overrides it");
+      }
+    };
+    if (!given("nnodes")) {
+      const auto nodes = read("--nnodes", [&] { return slurm.num_nodes(); });
+      raw_.nnodes = std::to_string(nodes.value);
+      from_slurm_["nnodes"] = nodes.variable;
+      // In the batch script (or a salloc shell) only one node would join:
+      // the others never start, and node 0 would wait for them.
+      if (nodes.value > 1 && !given("node_rank") && !slurm.in_step()) {
+        fail("this SLURM job has " + std::to_string(nodes.value) + " nodes (" + nodes.variable +
+             "=" + raw_.nnodes + ") but ddprun runs outside a job step (SLURM_STEP_ID is not "
+             "set, as in the batch script itself): start one ddprun per node with srun "
+             "(`srun --ntasks=$SLURM_JOB_NUM_NODES ddprun ...`), or give --nnodes and "
+             "--node_rank");
+      }
+    }
+    if (!given("node_rank")) {
+      const auto id = read("--node_rank", [&] { return slurm.node_id(); });
+      raw_.node_rank = std::to_string(id.value);
+      from_slurm_["node_rank"] = id.variable;
+    }
+    if (!given("rdzv_id")) {
+      raw_.rdzv_id = read("--rdzv_id", [&] { return slurm.job_id(); });
+      from_slurm_["rdzv_id"] = "SLURM_JOB_ID";
+    }
+    if (!given("master_addr")) {
+      raw_.master_addr = read("--master_addr", [&] { return slurm.master_host(); });
+      from_slurm_["master_addr"] = "the first host of " + slurm.node_list().variable;
+    }
+    if (!given("master_port")) {
+      raw_.master_port = std::to_string(read("--master_port", [&] { return slurm.store_port(); }));
+      from_slurm_["master_port"] = "20000 + SLURM_JOB_ID mod 10000";
+    }
+    if (backend->store_at == RendezvousBackend::StoreAt::kEndpoint) {
+      const std::string& host = raw_.master_addr;
+      raw_.rdzv_endpoint =
+          (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + raw_.master_port;
+      auto source = [&](const std::string& name) {
+        auto it = from_slurm_.find(name);
+        return it != from_slurm_.end() ? it->second : "--" + name;
+      };
+      from_slurm_["rdzv_endpoint"] = source("master_addr") + " and " + source("master_port");
+    }
+    if (!given("nproc_per_node")) {
+      if (auto workers = read("--nproc_per_node", [&] { return slurm.workers_per_node(); })) {
+        raw_.nproc_per_node = std::to_string(workers->value);
+        from_slurm_["nproc_per_node"] = workers->variable;
+      }
+    }
   }
 
   static std::string one_line(const CLI::ParseError& e) {
@@ -343,6 +427,8 @@ class Parser {
     }
     c.program = rest[0];
     c.program_args.assign(rest.begin() + 1, rest.end());
+    apply_slurm();
+    c.from_slurm = from_slurm_;
 
     // --nnodes
     {
@@ -440,7 +526,8 @@ class Parser {
       fail(what("nnodes") + "=" + raw_.nnodes + ": the " + c.rdzv_backend +
            " backend needs a fixed number of nodes (use --rdzv_backend=c10d for a range)");
     }
-    c.node_rank_given = app_.get_option("--node_rank")->count() > 0;
+    // SLURM's node ids order c10d's group ranks too.
+    c.node_rank_given = given("node_rank") || from_slurm_.count("node_rank") > 0;
     c.node_rank = static_cast<int>(parse_int_in(
         raw_.node_rank, 0, c.max_nodes - 1, what("node_rank"),
         "an integer in [0, " + std::to_string(c.max_nodes) + ") (0 <= node_rank < nnodes)"));
@@ -650,6 +737,8 @@ class Parser {
   CLI::App app_;
   Raw raw_;
   std::vector<std::string> args_;
+  // Option name -> where its value came from, for options SLURM filled in.
+  std::map<std::string, std::string> from_slurm_;
 };
 
 }  // namespace

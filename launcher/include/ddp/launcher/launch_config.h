@@ -86,6 +86,9 @@ struct LaunchConfig {
   std::vector<std::string> program_args;
   // The resolved command of every worker (python3 -u ... for Python programs).
   std::vector<std::string> command;
+  // The options whose values came from SLURM (see parse_command_line), each
+  // with its source, e.g. "node_rank" -> "SLURM_NODEID". Empty outside SLURM.
+  std::map<std::string, std::string> from_slurm;
 };
 
 // Outcome of parsing: a config to run, or a message to print and an exit code
@@ -98,6 +101,24 @@ struct ParseResult {
 
 // Parses argv (argv[0] is the program name) with PET_<NAME> environment
 // fallbacks and validates every value. Never throws for bad input.
+//
+// In a SLURM job (SLURM_JOB_ID set), unless --standalone or --rdzv_endpoint is
+// given, the job's shape fills in every option that is given neither on the
+// command line nor as PET_<NAME> (flags always win; see slurm.h for how each
+// variable is read):
+//   --nnodes          SLURM_NNODES (a fixed count)
+//   --node_rank       SLURM_NODEID (with c10d it also orders the group ranks)
+//   --rdzv_id         SLURM_JOB_ID
+//   --master_addr     the first host of SLURM_STEP_NODELIST in an srun step,
+//                     else of SLURM_JOB_NODELIST
+//   --master_port     20000 + SLURM_JOB_ID mod 10000
+//   --rdzv_endpoint   for c10d: --master_addr:--master_port as above
+//   --nproc_per_node  SLURM_GPUS_ON_NODE when positive, else
+//                     SLURM_NTASKS_PER_NODE (this node's entry); 1 without both
+// A malformed variable that is used is an error naming it and its value. A
+// job of several nodes whose --nnodes and --node_rank would both come from
+// SLURM outside an srun step (SLURM_STEP_ID unset: the batch script itself) is
+// an error: only one node would join.
 ParseResult parse_command_line(int argc, const char* const* argv);
 
 }  // namespace ddp::launcher
