@@ -198,18 +198,4 @@ std::string format_report(const std::string& title_name,
          section + "\nRoot Cause (first observed failure):\n" + root_text + "\n" + border + "\n";
 }
 
-std::string missing_torch_note(const std::string& program, const std::string& python,
-                               PythonSource source) {
-  const std::string origin =
-      source == PythonSource::kPythonExec ? "$PYTHON_EXEC" : "the first python3 on PATH";
-  // The example names the Python that has torch on Debian's python3-torch,
-  // unless that is the one that lacks it.
-  const std::string example =
-      python == "/usr/bin/python3" ? "/path/to/venv/bin/python3" : "/usr/bin/python3";
-  return "ddprun: note: the workers ran " + program + " with " + python + " (" + origin +
-         "), which has no module named 'torch'\n"
-         "ddprun: note: if " + program + " uses PyTorch, set PYTHON_EXEC to a Python that has it, "
-         "e.g. PYTHON_EXEC=" + example + " ddprun ...\n";
-}
-
 }  // namespace ddp::agent

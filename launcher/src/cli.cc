@@ -599,7 +599,7 @@ class Parser {
     }
     c.exit_barrier_timeout = parse_secs(raw_.exit_barrier_timeout, what("exit_barrier_timeout"));
     c.stop_grace = parse_secs(raw_.stop_grace, what("stop_grace"));
-    c.command = resolve_command(c);
+    resolve_command(c);
     return c;
   }
 
@@ -695,7 +695,8 @@ class Parser {
     return out.str();
   }
 
-  static std::vector<std::string> resolve_command(const LaunchConfig& c) {
+  // Sets c.command, and c.python for a Python program.
+  static void resolve_command(LaunchConfig& c) {
     const std::string path = env::get_or("PATH", "/usr/local/bin:/usr/bin:/bin");
     std::vector<std::string> command;
     auto python = [&] {
@@ -705,6 +706,7 @@ class Parser {
         fail("cannot run the Python program '" + c.program + "': '" + exec +
              "' not found on PATH (set PYTHON_EXEC or use --no_python)");
       }
+      c.python = resolved;
       return resolved;
     };
     const bool is_python_file = c.program.size() > 3 &&
@@ -731,7 +733,7 @@ class Parser {
       }
     }
     command.insert(command.end(), c.program_args.begin(), c.program_args.end());
-    return command;
+    c.command = std::move(command);
   }
 
   CLI::App app_;

@@ -1,10 +1,6 @@
 // ddprun: command line -> LaunchConfig -> rendezvous + agent.
-#include <fcntl.h>
-#include <poll.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -14,15 +10,13 @@
 #include <cstring>
 #include <filesystem>
 #include <optional>
-#include <string>
-#include <vector>
 
 #include "ddp/agent/agent.h"
-#include "ddp/agent/failure_report.h"
 #include "ddp/common/error.h"
 #include "ddp/common/env.h"
 #include "ddp/common/logging.h"
 #include "ddp/launcher/launch_config.h"
+#include "ddp/launcher/python_check.h"
 #include "ddp/rendezvous/backends.h"
 #include "ddp/rendezvous/rendezvous_factory.h"
 
@@ -96,111 +90,19 @@ std::string prepare_run_log_dir(const std::string& base, const std::string& run_
   return dir;
 }
 
-// The Python that runs the workers when the program is a Python program (a
-// .py file, -m module, or a non-executable file), or nullopt when the program
-// is executed directly. parse_command_line resolves a Python program's command
-// as {python, "-u", program, args...} or {python, "-u", "-m", module, args...},
-// and any other program's as {program, args...}.
-std::optional<std::string> worker_python(const ddp::launcher::LaunchConfig& config) {
-  if (config.no_python) return std::nullopt;
-  const auto& command = config.command;
-  const std::size_t before_args = config.module ? 4 : 3;
-  if (command.size() != before_args + config.program_args.size() || command[1] != "-u" ||
-      command[before_args - 1] != config.program) {
-    return std::nullopt;
-  }
-  return command[0];
-}
-
-// Runs `argv` (argv[0] a path) with stdin and stderr on /dev/null, in ddprun's
-// environment and directory, and returns what it wrote on stdout once it
-// exited; nullopt when it cannot be started, writes more than `max_bytes`, or
-// is still running after `timeout` (it is killed then).
-std::optional<std::string> output_of(const std::vector<std::string>& argv,
-                                     std::chrono::milliseconds timeout, std::size_t max_bytes) {
-  int out[2];
-  if (::pipe2(out, O_CLOEXEC) != 0) return std::nullopt;
-  posix_spawn_file_actions_t actions;
-  ::posix_spawn_file_actions_init(&actions);
-  ::posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-  ::posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
-  ::posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, "/dev/null", O_WRONLY, 0);
-  // ddprun blocks the signals it handles; the child gets a clean slate.
-  posix_spawnattr_t attributes;
-  ::posix_spawnattr_init(&attributes);
-  sigset_t none;
-  sigset_t all;
-  ::sigemptyset(&none);
-  ::sigfillset(&all);
-  ::posix_spawnattr_setsigmask(&attributes, &none);
-  ::posix_spawnattr_setsigdefault(&attributes, &all);
-  ::posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-  std::vector<char*> args;
-  for (const auto& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
-  args.push_back(nullptr);
-  pid_t pid = 0;
-  const int spawned = ::posix_spawn(&pid, args[0], &actions, &attributes, args.data(), environ);
-  ::posix_spawn_file_actions_destroy(&actions);
-  ::posix_spawnattr_destroy(&attributes);
-  ::close(out[1]);
-  if (spawned != 0) {
-    ::close(out[0]);
-    return std::nullopt;
-  }
-  std::string output;
-  bool at_end = false;
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (!at_end && output.size() <= max_bytes) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) break;
-    pollfd readable{out[0], POLLIN, 0};
-    const int polled = ::poll(&readable, 1, static_cast<int>(left.count()));
-    if (polled < 0 && errno == EINTR) continue;
-    if (polled <= 0) break;
-    char buffer[4096];
-    const ssize_t n = ::read(out[0], buffer, sizeof(buffer));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) break;
-    at_end = n == 0;
-    output.append(buffer, static_cast<std::size_t>(n));
-  }
-  ::close(out[0]);
-  const bool complete = at_end && output.size() <= max_bytes;
-  if (!complete) ::kill(pid, SIGKILL);
-  while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
-  }
-  if (!complete) return std::nullopt;
-  return output;
-}
-
-// Whether `python` can import torch, asked with importlib's find_spec (which
-// does not import it: that takes seconds), in the environment and directory
-// the workers get. Nullopt when the answer is unknown (python cannot be
-// started, fails, or is still running after `timeout`).
-std::optional<bool> python_finds_torch(const std::string& python,
-                                       std::chrono::milliseconds timeout) {
-  const char* script =
-      "import importlib.util; print(importlib.util.find_spec('torch') is not None)";
-  const std::optional<std::string> answer = output_of({python, "-c", script}, timeout, 16);
-  if (answer == "True\n") return true;
-  if (answer == "False\n") return false;
-  return std::nullopt;
-}
-
 // After a failure report of a Python program: when its Python has no torch
 // (say, the first python3 on PATH is a virtual environment without it, and
 // every worker died of "No module named 'torch'"), a note naming that Python
 // and PYTHON_EXEC. Checked only now, on failure: the launch path never pays.
 void note_missing_torch(const ddp::launcher::LaunchConfig& config) {
-  const std::optional<std::string> python = worker_python(config);
-  if (!python) return;
-  const std::optional<bool> has_torch = python_finds_torch(*python, std::chrono::seconds(5));
+  if (config.python.empty()) return;
+  const std::optional<bool> has_torch =
+      ddp::launcher::python_finds_torch(config.python, std::chrono::seconds(5));
   if (!has_torch.has_value() || *has_torch) return;
   const auto source = ddp::env::get("PYTHON_EXEC").value_or("").empty()
-                          ? ddp::agent::PythonSource::kPath
-                          : ddp::agent::PythonSource::kPythonExec;
-  std::fputs(ddp::agent::missing_torch_note(config.program, *python, source).c_str(), stderr);
+                          ? ddp::launcher::PythonSource::kPath
+                          : ddp::launcher::PythonSource::kPythonExec;
+  std::fputs(ddp::launcher::missing_torch_note(config.program, config.python, source).c_str(), stderr);
 }
 
 int run(const ddp::launcher::LaunchConfig& config) {

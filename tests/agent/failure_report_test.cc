@@ -193,26 +193,6 @@ TEST(FailureReport, ExitCodeAndSignalNames) {
   EXPECT_EQ(signal_name(SIGUSR1), "SIGUSR1");
 }
 
-TEST(FailureReport, MissingTorchNoteNamesThePythonAndPythonExec) {
-  const std::string note =
-      missing_torch_note("train.py", "/home/u/venv/bin/python3", PythonSource::kPath);
-  EXPECT_EQ(note,
-            "ddprun: note: the workers ran train.py with /home/u/venv/bin/python3 (the first "
-            "python3 on PATH), which has no module named 'torch'\n"
-            "ddprun: note: if train.py uses PyTorch, set PYTHON_EXEC to a Python that has it, "
-            "e.g. PYTHON_EXEC=/usr/bin/python3 ddprun ...\n");
-  const std::string from_exec =
-      missing_torch_note("pkg.train", "/usr/bin/python3", PythonSource::kPythonExec);
-  EXPECT_NE(from_exec.find("ran pkg.train with /usr/bin/python3 ($PYTHON_EXEC), which has no "
-                           "module named 'torch'\n"),
-            std::string::npos)
-      << from_exec;
-  // Never the lacking Python itself as the example.
-  EXPECT_EQ(from_exec.find("PYTHON_EXEC=/usr/bin/python3"), std::string::npos) << from_exec;
-  EXPECT_NE(from_exec.find("e.g. PYTHON_EXEC=/path/to/venv/bin/python3"), std::string::npos)
-      << from_exec;
-}
-
 TEST(WorkerSpec, Substitutions) {
   EXPECT_EQ(substitute_local_rank("a${local_rank}b${local_rank}", 3), "a3b3");
   EXPECT_EQ(substitute_local_rank("plain", 3), "plain");

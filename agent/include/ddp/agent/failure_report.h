@@ -56,15 +56,4 @@ std::string format_report(const std::string& title, const std::vector<ProcessFai
 // The agent's exit code for a failure: its exit code, or 128 + signal.
 int exit_code_for(int status);
 
-// Where the Python that ran a Python program's workers came from.
-enum class PythonSource { kPath, kPythonExec };
-
-// The note printed after a failure report when the Python that ran `program`
-// (a script, or a module's name) has no torch: two lines, each starting with
-// "ddprun: note: ", saying that `python` (the first python3 on PATH, or
-// $PYTHON_EXEC) has no module named 'torch' and that PYTHON_EXEC should name
-// a Python that has it, with an example.
-std::string missing_torch_note(const std::string& program, const std::string& python,
-                               PythonSource source);
-
 }  // namespace ddp::agent

@@ -86,6 +86,10 @@ struct LaunchConfig {
   std::vector<std::string> program_args;
   // The resolved command of every worker (python3 -u ... for Python programs).
   std::vector<std::string> command;
+  // For a Python program (a .py file, -m module, or a file that is not
+  // executable): the Python that runs it, $PYTHON_EXEC or the first python3 on
+  // PATH, resolved (command[0]). Empty for a program executed directly.
+  std::string python;
   // The options whose values came from SLURM (see parse_command_line), each
   // with its source, e.g. "node_rank" -> "SLURM_NODEID". Empty outside SLURM.
   std::map<std::string, std::string> from_slurm;
