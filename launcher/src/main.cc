@@ -105,8 +105,30 @@ void note_missing_torch(const ddp::launcher::LaunchConfig& config) {
   std::fputs(ddp::launcher::missing_torch_note(config.program, config.python, source).c_str(), stderr);
 }
 
+// One line saying which options this SLURM job filled in, and from what, e.g.
+// "from SLURM: --nnodes=2 (SLURM_NNODES), --node_rank=1 (SLURM_NODEID), ...".
+void log_slurm_options(const ddp::launcher::LaunchConfig& config) {
+  if (config.from_slurm.empty()) return;
+  auto value = [&](const std::string& option) -> std::string {
+    if (option == "nnodes") return std::to_string(config.max_nodes);
+    if (option == "node_rank") return std::to_string(config.node_rank);
+    if (option == "rdzv_id") return config.rdzv_id;
+    if (option == "master_addr") return config.master_addr;
+    if (option == "master_port") return std::to_string(config.master_port);
+    if (option == "rdzv_endpoint") return config.rdzv_host + ":" + std::to_string(config.rdzv_port);
+    if (option == "nproc_per_node") return std::to_string(config.nproc_per_node);
+    return "?";
+  };
+  std::string line;
+  for (const auto& [option, source] : config.from_slurm) {
+    line += (line.empty() ? "" : ", ") + ("--" + option + "=" + value(option) + " (" + source + ")");
+  }
+  ddp::log::get("ddprun")->info("from SLURM: {}", line);
+}
+
 int run(const ddp::launcher::LaunchConfig& config) {
   namespace fs = std::filesystem;
+  log_slurm_options(config);
   // First, before any thread exists (the embedded store starts one): block
   // the handled signals so that only the agent's signalfd sees them.
   auto launcher = ddp::agent::make_posix_launcher(config.signals);

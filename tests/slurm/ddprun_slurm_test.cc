@@ -121,9 +121,18 @@ TEST_F(SlurmDdprunTest, TwoNodesStaticBackendFromTheJob) {
   auto env0 = srun_env(job, 2, 0, "localhost,node02");
   auto env1 = srun_env(job, 2, 1, "localhost,node02");
   env0["SLURM_NTASKS_PER_NODE"] = env1["SLURM_NTASKS_PER_NODE"] = "2";
+  env1["DDP_LOG_LEVEL"] = "info";
   auto [code0, code1] = run_two_nodes({"--no_python"}, env0, env1);
   ASSERT_EQ(code0, 0) << logs_;
   ASSERT_EQ(code1, 0) << logs_;
+  // Each agent says what it took from the job.
+  EXPECT_NE(logs_.find("from SLURM: --master_addr=localhost (the first host of SLURM_STEP_NODELIST), "
+                       "--master_port=" + std::to_string(store_port_of(job)) +
+                       " (20000 + SLURM_JOB_ID mod 10000), --nnodes=2 (SLURM_NNODES), "
+                       "--node_rank=1 (SLURM_NODEID), --nproc_per_node=2 (SLURM_NTASKS_PER_NODE), "
+                       "--rdzv_id=" + std::to_string(job) + " (SLURM_JOB_ID)"),
+            std::string::npos)
+      << logs_;
 
   auto envs = worker_envs(out_.path());
   ASSERT_EQ(envs.size(), 4u) << logs_;
