@@ -96,6 +96,17 @@ class SlurmDdprunTest : public ::testing::Test {
     return envs;
   }
 
+  // Runs one agent with `args` over ddprun_test_worker (which dumps each
+  // worker's environment into out_), expects it to succeed, and returns the
+  // workers' environments by RANK.
+  std::map<int, nlohmann::json> run_one_node(const std::vector<std::string>& args,
+                                             const std::map<std::string, std::string>& env) {
+    auto result = run(cmd(args, {worker(), "env", out_.str()}), env, dir_.path(),
+                      std::chrono::seconds(60));
+    EXPECT_EQ(result.code, 0) << result.err;
+    return worker_envs(out_.path());
+  }
+
   // Runs two agents as node 0 and node 1 (node 1 first: node 0 hosts the
   // store and node 1 must wait for it) and returns their exit codes.
   std::pair<int, int> run_two_nodes(const std::vector<std::string>& args,
@@ -185,10 +196,7 @@ TEST_F(SlurmDdprunTest, GpusOnNodeSetTheWorkersPerNode) {
   auto env = srun_env(job, 1, 0, "localhost");
   env["SLURM_GPUS_ON_NODE"] = "3";
   env["SLURM_NTASKS_PER_NODE"] = "1";
-  auto result = run(cmd({"--no_python"}, {worker(), "env", out_.str()}), env, dir_.path(),
-                    std::chrono::seconds(60));
-  ASSERT_EQ(result.code, 0) << result.err;
-  auto envs = worker_envs(out_.path());
+  auto envs = run_one_node({"--no_python"}, env);
   ASSERT_EQ(envs.size(), 3u);
   for (const auto& [rank, wenv] : envs) {
     EXPECT_EQ(wenv["LOCAL_WORLD_SIZE"], "3");
@@ -203,13 +211,10 @@ TEST_F(SlurmDdprunTest, ExplicitFlagsWin) {
   const std::uint16_t port = free_port();
   auto env = srun_env(job_id_with_free_port(), 2, 1, "node[03-01]");
   env["SLURM_GPUS_ON_NODE"] = "4";
-  auto result = run(cmd({"--nnodes=1", "--node_rank=0", "--rdzv_id=mine", "--master_addr=127.0.0.1",
-                         "--master_port=" + std::to_string(port), "--nproc_per_node=1",
-                         "--no_python"},
-                        {worker(), "env", out_.str()}),
-                    env, dir_.path(), std::chrono::seconds(60));
-  ASSERT_EQ(result.code, 0) << result.err;
-  auto envs = worker_envs(out_.path());
+  auto envs = run_one_node({"--nnodes=1", "--node_rank=0", "--rdzv_id=mine", "--master_addr=127.0.0.1",
+                            "--master_port=" + std::to_string(port), "--nproc_per_node=1",
+                            "--no_python"},
+                           env);
   ASSERT_EQ(envs.size(), 1u);
   EXPECT_EQ(envs[0]["WORLD_SIZE"], "1");
   EXPECT_EQ(envs[0]["GROUP_RANK"], "0");
@@ -228,10 +233,7 @@ TEST_F(SlurmDdprunTest, PetVariablesWin) {
   env["PET_MASTER_ADDR"] = "127.0.0.1";
   env["PET_MASTER_PORT"] = std::to_string(port);
   env["PET_NPROC_PER_NODE"] = "2";
-  auto result = run(cmd({"--no_python"}, {worker(), "env", out_.str()}), env, dir_.path(),
-                    std::chrono::seconds(60));
-  ASSERT_EQ(result.code, 0) << result.err;
-  auto envs = worker_envs(out_.path());
+  auto envs = run_one_node({"--no_python"}, env);
   ASSERT_EQ(envs.size(), 2u);
   EXPECT_EQ(envs[0]["WORLD_SIZE"], "2");
   EXPECT_EQ(envs[0]["TORCHELASTIC_RUN_ID"], "from-pet");
@@ -243,10 +245,7 @@ TEST_F(SlurmDdprunTest, SomeFlagsGivenTheRestFromTheJob) {
   const std::uint64_t job = job_id_with_free_port();
   auto env = srun_env(job, 1, 0, "localhost");
   env["SLURM_GPUS_ON_NODE"] = "4";
-  auto result = run(cmd({"--nproc_per_node=2", "--no_python"}, {worker(), "env", out_.str()}),
-                    env, dir_.path(), std::chrono::seconds(60));
-  ASSERT_EQ(result.code, 0) << result.err;
-  auto envs = worker_envs(out_.path());
+  auto envs = run_one_node({"--nproc_per_node=2", "--no_python"}, env);
   ASSERT_EQ(envs.size(), 2u);
   EXPECT_EQ(envs[0]["LOCAL_WORLD_SIZE"], "2");
   EXPECT_EQ(envs[0]["TORCHELASTIC_RUN_ID"], std::to_string(job));
@@ -258,10 +257,7 @@ TEST_F(SlurmDdprunTest, StandaloneIgnoresSlurm) {
   auto env = srun_env(job, 2, 1, "node[03-01]");
   env["SLURM_NNODES"] = "two";
   env["SLURM_GPUS_ON_NODE"] = "3";
-  auto result = run(cmd({"--standalone", "--no_python"}, {worker(), "env", out_.str()}), env,
-                    dir_.path(), std::chrono::seconds(60));
-  ASSERT_EQ(result.code, 0) << result.err;
-  auto envs = worker_envs(out_.path());
+  auto envs = run_one_node({"--standalone", "--no_python"}, env);
   ASSERT_EQ(envs.size(), 1u);
   EXPECT_EQ(envs[0]["WORLD_SIZE"], "1");
   EXPECT_NE(envs[0]["TORCHELASTIC_RUN_ID"], std::to_string(job));
@@ -272,12 +268,9 @@ TEST_F(SlurmDdprunTest, RdzvEndpointIgnoresSlurm) {
   auto env = srun_env(job_id_with_free_port(), 2, 1, "node[03-01]");
   env["SLURM_NNODES"] = "two";
   env["SLURM_GPUS_ON_NODE"] = "3";
-  auto result = run(cmd({"--rdzv_backend=c10d", "--rdzv_endpoint=127.0.0.1:" + std::to_string(port),
-                         "--no_python"},
-                        {worker(), "env", out_.str()}),
-                    env, dir_.path(), std::chrono::seconds(60));
-  ASSERT_EQ(result.code, 0) << result.err;
-  auto envs = worker_envs(out_.path());
+  auto envs = run_one_node(
+      {"--rdzv_backend=c10d", "--rdzv_endpoint=127.0.0.1:" + std::to_string(port), "--no_python"},
+      env);
   ASSERT_EQ(envs.size(), 1u);
   EXPECT_EQ(envs[0]["WORLD_SIZE"], "1");
   EXPECT_EQ(envs[0]["TORCHELASTIC_RUN_ID"], "none");
@@ -288,11 +281,7 @@ TEST_F(SlurmDdprunTest, WithoutJobIdSlurmVariablesAreIgnored) {
   auto env = srun_env(1, 2, 1, "node[03-01]");
   env.erase("SLURM_JOB_ID");
   env["SLURM_GPUS_ON_NODE"] = "3";
-  auto result = run(cmd({"--master_port=" + std::to_string(port), "--no_python"},
-                        {worker(), "env", out_.str()}),
-                    env, dir_.path(), std::chrono::seconds(60));
-  ASSERT_EQ(result.code, 0) << result.err;
-  auto envs = worker_envs(out_.path());
+  auto envs = run_one_node({"--master_port=" + std::to_string(port), "--no_python"}, env);
   ASSERT_EQ(envs.size(), 1u);
   EXPECT_EQ(envs[0]["WORLD_SIZE"], "1");
   EXPECT_EQ(envs[0]["TORCHELASTIC_RUN_ID"], "none");

@@ -2,8 +2,6 @@
 // host-list expansion, compared with `scontrol show hostnames` on hand-written
 // and generated lists when scontrol is installed, and the readers of the job's
 // environment, fed from a map.
-#include <fcntl.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -19,6 +17,7 @@
 
 #include "ddp/common/error.h"
 #include "ddp/launcher/slurm.h"
+#include "process_util.h"
 #include "temp_dir.h"
 
 namespace ddp::launcher {
@@ -26,6 +25,7 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ddp::test::RunResult;
 
 // The message of the InvalidArgument that `f` throws ("" when none).
 template <typename F>
@@ -130,42 +130,6 @@ TEST(Hostlist, MalformedListsAreClearErrors) {
 
 // ------------------------------------------------- against scontrol hostnames
 
-struct Captured {
-  int status = -1;
-  std::string out;
-};
-
-// Runs argv with exactly `env`, capturing stdout (stderr is dropped).
-Captured capture(const std::vector<std::string>& argv, const std::vector<std::string>& env) {
-  int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) != 0) return {};
-  std::vector<char*> args;
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  std::vector<char*> envp;
-  for (const auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
-  envp.push_back(nullptr);
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::dup2(fds[1], 1);
-    int null = ::open("/dev/null", O_WRONLY);
-    ::dup2(null, 2);
-    ::execve(args[0], args.data(), envp.data());
-    ::_exit(127);
-  }
-  ::close(fds[1]);
-  Captured result;
-  char buffer[65536];
-  for (ssize_t n; (n = ::read(fds[0], buffer, sizeof(buffer))) > 0;) {
-    result.out.append(buffer, static_cast<std::size_t>(n));
-  }
-  ::close(fds[0]);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  result.status = status;
-  return result;
-}
-
 std::string find_scontrol() {
   for (const char* dir : {"/usr/bin", "/usr/local/bin", "/opt/slurm/bin"}) {
     const std::string path = std::string(dir) + "/scontrol";
@@ -253,22 +217,24 @@ class ScontrolComparison : public ::testing::Test {
     conf_ = dir_.str() + "/slurm.conf";
     std::ofstream(conf_) << "ClusterName=ddptest\nSlurmctldHost=localhost\n"
                             "NodeName=localhost\nPartitionName=test Nodes=localhost\n";
-    Captured probe = run("a[1-2]");
+    RunResult probe = run_scontrol("a[1-2]");
     if (probe.out != "a1\na2\n") {
       GTEST_SKIP() << "scontrol show hostnames does not run here (printed '" << probe.out << "')";
     }
   }
 
-  Captured run(const std::string& list) {
-    return capture({scontrol_, "show", "hostnames", list},
-                   {"SLURM_CONF=" + conf_, "PATH=/usr/bin:/bin", "HOME=/tmp"});
+  RunResult run_scontrol(const std::string& list) {
+    return ddp::test::run({scontrol_, "show", "hostnames", list},
+                          {{"SLURM_CONF", conf_}, {"PATH", "/usr/bin:/bin"}, {"HOME", "/tmp"}},
+                          dir_.path());
   }
 
   // Compares one list; returns whether scontrol accepted it.
   void compare(const std::string& list) {
     SCOPED_TRACE("list '" + list + "'");
-    Captured slurm = run(list);
-    ASSERT_TRUE(WIFEXITED(slurm.status)) << "scontrol died";
+    RunResult slurm = run_scontrol(list);
+    ASSERT_TRUE(slurm.code >= 0 && slurm.code < 128)
+        << "scontrol died or hung (" << slurm.code << ")";
     std::vector<std::string> expected;
     std::istringstream in(slurm.out);
     for (std::string line; std::getline(in, line);) expected.push_back(line);
