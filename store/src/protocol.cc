@@ -149,6 +149,20 @@ class Reader {
     return n;
   }
 
+  // A count of keys (or key/value pairs) of one request: a count as above, and
+  // at most kMaxKeysPerRequest (invalid argument: the frame itself was sound,
+  // so the server answers it and keeps the connection).
+  std::uint32_t key_count(const char* what, std::size_t min_element, const char* op) {
+    auto n = count(what, min_element);
+    if (n > kMaxKeysPerRequest) {
+      fail(Status::kInvalidArgument,
+           fmt::format("{} names {} keys, more than the {} one request may name", op, n,
+                       kMaxKeysPerRequest));
+      return 0;
+    }
+    return n;
+  }
+
   void finish(const char* what) {
     if (error_.ok() && !at_end()) {
       fail(Status::kMalformed,
@@ -169,8 +183,8 @@ std::string_view value_of(Reader& r, const Limits& l) {
   return r.bytes("value", l.max_value_size, Status::kValueTooLarge);
 }
 
-void keys_of(Reader& r, const Limits& l, std::vector<std::string_view>& keys) {
-  auto n = r.count("key count", 4);
+void keys_of(Reader& r, const Limits& l, std::vector<std::string_view>& keys, Op op) {
+  auto n = r.key_count("key count", 4, to_string(op).data());
   keys.clear();
   keys.reserve(n);
   for (std::uint32_t i = 0; i < n && r.ok(); ++i) keys.push_back(key_of(r, l));
@@ -441,10 +455,10 @@ Result decode_request(std::string_view payload, const Limits& limits, Request& o
     case Op::kWait:
     case Op::kMultiGet:
       out.timeout_ms = r.uint(8, "timeout");
-      keys_of(r, limits, out.keys);
+      keys_of(r, limits, out.keys, out.op);
       break;
     case Op::kCheck:
-      keys_of(r, limits, out.keys);
+      keys_of(r, limits, out.keys, out.op);
       break;
     case Op::kDeleteKey:
       out.request_id = r.uint(8, "request id");
@@ -453,7 +467,7 @@ Result decode_request(std::string_view payload, const Limits& limits, Request& o
     case Op::kNumKeys:
       break;
     case Op::kMultiSet: {
-      auto n = r.count("pair count", 8);
+      auto n = r.key_count("pair count", 8, "multi_set");
       out.keys.reserve(n);
       out.values.reserve(n);
       for (std::uint32_t i = 0; i < n && r.ok(); ++i) {

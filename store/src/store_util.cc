@@ -34,10 +34,25 @@ void check_multi_set(const std::vector<std::string>& keys,
   }
 }
 
+std::string timeout_message(const std::vector<std::string_view>& missing,
+                            std::chrono::milliseconds timeout) {
+  std::string named;
+  for (std::size_t i = 0; i < missing.size() && i < kNamedMissingKeys; ++i) {
+    if (i > 0) named += ", ";
+    std::string_view key = missing[i];
+    named.append(key.substr(0, kNamedKeyBytes));
+    if (key.size() > kNamedKeyBytes) named += "...";
+  }
+  if (missing.size() > kNamedMissingKeys) {
+    named += fmt::format(" (and {} more)", missing.size() - kNamedMissingKeys);
+  }
+  return fmt::format("timed out after {:.3f} s waiting for key(s): {}",
+                     static_cast<double>(timeout.count()) / 1000.0, named);
+}
+
 std::string timeout_message(const std::vector<std::string>& missing,
                             std::chrono::milliseconds timeout) {
-  return fmt::format("timed out after {:.3f} s waiting for key(s): {}",
-                     static_cast<double>(timeout.count()) / 1000.0, fmt::join(missing, ", "));
+  return timeout_message(std::vector<std::string_view>(missing.begin(), missing.end()), timeout);
 }
 
 }  // namespace ddp::store_util

@@ -136,6 +136,8 @@ class TcpStore::Connection {
       } catch (const ConnectionLost& e) {
         if (deadline.expired()) throw NetworkError(origin, strip_origin(e));
         lost_reason_ = strip_origin(e);
+        // The server may have applied it: it must check the id, not apply blindly.
+        if (request.request_id != 0) request.request_id |= protocol::kRetryFlag;
       }
       if (wire != 0 && wire != protocol::kNoTimeout) {
         auto spent = std::chrono::duration_cast<Store::Duration>(Clock::now() - started);
@@ -338,6 +340,11 @@ class TcpStore::Connection {
                                                   v.size(), limits_.max_value_size));
       }
     };
+    if (q.keys.size() > protocol::kMaxKeysPerRequest) {
+      throw InvalidArgument(origin, fmt::format("{} keys in one request, more than the {} the "
+                                                "store protocol allows",
+                                                q.keys.size(), protocol::kMaxKeysPerRequest));
+    }
     key_ok(q.key);
     value_ok(q.value);
     value_ok(q.desired);

@@ -21,8 +21,6 @@ constexpr auto kStopGrace = std::chrono::seconds(2);
 // Descriptors kept free for everything else in the process (the agent's worker
 // pipes and log files, the server's own acceptor and timers).
 constexpr rlim_t kReservedDescriptors = 128;
-// Clients whose last non-idempotent request is remembered (ClientRegistry).
-constexpr std::size_t kRememberedClients = 16384;
 
 StoreHandler::Limits handler_limits(const StoreServerOptions& options) {
   StoreHandler::Limits limits;
@@ -89,7 +87,7 @@ Server::Server(const StoreServerOptions& options)
       retry_timer_(io_),
       stop_timer_(io_),
       handler_(handler_limits(options)),
-      clients_(kRememberedClients) {
+      clients_(ClientRegistry::Options{options.retry_record_clients, options.retry_record_window}) {
   validate(options_);
   options_.max_clients = usable_clients(options_.max_clients, *logger_);
   boost::system::error_code ec;

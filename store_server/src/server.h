@@ -64,6 +64,8 @@ class Server {
   StoreHandler& handler() { return handler_; }
   SessionManager& sessions() { return sessions_; }
   ClientRegistry& clients() { return clients_; }
+  // A number for a new connection, never reused (ClientRegistry tells them apart).
+  std::uint64_t next_session_serial() { return ++session_serials_; }
   spdlog::logger& logger() { return *logger_; }
   bool stopping() const { return stopping_; }
 
@@ -87,6 +89,7 @@ class Server {
   bool stopping_ = false;  // io_context thread
   bool accept_failed_ = false;
   std::uint64_t buffered_input_ = 0;
+  std::uint64_t session_serials_ = 0;
   std::string accept_error_;
   std::atomic<bool> stop_requested_{false};
 };

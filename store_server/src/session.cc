@@ -15,9 +15,15 @@ namespace {
 // grow it when a read fills it (a client sending large values).
 constexpr std::size_t kReadBufferInitial = 4 * 1024;
 constexpr std::size_t kReadBufferMax = 256 * 1024;
-// While a request is parked, the client should send nothing; past this much
-// buffered input we stop reading from it (it cannot make us buffer without bound).
+// While a request is parked, the client should send nothing (TcpStore sends
+// one request at a time). Its input is still read, so that its leaving is seen
+// at once; past this much of it the connection is closed: a client cannot make
+// us buffer without bound, nor hide its EOF behind a full backlog.
 constexpr std::size_t kMaxBacklog = 1024 * 1024;
+// A request naming many keys leaves vectors of that capacity behind in
+// request_; past this many they are released, so that an idle connection
+// holds no more than a small request's worth.
+constexpr std::size_t kKeptRequestKeys = 1024;
 // How long a closing connection is drained so its error reply is not lost to a reset.
 constexpr auto kLinger = std::chrono::seconds(1);
 // Timers further out than this are not armed (a "forever" wait).
@@ -40,7 +46,8 @@ Session::Session(asio::ip::tcp::socket socket, Server& server)
       idle_timer_(server.io_context()),
       wait_timer_(server.io_context()),
       read_buf_(kReadBufferInitial),
-      parser_(protocol::kMaxHandshakeFrame) {}
+      parser_(protocol::kMaxHandshakeFrame),
+      serial_(server.next_session_serial()) {}
 
 void Session::start() {
   counted_ = true;
@@ -105,9 +112,10 @@ void Session::read() {
   // Asio 1.74 receives speculatively inside async_read_some. The caller of
   // process() reads once processing is over.
   if (reading_ || processing_ || state_ == State::kClosed) return;
-  // A parked client is still read from (to notice a disconnect), up to a
-  // bounded backlog; a client not reading its replies is not.
-  if (state_ == State::kOpen && (output_full() || backlog_.size() > kMaxBacklog)) return;
+  // A parked client is still read from (to notice a disconnect; its backlog
+  // is bounded in on_read); a client not reading its replies is not (its
+  // leaving breaks the write that is pending to it).
+  if (state_ == State::kOpen && output_full()) return;
   if (grow_read_buf_) {
     // Only here, with no read pending, may the buffer be replaced.
     grow_read_buf_ = false;
@@ -161,6 +169,12 @@ void Session::on_read(const boost::system::error_code& ec, std::size_t n) {
       } else {
         process(input);
       }
+      if (parked_ && backlog_.size() > kMaxBacklog) {
+        fail(protocol::Status::kStoreFull,
+             fmt::format("store full: more than {} bytes of requests arrived behind a waiting "
+                         "request (send one request at a time)",
+                         kMaxBacklog));
+      }
       account_input();
       flush();
       serve_backlog();
@@ -193,6 +207,14 @@ void Session::process(std::string_view input) {
 void Session::handle_frame(std::string_view payload) {
   auto decoded = protocol::decode_request(payload, server_.limits(), request_);
   if (!decoded.ok()) {
+    // A sound frame whose request the server refuses (too many keys) is
+    // answered and the connection goes on; anything else ends it.
+    if (!handshake_ && !protocol::closes_connection(decoded.status)) {
+      protocol::encode_error(out_, decoded.status, decoded.message);
+      release_large_request();
+      touch();
+      return;
+    }
     fail(decoded.status, decoded.message);
     return;
   }
@@ -206,6 +228,8 @@ void Session::handle_frame(std::string_view payload) {
     }
     if (handshake_->done()) {
       client_id_ = handshake_->client_id();
+      server_.clients().connected(client_id_, serial_, Clock::now());
+      registered_ = true;
       handshake_.reset();
       parser_.set_max_frame_size(server_.limits().max_frame_size);
     }
@@ -220,14 +244,16 @@ void Session::handle_frame(std::string_view payload) {
   }
   if (protocol::carries_request_id(request_.op) && request_.request_id != 0) {
     // Not idempotent: a retry after a reconnection is answered from the record.
-    if (server_.clients().replay(client_id_, request_.request_id, out_)) return;
+    if (server_.clients().replay(client_id_, serial_, request_.request_id, out_)) return;
     const std::size_t before = out_.size();
     server_.handler().handle(request_, out_, this);  // these operations never park
     server_.clients().record(client_id_, request_.request_id,
                              std::string_view(out_).substr(before));
     return;
   }
-  if (server_.handler().handle(request_, out_, this)) return;
+  const bool done = server_.handler().handle(request_, out_, this);
+  release_large_request();
+  if (done) return;
   parked_ = true;
   auto generation = ++wait_generation_;
   if (request_.timeout_ms != protocol::kNoTimeout && request_.timeout_ms < kMaxTimerMs) {
@@ -236,6 +262,15 @@ void Session::handle_frame(std::string_view payload) {
         [self = shared_from_this(), generation](const boost::system::error_code& ec) {
           if (ec != asio::error::operation_aborted) self->on_wait_timer(generation);
         });
+  }
+}
+
+void Session::release_large_request() {
+  // The parked request keeps copies of its keys (StoreHandler::Parked): the
+  // views may go.
+  if (request_.keys.capacity() > kKeptRequestKeys) std::vector<std::string_view>().swap(request_.keys);
+  if (request_.values.capacity() > kKeptRequestKeys) {
+    std::vector<std::string_view>().swap(request_.values);
   }
 }
 
@@ -446,6 +481,10 @@ void Session::account_input() {
 
 void Session::close_now() {
   if (state_ == State::kClosed) return;
+  if (registered_) {
+    registered_ = false;
+    server_.clients().disconnected(client_id_, Clock::now());
+  }
   server_.account_input(accounted_input_, 0);
   accounted_input_ = 0;
   if (counted_) {

@@ -5,9 +5,10 @@
 // The socket is non-blocking: a reply is written directly when the socket takes
 // it (the common case), through async_write only for what does not fit, so no
 // write completion has to be scheduled per request.
-// A parked request keeps reading (to notice a disconnect) but buffers further
-// frames until it completes; so does a client whose unread replies exceed the
-// output limit (and past a bound, reading stops too).
+// A parked request keeps reading (to notice a disconnect) and buffers further
+// frames until it completes, up to a bound past which the connection is
+// closed; a client whose unread replies exceed the output limit is neither
+// served nor read until it reads (its leaving fails the pending write).
 // Buffers: read_buf_ is only resized in read(), when no read is pending and no
 // frame being processed points into it; writing_buf_ is only touched by the
 // write in flight and its completion. Errors close only this connection: an error reply is
@@ -89,6 +90,8 @@ class Session final : public std::enable_shared_from_this<Session>, public Store
   void arm_idle_timer();
   void on_idle_timer();
   void on_wait_timer(std::uint64_t generation);
+  // Frees request_'s vectors after a request that named many keys.
+  void release_large_request();
   // Queues an error reply and closes after it is written.
   void fail(protocol::Status status, const std::string& message);
   // Reports this connection's buffered input (an incomplete frame, the
@@ -110,6 +113,8 @@ class Session final : public std::enable_shared_from_this<Session>, public Store
   std::optional<protocol::ServerHandshake> handshake_;
   protocol::Request request_;   // reused: keeps its vectors' capacity
   std::string client_id_;       // from the hello: the client across reconnections
+  const std::uint64_t serial_;  // this connection among the server's (ClientRegistry)
+  bool registered_ = false;     // counted as a connection of client_id_ in the registry
   std::string out_;             // replies waiting for the next write
   std::string writing_buf_;     // the write in flight
   Clock::time_point deadline_;  // handshake or idle deadline

@@ -225,9 +225,9 @@ void StoreHandler::reply_ready(Op op, const std::vector<std::string_view>& keys,
 bool StoreHandler::park(const protocol::Request& q, Waiter* waiter, std::string& out) {
   if (q.timeout_ms == 0 || waiter == nullptr || parked_.count(waiter) != 0) {
     // Nothing to wait with (a zero timeout, or no waiter): time out at once.
-    std::vector<std::string> missing;
+    std::vector<std::string_view> missing;
     for (auto k : views_) {
-      if (data_.find(k) == data_.end()) missing.emplace_back(k);
+      if (data_.find(k) == data_.end()) missing.push_back(k);
     }
     protocol::encode_error(out, Status::kTimeout,
                            store_util::timeout_message(missing, std::chrono::milliseconds(0)));
@@ -297,13 +297,14 @@ void StoreHandler::cancel(Waiter* waiter) {
 bool StoreHandler::expire(Waiter* waiter, std::string& out) {
   auto pit = parked_.find(waiter);
   if (pit == parked_.end()) return false;
-  std::vector<std::string> missing;
+  std::vector<std::string_view> missing;
   for (const auto& k : pit->second.keys) {
     if (data_.find(k) == data_.end()) missing.push_back(k);
   }
   auto timeout = std::chrono::milliseconds(pit->second.timeout_ms);
+  const std::string message = store_util::timeout_message(missing, timeout);
   cancel(waiter);
-  protocol::encode_error(out, Status::kTimeout, store_util::timeout_message(missing, timeout));
+  protocol::encode_error(out, Status::kTimeout, message);
   return true;
 }
 

@@ -20,7 +20,6 @@
 #include <fstream>
 #include <thread>
 
-#include "client_registry.h"
 #include "ddp/common/error.h"
 #include "net_util.h"
 #include "server_test_util.h"
@@ -174,86 +173,6 @@ TEST(Hardening, IncompleteFramesOfAllClientsAreBoundedTogether) {
   expect_still_serving(server->port());
 }
 
-// A TCP relay between a client and the server that can drop both connections
-// after it forwarded a request but before the reply reaches the client: the
-// server applied the request, the client never learns it.
-class DroppingProxy {
- public:
-  explicit DroppingProxy(std::uint16_t server_port) : server_port_(server_port) {
-    listen_fd_ = listen_loopback(port_);
-    thread_ = std::thread([this] { serve(); });
-  }
-  ~DroppingProxy() {
-    stop_ = true;
-    ::shutdown(listen_fd_, SHUT_RDWR);
-    thread_.join();
-    ::close(listen_fd_);
-  }
-
-  std::uint16_t port() const { return port_; }
-  // The next client frame that starts with opcode `op` is forwarded, and its
-  // reply swallowed together with both connections.
-  void drop_reply_of(Op op) { drop_op_ = static_cast<int>(op); }
-  int drops() const { return drops_; }
-
- private:
-  void serve() {
-    while (!stop_) {
-      int client = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-      if (client < 0) return;
-      int upstream = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-      sockaddr_in addr{};
-      addr.sin_family = AF_INET;
-      addr.sin_port = htons(server_port_);
-      addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-      if (::connect(upstream, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-        ::close(client);
-        ::close(upstream);
-        continue;
-      }
-      relay(client, upstream);
-      ::close(client);
-      ::close(upstream);
-    }
-  }
-
-  // One connection at a time (the client makes one at a time).
-  void relay(int client, int upstream) {
-    bool dropping = false;
-    char buf[65536];
-    while (!stop_) {
-      pollfd fds[2] = {{client, POLLIN, 0}, {upstream, POLLIN, 0}};
-      if (::poll(fds, 2, 100) <= 0) continue;
-      if (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) {
-        ssize_t n = ::recv(client, buf, sizeof(buf), 0);
-        if (n <= 0) return;
-        if (drop_op_ >= 0 && n > 4 && static_cast<unsigned char>(buf[4]) == drop_op_) {
-          drop_op_ = -1;
-          dropping = true;
-        }
-        ::send(upstream, buf, static_cast<std::size_t>(n), MSG_NOSIGNAL);
-      }
-      if (fds[1].revents & (POLLIN | POLLHUP | POLLERR)) {
-        ssize_t n = ::recv(upstream, buf, sizeof(buf), 0);
-        if (n <= 0) return;
-        if (dropping) {  // the server applied it; the client never hears
-          ++drops_;
-          return;
-        }
-        ::send(client, buf, static_cast<std::size_t>(n), MSG_NOSIGNAL);
-      }
-    }
-  }
-
-  std::uint16_t server_port_;
-  std::uint16_t port_ = 0;
-  int listen_fd_ = -1;
-  std::atomic<bool> stop_{false};
-  std::atomic<int> drop_op_{-1};
-  std::atomic<int> drops_{0};
-  std::thread thread_;
-};
-
 TEST(Hardening, NonIdempotentRequestsLostWithTheConnectionAreAppliedOnce) {
   auto server = start_server();
   DroppingProxy proxy(server->port());
@@ -277,35 +196,6 @@ TEST(Hardening, NonIdempotentRequestsLostWithTheConnectionAreAppliedOnce) {
   EXPECT_TRUE(store.delete_key("cas")) << "a retried delete_key must report the deletion";
   EXPECT_EQ(proxy.drops(), 4);
   EXPECT_EQ(store.add("counter", 1), 2);
-}
-
-TEST(Hardening, ClientRegistryReplaysTheLastReplyAndRefusesOlderRequests) {
-  server::ClientRegistry registry(2);
-  std::string out;
-  EXPECT_FALSE(registry.replay("client-a", 1, out));
-  registry.record("client-a", 1, "reply-1");
-  EXPECT_TRUE(registry.replay("client-a", 1, out));
-  EXPECT_EQ(out, "reply-1");
-  EXPECT_FALSE(registry.replay("client-a", 2, out)) << "a new request is applied";
-  registry.record("client-a", 2, "reply-2");
-  out.clear();
-  EXPECT_TRUE(registry.replay("client-a", 1, out));
-  protocol::Reply reply;
-  std::string_view input = out;
-  protocol::FrameParser parser(1 << 20);
-  ASSERT_EQ(parser.consume(input), protocol::FrameParser::State::kGood);
-  ASSERT_TRUE(protocol::decode_reply(Op::kAdd, parser.payload(), reply).ok());
-  EXPECT_EQ(reply.status, Status::kStaleRequest);
-  // Too large to keep: a retry is told it was applied and its reply is lost.
-  registry.record("client-b", 1, std::string(server::ClientRegistry::kMaxReplayBytes + 1, 'r'));
-  out.clear();
-  EXPECT_TRUE(registry.replay("client-b", 1, out));
-  EXPECT_NE(out.find("too large to replay"), std::string::npos);
-  // Bounded: a third client forgets the least recently used one.
-  registry.record("client-c", 1, "c");
-  EXPECT_EQ(registry.size(), 2u);
-  out.clear();
-  EXPECT_FALSE(registry.replay("client-a", 2, out)) << "client-a should have been forgotten";
 }
 
 // A listener that answers a hello the way `reply` says and records nothing.

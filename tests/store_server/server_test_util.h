@@ -1,6 +1,7 @@
 // Test helpers shared by the store server's test programs: a raw protocol
-// client that speaks the wire protocol by hand (to misbehave on purpose), and
-// small helpers to start a server and connect TcpStore clients.
+// client that speaks the wire protocol by hand (to misbehave on purpose),
+// small helpers to start a server and connect TcpStore clients, and a relay
+// that loses replies (DroppingProxy).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -9,9 +10,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -19,6 +23,7 @@
 #include "ddp/store_server/store_server.h"
 #include "ddp/store/tcp_store.h"
 #include "ddp/store/protocol.h"
+#include "net_util.h"
 
 namespace ddp::test {
 
@@ -193,5 +198,107 @@ inline void expect_still_serving(std::uint16_t port, const std::string& token = 
   store.set("still", "serving");
   EXPECT_EQ(store.get("still"), "serving");
 }
+
+// A TCP relay between a client and the server that can drop both connections
+// after it forwarded a request but before the reply reaches the client: the
+// server applied the request, the client never learns it. With hold_after_drop(),
+// the client's reconnection then waits until release(), so that a test can
+// act between the lost reply and the retry.
+class DroppingProxy {
+ public:
+  explicit DroppingProxy(std::uint16_t server_port) : server_port_(server_port) {
+    listen_fd_ = listen_loopback(port_);
+    thread_ = std::thread([this] { serve(); });
+  }
+  ~DroppingProxy() {
+    {
+      std::lock_guard lock(mutex_);
+      stop_ = true;
+      released_.notify_all();
+    }
+    ::shutdown(listen_fd_, SHUT_RDWR);
+    thread_.join();
+    ::close(listen_fd_);
+  }
+
+  std::uint16_t port() const { return port_; }
+  // The next client frame that starts with opcode `op` is forwarded, and its
+  // reply swallowed together with both connections.
+  void drop_reply_of(Op op) { drop_op_ = static_cast<int>(op); }
+  int drops() const { return drops_; }
+  void hold_after_drop() {
+    std::lock_guard lock(mutex_);
+    hold_ = true;
+  }
+  void release() {
+    std::lock_guard lock(mutex_);
+    hold_ = false;
+    released_.notify_all();
+  }
+
+ private:
+  void serve() {
+    while (!stop_) {
+      int client = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (client < 0) return;
+      if (drops_ > 0) {
+        std::unique_lock lock(mutex_);
+        released_.wait(lock, [&] { return !hold_ || stop_; });
+      }
+      int upstream = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      sockaddr_in addr{};
+      addr.sin_family = AF_INET;
+      addr.sin_port = htons(server_port_);
+      addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      if (::connect(upstream, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+        ::close(client);
+        ::close(upstream);
+        continue;
+      }
+      relay(client, upstream);
+      ::close(client);
+      ::close(upstream);
+    }
+  }
+
+  // One connection at a time (the client makes one at a time).
+  void relay(int client, int upstream) {
+    bool dropping = false;
+    char buf[65536];
+    while (!stop_) {
+      pollfd fds[2] = {{client, POLLIN, 0}, {upstream, POLLIN, 0}};
+      if (::poll(fds, 2, 100) <= 0) continue;
+      if (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) {
+        ssize_t n = ::recv(client, buf, sizeof(buf), 0);
+        if (n <= 0) return;
+        if (drop_op_ >= 0 && n > 4 && static_cast<unsigned char>(buf[4]) == drop_op_) {
+          drop_op_ = -1;
+          dropping = true;
+        }
+        ::send(upstream, buf, static_cast<std::size_t>(n), MSG_NOSIGNAL);
+      }
+      if (fds[1].revents & (POLLIN | POLLHUP | POLLERR)) {
+        ssize_t n = ::recv(upstream, buf, sizeof(buf), 0);
+        if (n <= 0) return;
+        if (dropping) {  // the server applied it; the client never hears
+          ++drops_;
+          return;
+        }
+        ::send(client, buf, static_cast<std::size_t>(n), MSG_NOSIGNAL);
+      }
+    }
+  }
+
+  std::uint16_t server_port_;
+  std::uint16_t port_ = 0;
+  int listen_fd_ = -1;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> drop_op_{-1};
+  std::atomic<int> drops_{0};
+  std::mutex mutex_;
+  std::condition_variable released_;
+  bool hold_ = false;  // guarded by mutex_
+  std::thread thread_;
+};
 
 }  // namespace ddp::test

@@ -37,6 +37,16 @@ inline constexpr std::uint32_t kMaxHandshakeFrame = 64;
 inline constexpr std::uint32_t kMaxHandshakeReply = 4096;
 // A timeout_ms of this value means "wait forever".
 inline constexpr std::uint64_t kNoTimeout = ~std::uint64_t{0};
+// The most keys one request may name (wait, check, multi_get, multi_set): a
+// request of many empty keys is a few bytes per key on the wire but costs the
+// server a lookup and a view per key, so their number is bounded, not only
+// their bytes. A longer list gets `invalid argument` (the connection stays open).
+inline constexpr std::uint32_t kMaxKeysPerRequest = 65536;
+// Bit 63 of a request id marks a retry: the client sends the request again
+// after a lost connection (the id's other bits are unchanged). Sequence
+// numbers never reach it. See ClientRegistry (store_server) for what the
+// server does with it.
+inline constexpr std::uint64_t kRetryFlag = std::uint64_t{1} << 63;
 
 enum class Op : std::uint8_t {
   kHello = 0x01,

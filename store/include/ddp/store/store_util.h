@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace ddp::store_util {
@@ -34,7 +35,14 @@ std::string compare_set(Map& data, typename Map::iterator it, const std::string&
 void check_multi_set(const std::vector<std::string>& keys,
                      const std::vector<std::string>& values, const std::string& origin);
 
-// "timed out after 1.5 s waiting for keys: a, b".
+// "timed out after 1.500 s waiting for key(s): a, b". Names at most
+// kNamedMissingKeys keys, each cut after kNamedKeyBytes bytes, then "(and N
+// more)": a request may wait for thousands of keys, and the message must stay
+// small whatever it waited for.
+inline constexpr std::size_t kNamedMissingKeys = 16;
+inline constexpr std::size_t kNamedKeyBytes = 256;
+std::string timeout_message(const std::vector<std::string_view>& missing,
+                            std::chrono::milliseconds timeout);
 std::string timeout_message(const std::vector<std::string>& missing,
                             std::chrono::milliseconds timeout);
 

@@ -44,6 +44,13 @@ struct StoreServerOptions {
   std::size_t max_pending_output = 16 * 1024 * 1024;
   // A connection must complete the hello (and auth) step within this long.
   std::chrono::milliseconds handshake_timeout = std::chrono::seconds(10);
+  // The retry record (store/PROTOCOL.md, "Retries"): what the server remembers
+  // of a client whose connections all closed is kept this long, for at most
+  // this many such clients (the oldest is forgotten first). A client with an
+  // open connection is always remembered. A retry of a forgotten client is
+  // refused (`stale request`), never applied twice.
+  std::chrono::milliseconds retry_record_window = std::chrono::minutes(10);
+  std::size_t retry_record_clients = 16384;
 };
 
 class StoreServer {
