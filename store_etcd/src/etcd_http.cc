@@ -1,10 +1,12 @@
 #include "etcd_http.h"
 
 #include <fmt/format.h>
+#include <unistd.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 
 #include <algorithm>
+#include <charconv>
 #include <functional>
 #include <limits>
 #include <thread>
@@ -16,6 +18,9 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/core/detail/base64.hpp>
 #include <boost/beast/http.hpp>
+
+#include "ddp/common/json.h"
+#include "ddp/common/logging.h"
 #include <boost/beast/ssl.hpp>
 
 namespace ddp::etcd {
@@ -46,10 +51,16 @@ Deadline first_byte_deadline(const Deadline& attempt, std::size_t request_bytes)
 }
 // The token expired more often than this within one call: give up.
 constexpr int kMaxReauth = 3;
-// The cheapest call that names the cluster (its header's cluster_id): a count
-// of the single key "\0" (base64 "AA==").
+// The constructor's check that the endpoint serves the KV API (and that the
+// credentials work): a count of the single key "\0" (base64 "AA==").
 constexpr const char* kProbePath = "/v3/kv/range";
 const std::string kProbeBody = R"({"count_only":true,"key":"AA=="})";
+// A fresh connection's first request: the member's status, which etcd answers
+// without a token and whose header names the cluster, so that no credential
+// is sent to a member of another cluster. It also says whether the member
+// knows a leader.
+constexpr const char* kStatusPath = "/v3/maintenance/status";
+const std::string kStatusBody = "{}";
 
 // The server's certificate did not verify: final, not retried.
 class CertificateError : public AuthError {
@@ -68,50 +79,94 @@ bool is_ip_literal(const std::string& host) {
 
 // {"error":"...","message":"...","code":N} (unary) or
 // {"error":{"grpc_code":N,"message":"..."}} (a message of a stream).
+// Fields of any type are read without throwing (a reply is not trusted).
 std::pair<int, std::string> error_fields(const Json& reply) {
+  auto string_of = [](const Json& object, const char* field) -> std::string {
+    auto it = object.find(field);
+    return it != object.end() && it->is_string() ? it->get<std::string>() : std::string();
+  };
+  auto code_of = [](const Json& object, const char* field) {
+    auto it = object.find(field);
+    if (it == object.end() || !it->is_number_integer()) return 2;  // gRPC's "unknown"
+    const auto code = it->get<std::int64_t>();
+    return code >= 0 && code <= 16 ? static_cast<int>(code) : 2;
+  };
   const Json& error = reply.at("error");
   if (error.is_object()) {
-    int code = error.value("grpc_code", 2);
-    return {code, error.value("message", std::string("unknown error"))};
+    std::string message = string_of(error, "message");
+    return {code_of(error, "grpc_code"), message.empty() ? "unknown error" : message};
   }
-  int code = reply.contains("code") && reply["code"].is_number_integer() ? reply["code"].get<int>() : 2;
-  std::string message = reply.value("message", std::string());
+  std::string message = string_of(reply, "message");
   if (message.empty() && error.is_string()) message = error.get<std::string>();
-  return {code, message};
+  return {code_of(reply, "code"), message};
 }
 
-std::optional<Json> parse_json(const std::string& text) {
-  Json parsed = Json::parse(text, nullptr, false);
-  if (!parsed.is_discarded()) return parsed;
-  // A streaming reply that ended after one message: take its first line.
-  auto newline = text.find('\n');
-  if (newline == std::string::npos) return std::nullopt;
-  parsed = Json::parse(text.substr(0, newline), nullptr, false);
-  if (parsed.is_discarded()) return std::nullopt;
-  return parsed;
+// The fields of etcd's replies that carry bytes (base64 in the JSON).
+bool is_bytes_field(const std::string& name) {
+  return name == "key" || name == "value" || name == "range_end";
 }
 
-// The JSON of a reply, or the exception its status or error calls for.
-Json parse_reply(const std::string& origin, const std::string& where, const std::string& path,
-                 const HttpReply& reply) {
-  auto parsed = parse_json(reply.body);
-  if (parsed && parsed->is_object() && parsed->contains("error")) {
+// Throws BadReply naming the first bytes field of `document` that is not
+// valid padded base64. Iterative: the document's depth is bounded, but a
+// wide one should not cost recursion either.
+void check_bytes_fields(const Json& document, const std::string& where) {
+  std::vector<const Json*> pending{&document};
+  while (!pending.empty()) {
+    const Json* node = pending.back();
+    pending.pop_back();
+    if (node->is_array()) {
+      for (const auto& item : *node) pending.push_back(&item);
+    } else if (node->is_object()) {
+      for (auto it = node->begin(); it != node->end(); ++it) {
+        if (it->is_string() && is_bytes_field(it.key()) &&
+            !is_padded_base64(it->get_ref<const std::string&>())) {
+          throw BadReply(where, fmt::format("sent a \"{}\" that is not valid padded base64", it.key()));
+        }
+        if (it->is_structured()) pending.push_back(&*it);
+      }
+    }
+  }
+}
+
+// `text` as a JSON object whose bytes fields are base64; std::nullopt when it
+// is not JSON at all. Throws BadReply for JSON that is not etcd's.
+std::optional<Json> parse_object(const std::string& text, const std::string& where) {
+  json::Parsed parsed = json::parse_bounded(text);
+  if (!parsed.valid) return std::nullopt;
+  if (parsed.too_deep) {
+    throw BadReply(where, fmt::format("sent JSON nested deeper than {} levels", json::kMaxDepth));
+  }
+  if (!parsed.value.is_object()) throw BadReply(where, "sent JSON that is not an object");
+  check_bytes_fields(parsed.value, where);
+  return std::move(parsed.value);
+}
+
+}  // namespace
+
+Json decode_reply(const std::string& origin, const std::string& where, const std::string& path,
+                  const HttpReply& reply) {
+  auto parsed = parse_object(reply.body, where);
+  if (parsed && parsed->contains("error")) {
     auto [code, message] = error_fields(*parsed);
     ErrorClass cls = classify(code, message);
     if (cls.reauth) throw TokenExpired();
     if (cls.retry) throw ConnectionFailed(message, false);
     throw_reply_error(origin, where, code, message);
   }
-  if (reply.status == 200 && parsed && parsed->is_object()) return *std::move(parsed);
+  if (reply.status == 200 && parsed) return *std::move(parsed);
   if (reply.status >= 500 && !parsed) {
     throw ConnectionFailed(fmt::format("HTTP {} from POST {}", reply.status, path), false);
   }
-  throw ProtocolError(origin, fmt::format("{} is not an etcd v3 HTTP gateway (POST {} answered HTTP {}{})",
-                                          where, path, reply.status,
-                                          reply.status == 200 ? " with a body that is not JSON" : ""));
+  throw BadReply(where, fmt::format("is not an etcd v3 HTTP gateway (POST {} answered HTTP {}{})", path,
+                                    reply.status,
+                                    reply.status == 200 ? " with a body that is not JSON" : ""));
 }
 
-}  // namespace
+Json decode_stream_message(const std::string& where, const std::string& line) {
+  auto parsed = parse_object(line, where);
+  if (!parsed) throw BadReply(where, "sent a watch message that is not JSON");
+  return *std::move(parsed);
+}
 
 // ---------------------------------------------------------------------------
 // Helpers
@@ -122,15 +177,48 @@ std::string base64_encode(std::string_view bytes) {
   return out;
 }
 
-std::string base64_decode(std::string_view text) {
-  std::string out(beast::detail::base64::decoded_size(text.size()), '\0');
-  auto [written, read] = beast::detail::base64::decode(out.data(), text.data(), text.size());
+namespace {
+
+// The value of a base64 digit, or -1.
+int base64_digit(char c) {
+  if (c >= 'A' && c <= 'Z') return c - 'A';
+  if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+  if (c >= '0' && c <= '9') return c - '0' + 52;
+  if (c == '+') return 62;
+  if (c == '/') return 63;
+  return -1;
+}
+
+}  // namespace
+
+bool is_padded_base64(std::string_view text) {
+  if (text.size() % 4 != 0) return false;
   std::size_t padding = 0;
-  while (read + padding < text.size() && text[read + padding] == '=') ++padding;
-  if (read + padding != text.size()) {
-    throw ProtocolError("EtcdStore", "etcd sent bytes that are not base64");
+  while (padding < 2 && padding < text.size() && text[text.size() - 1 - padding] == '=') ++padding;
+  for (std::size_t i = 0; i + padding < text.size(); ++i) {
+    if (base64_digit(text[i]) < 0) return false;
   }
-  out.resize(written);
+  return true;
+}
+
+std::string base64_decode(std::string_view text) {
+  if (!is_padded_base64(text)) {
+    throw ProtocolError("EtcdStore", "etcd sent bytes that are not valid padded base64");
+  }
+  std::size_t padding = 0;
+  while (padding < 2 && padding < text.size() && text[text.size() - 1 - padding] == '=') ++padding;
+  std::string out;
+  out.reserve(text.size() / 4 * 3);
+  std::uint32_t bits = 0;
+  int have = 0;
+  for (std::size_t i = 0; i + padding < text.size(); ++i) {
+    bits = (bits << 6) | static_cast<std::uint32_t>(base64_digit(text[i]));
+    have += 6;
+    if (have >= 8) {
+      have -= 8;
+      out.push_back(static_cast<char>((bits >> have) & 0xff));
+    }
+  }
   return out;
 }
 
@@ -139,10 +227,10 @@ std::int64_t json_int(const Json& object, const char* field) {
   if (it == object.end() || it->is_null()) return 0;
   if (it->is_number_integer()) return it->get<std::int64_t>();
   if (it->is_string()) {
-    try {
-      return std::stoll(it->get<std::string>());
-    } catch (const std::exception&) {
-    }
+    const auto& text = it->get_ref<const std::string&>();
+    std::int64_t value = 0;
+    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+    if (ec == std::errc() && end == text.data() + text.size() && !text.empty()) return value;
   }
   throw ProtocolError("EtcdStore", fmt::format("etcd sent a field {} that is not an integer", field));
 }
@@ -151,6 +239,16 @@ std::string json_bytes(const Json& object, const char* field) {
   auto it = object.find(field);
   if (it == object.end() || !it->is_string()) return {};
   return base64_decode(it->get<std::string>());
+}
+
+bool json_flag(const Json& object, const char* field) {
+  auto it = object.find(field);
+  return it != object.end() && it->is_boolean() && it->get<bool>();
+}
+
+std::string json_string(const Json& object, const char* field, const std::string& otherwise) {
+  auto it = object.find(field);
+  return it != object.end() && it->is_string() ? it->get<std::string>() : otherwise;
 }
 
 std::string prefix_range_end(const std::string& prefix) {
@@ -214,6 +312,7 @@ struct Connection::Impl {
   std::optional<http::response_parser<http::string_body>> parser;
   std::size_t scanned = 0;  // bytes of the stream's body searched for '\n'
   int requests = 0;
+  std::size_t max_reply_bytes = 0;
   std::atomic<bool> cancelled{false};
 
   bool has_stream() const { return plain || secure; }
@@ -235,10 +334,18 @@ struct Connection::Impl {
     lowest().socket().close(ec);
   }
 
+  // Cancels what is pending on the socket, which stays open.
+  void cancel_socket() {
+    if (!has_stream()) return;
+    error_code ec;
+    lowest().socket().cancel(ec);
+  }
+
   // Starts an asynchronous operation (start(handler)) and runs the io_context
-  // until it completes or the deadline passes (then abort() and timed_out).
+  // until it completes or the deadline passes; then abort() and timed_out,
+  // unless `keep` (abort() only cancelled it) and it completed after all.
   template <typename Start, typename Abort>
-  error_code run(const Deadline& deadline, Start&& start, Abort&& abort) {
+  error_code run(const Deadline& deadline, Start&& start, Abort&& abort, bool keep = false) {
     if (cancelled) return asio::error::operation_aborted;
     std::optional<error_code> result;
     start([&result](error_code ec, auto&&...) { result = ec; });
@@ -253,6 +360,7 @@ struct Connection::Impl {
       abort();
       ioc.restart();
       ioc.run();
+      if (keep && result && !*result) return *result;
       return asio::error::timed_out;
     }
     return *result;
@@ -283,11 +391,41 @@ std::string failure_text(const error_code& ec, const Deadline& deadline) {
   return ec.message();
 }
 
+// A failed read of a reply: the peer sent something that is not an HTTP reply
+// within the limits (BadReply), or the connection broke (ConnectionFailed).
+[[noreturn]] void throw_read_failure(const error_code& ec, const Deadline& deadline,
+                                     const std::string& where, std::size_t limit, bool stale = false) {
+  if (ec == http::error::body_limit) {
+    throw BadReply(where, fmt::format("sent a reply body of more than {} bytes (max_reply_bytes)", limit));
+  }
+  const bool from_parser = ec.category() == error_code(http::error::end_of_stream).category();
+  const bool broken = !from_parser || ec == http::error::end_of_stream ||
+                      ec == http::error::partial_message;
+  if (!broken) throw BadReply(where, "sent a reply that is not HTTP/1.1: " + ec.message());
+  throw ConnectionFailed(failure_text(ec, deadline), stale);
+}
+
 }  // namespace
 
-Connection::Connection(EtcdEndpoint endpoint, boost::asio::ssl::context* tls)
+Connection::Connection(EtcdEndpoint endpoint, boost::asio::ssl::context* tls,
+                       std::size_t max_reply_bytes)
     : endpoint_(std::move(endpoint)), where_(endpoint_text(endpoint_)), impl_(new Impl) {
   impl_->tls = tls;
+  impl_->max_reply_bytes = max_reply_bytes;
+}
+
+std::unique_ptr<Connection> Connection::adopt(int fd, EtcdEndpoint endpoint,
+                                              std::size_t max_reply_bytes) {
+  auto connection = std::make_unique<Connection>(std::move(endpoint), nullptr, max_reply_bytes);
+  Impl& d = *connection->impl_;
+  d.plain = std::make_unique<beast::tcp_stream>(d.ioc);
+  error_code ec;
+  d.plain->socket().assign(tcp::v4(), fd, ec);
+  if (ec) {
+    ::close(fd);
+    throw ConnectionFailed("cannot adopt the socket: " + ec.message(), false);
+  }
+  return connection;
 }
 
 Connection::~Connection() { impl_->reset(); }
@@ -369,7 +507,7 @@ http::request<http::string_body> make_request(const std::string& where, const st
 
 int Connection::post_stream(const std::string& target, const std::string& body,
                             const std::string& token, const Deadline& deadline,
-                            const Deadline* first_byte) {
+                            const Deadline* first_byte, bool endless) {
   Impl& d = *impl_;
   if (!is_open()) throw ConnectionFailed("connection closed", false);
   const bool reused = d.requests++ > 0;
@@ -382,17 +520,25 @@ int Connection::post_stream(const std::string& target, const std::string& body,
     throw ConnectionFailed(failure_text(ec, deadline), reused);
   }
   d.parser.emplace();
-  d.parser->body_limit(std::numeric_limits<std::uint64_t>::max());
+  // Set before the header is read: Beast checks a Content-Length against it
+  // there, and the body's string reserves that length right after. The
+  // header keeps Beast's own bound (8 KiB).
+  d.parser->body_limit(static_cast<std::uint64_t>(d.max_reply_bytes));
   d.scanned = 0;
   const Deadline& header_deadline = first_byte ? *first_byte : deadline;
   ec = d.run(header_deadline, [&](auto handler) {
     d.with_stream([&](auto& stream) { http::async_read_header(stream, d.buffer, *d.parser, handler); });
   });
   if (ec) {
-    const bool stale = reused && !d.parser->got_some();
+    // Stale: a kept-alive connection the server had closed answers at once
+    // with a reset or an EOF. A reply that did not start in time is the
+    // member's silence, not staleness: no second try on it.
+    const bool stale = reused && !d.parser->got_some() && ec != asio::error::timed_out;
     d.reset();
-    throw ConnectionFailed(failure_text(ec, header_deadline), stale);
+    throw_read_failure(ec, header_deadline, where_, d.max_reply_bytes, stale);
   }
+  // A watch's chunked body never ends: it is bounded per message instead (next_line).
+  if (endless && d.parser->chunked()) d.parser->body_limit(boost::none);
   return static_cast<int>(d.parser->get().result_int());
 }
 
@@ -405,7 +551,7 @@ std::string Connection::stream_rest(const Deadline& deadline) {
     });
     if (ec) {
       d.reset();
-      throw ConnectionFailed(failure_text(ec, deadline), false);
+      throw_read_failure(ec, deadline, where_, d.max_reply_bytes);
     }
   }
   std::string body = std::move(d.parser->get().body());
@@ -436,6 +582,11 @@ std::optional<std::string> Connection::next_line(const Deadline& deadline) {
       return line;
     }
     d.scanned = body.size();
+    if (body.size() > d.max_reply_bytes) {
+      d.reset();
+      throw BadReply(where_, fmt::format("sent a watch message of more than {} bytes (max_reply_bytes)",
+                                         d.max_reply_bytes));
+    }
     if (d.parser->is_done()) {
       if (!body.empty()) {
         std::string line = std::move(body);
@@ -446,16 +597,20 @@ std::optional<std::string> Connection::next_line(const Deadline& deadline) {
       d.reset();
       throw ConnectionFailed("the stream ended", false);
     }
-    error_code ec = d.run(deadline, [&](auto handler) {
-      d.with_stream([&](auto& stream) { http::async_read_some(stream, d.buffer, *d.parser, handler); });
-    });
-    if (ec == asio::error::timed_out && deadline.expired()) {
-      d.reset();
-      return std::nullopt;
-    }
+    // At the deadline the read is cancelled, not the connection: a silent
+    // stream stays usable while the caller checks on its member.
+    error_code ec = d.run(
+        deadline,
+        [&](auto handler) {
+          d.with_stream([&](auto& stream) { http::async_read_some(stream, d.buffer, *d.parser, handler); });
+        },
+        [&d] { d.cancel_socket(); }, /*keep=*/true);
+    // (run() reports timed_out only for the deadline, which may be a fraction
+    // of a millisecond short of expired() then.)
+    if (ec == asio::error::timed_out && d.has_stream()) return std::nullopt;
     if (ec) {
       d.reset();
-      throw ConnectionFailed(failure_text(ec, deadline), false);
+      throw_read_failure(ec, deadline, where_, d.max_reply_bytes);
     }
   }
 }
@@ -543,8 +698,19 @@ Transport::Transport(EtcdStoreOptions options) : options_(std::move(options)) {
       throw InvalidArgument("EtcdStore", fmt::format("bad etcd endpoint '{}'", endpoint_text(endpoint)));
     }
   }
+  if (options_.max_reply_bytes < 4096) {
+    throw InvalidArgument("EtcdStore", "max_reply_bytes must be at least 4096");
+  }
+  if (options_.watch_check_interval <= Duration(0)) {
+    throw InvalidArgument("EtcdStore", "watch_check_interval must be positive");
+  }
   last_reasons_.resize(options_.endpoints.size());
   if (options_.tls) tls_ = make_tls_context(options_);
+  if (!options_.tls && !options_.username.empty()) {
+    log::get("etcd")->warn("etcd user '{}' authenticates over plain http: its password crosses the "
+                           "network to {} in clear text (use --rdzv_conf protocol=https)",
+                           options_.username, endpoints_text());
+  }
 }
 
 Transport::~Transport() = default;
@@ -568,15 +734,20 @@ std::string Transport::token() {
   return token_;
 }
 
-void Transport::endpoint_failed(const EtcdEndpoint& endpoint, const std::string& reason) {
-  std::lock_guard lock(state_mutex_);
+std::size_t Transport::index_of(const EtcdEndpoint& endpoint) const {
   for (std::size_t i = 0; i < options_.endpoints.size(); ++i) {
     const auto& e = options_.endpoints[i];
-    if (e.host != endpoint.host || e.port != endpoint.port) continue;
-    last_reasons_[i] = reason;
-    if (current_ == i) current_ = (i + 1) % options_.endpoints.size();
-    return;
+    if (e.host == endpoint.host && e.port == endpoint.port) return i;
   }
+  return options_.endpoints.size();
+}
+
+void Transport::endpoint_failed(const EtcdEndpoint& endpoint, const std::string& reason) {
+  const std::size_t i = index_of(endpoint);
+  if (i == options_.endpoints.size()) return;
+  std::lock_guard lock(state_mutex_);
+  last_reasons_[i] = reason;
+  if (current_ == i) current_ = (i + 1) % options_.endpoints.size();
 }
 
 void Transport::give_up(const std::string& origin, Duration limit) {
@@ -600,20 +771,39 @@ void Transport::authenticate(Connection& connection, const std::string& origin,
                                     first_byte_deadline(deadline, 0), deadline);
   Json result;
   try {
-    result = parse_reply(origin, connection.where(), "/v3/auth/authenticate", reply);
+    result = decode_reply(origin, connection.where(), "/v3/auth/authenticate", reply);
   } catch (const InvalidArgument& e) {
     const ReplyInfo* info = reply_info(e);
     if (!info || info->etcd_message().find("authentication is not enabled") == std::string::npos) throw;
     return;  // the cluster has no authentication: go on without a token
   }
+  auto token = result.find("token");
   std::lock_guard lock(state_mutex_);
-  token_ = result.value("token", std::string());
+  token_ = token != result.end() && token->is_string() ? token->get<std::string>() : std::string();
+}
+
+Json Transport::check_member(Connection& connection, const std::string& origin,
+                             const Deadline& deadline) {
+  HttpReply reply = connection.post(kStatusPath, kStatusBody, "", first_byte_deadline(deadline, 0),
+                                    deadline);
+  Json status = decode_reply(origin, connection.where(), kStatusPath, reply);
+  check_cluster(status, connection.where());
+  return status;
+}
+
+void Transport::prepare(Connection& connection, const std::string& origin, const Deadline& deadline) {
+  connection.open(deadline);
+  // The cluster first: no password goes to a member of another cluster.
+  check_member(connection, origin, deadline);
+  if (!options_.username.empty() && token().empty()) authenticate(connection, origin, deadline);
 }
 
 bool Transport::from_this_cluster(const Json& reply) {
   auto header = reply.find("header");
   if (header == reply.end() || !header->is_object()) return true;
-  const std::string id = header->value("cluster_id", std::string());
+  auto field = header->find("cluster_id");
+  if (field == header->end() || !field->is_string()) return true;
+  const std::string& id = field->get_ref<const std::string&>();
   if (id.empty()) return true;
   std::lock_guard lock(state_mutex_);
   if (cluster_id_.empty()) cluster_id_ = id;
@@ -623,9 +813,7 @@ bool Transport::from_this_cluster(const Json& reply) {
 void Transport::check_cluster(const Json& reply, const std::string& where) {
   // Not a member of the cluster this client talks to (a misconfigured list,
   // or a port another etcd took over): never mix two clusters' keys.
-  if (!from_this_cluster(reply)) {
-    throw ConnectionFailed(fmt::format("{} belongs to another etcd cluster", where), false);
-  }
+  if (!from_this_cluster(reply)) throw BadReply(where, "belongs to another etcd cluster");
 }
 
 Json Transport::attempt(const std::string& origin, const std::string& path, const std::string& body,
@@ -634,21 +822,15 @@ Json Transport::attempt(const std::string& origin, const std::string& path, cons
   const bool same = unary_ && unary_->endpoint().host == endpoint.host &&
                     unary_->endpoint().port == endpoint.port;
   for (int tries = 0;; ++tries) {
-    bool fresh = false;
     if (!same || !unary_->is_open() || tries > 0) {
-      unary_ = std::make_unique<Connection>(endpoint, tls_.get());
-      unary_->open(deadline);
-      fresh = true;
-    }
-    if (!options_.username.empty() && token().empty()) authenticate(*unary_, origin, deadline);
-    // A new connection proves its cluster before a write can go through it.
-    if (fresh && path != kProbePath) {
-      HttpReply probe = unary_->post(kProbePath, kProbeBody, token(), first_byte_deadline(deadline, 0), deadline);
-      check_cluster(parse_reply(origin, unary_->where(), kProbePath, probe), unary_->where());
+      unary_ = std::make_unique<Connection>(endpoint, tls_.get(), options_.max_reply_bytes);
+      prepare(*unary_, origin, deadline);
+    } else if (!options_.username.empty() && token().empty()) {
+      authenticate(*unary_, origin, deadline);  // its cluster was proven when it opened
     }
     try {
       HttpReply reply = unary_->post(path, body, token(), first_byte_deadline(deadline, body.size()), deadline);
-      Json result = parse_reply(origin, unary_->where(), path, reply);
+      Json result = decode_reply(origin, unary_->where(), path, reply);
       check_cluster(result, unary_->where());
       return result;
     } catch (const ConnectionFailed& e) {
@@ -659,24 +841,47 @@ Json Transport::attempt(const std::string& origin, const std::string& path, cons
 }
 
 bool Transport::after_failed_attempt(const std::string& origin, const EtcdEndpoint& endpoint,
-                                     int& reauths) {
+                                     Failures& failures, std::unique_ptr<Connection>* used) {
+  auto drop = [used] {
+    if (used) used->reset();
+  };
   try {
     throw;
   } catch (const ConnectionFailed& e) {
-    unary_.reset();
+    drop();
     endpoint_failed(endpoint, e.reason());
     return false;
+  } catch (const BadReply& e) {
+    drop();
+    endpoint_failed(endpoint, e.reason());
+    const std::size_t i = index_of(endpoint);
+    if (failures.bad.empty()) failures.bad.resize(options_.endpoints.size(), false);
+    if (i < failures.bad.size() && !failures.bad[i]) {
+      failures.bad[i] = true;
+      ++failures.bad_count;
+    }
+    if (failures.bad_count < options_.endpoints.size()) return false;
+    // Every endpoint answered with something that is not etcd's: waiting
+    // will not make them etcd.
+    std::string reasons;
+    {
+      std::lock_guard lock(state_mutex_);
+      for (std::size_t j = 0; j < options_.endpoints.size(); ++j) {
+        reasons += (j ? "; " : "") + endpoint_text(options_.endpoints[j]) + " " + last_reasons_[j];
+      }
+    }
+    throw ProtocolError(origin, reasons);
   } catch (const TokenExpired&) {
     std::lock_guard state(state_mutex_);
     token_.clear();
-    if (++reauths <= kMaxReauth) return true;
+    if (++failures.reauths <= kMaxReauth) return true;
     throw AuthError(origin, fmt::format("etcd at {} keeps refusing fresh auth tokens",
                                         endpoint_text(endpoint)));
   } catch (const CertificateError& e) {
-    unary_.reset();
+    drop();
     throw AuthError(origin, e.what());
   } catch (...) {
-    unary_.reset();
+    drop();
     throw;
   }
 }
@@ -688,13 +893,13 @@ Json Transport::call(const std::string& origin, const std::string& path, const J
   const Duration limit = retry_limit.value_or(options_.request_timeout);
   std::optional<Clock::time_point> failing_since;
   Backoff backoff(Duration(20), Duration(500));
-  int reauths = 0;
+  Failures failures;
   for (;;) {
     const EtcdEndpoint endpoint = current_endpoint();
     try {
       return attempt(origin, path, text, Deadline(attempt_limit(limit, failing_since)));
     } catch (...) {
-      if (after_failed_attempt(origin, endpoint, reauths)) continue;
+      if (after_failed_attempt(origin, endpoint, failures, &unary_)) continue;
     }
     auto now = Clock::now();
     if (!failing_since) failing_since = now;
@@ -709,7 +914,7 @@ void Transport::probe() {
   const Duration limit = options_.connect_timeout;
   Deadline deadline(limit);
   Backoff backoff(Duration(20), Duration(500));
-  int reauths = 0;
+  Failures failures;
   for (bool first = true;; first = false) {
     const EtcdEndpoint endpoint = current_endpoint();
     // A last attempt cut to a few milliseconds would only replace the reason
@@ -720,7 +925,7 @@ void Transport::probe() {
               Deadline(std::min(deadline.remaining(), kMaxAttempt)));
       return;
     } catch (...) {
-      if (after_failed_attempt("EtcdStore", endpoint, reauths)) continue;
+      if (after_failed_attempt("EtcdStore", endpoint, failures, &unary_)) continue;
     }
     if (deadline.expired()) give_up("EtcdStore", limit);
     std::this_thread::sleep_for(std::min(backoff.next(), deadline.remaining()));
@@ -730,46 +935,35 @@ void Transport::probe() {
 std::unique_ptr<Connection> Transport::open_stream(const std::string& origin, const std::string& path,
                                                    const Json& body, const Deadline& deadline,
                                                    std::optional<Clock::time_point>& failing_since,
-                                                   Interrupt* interrupt) {
+                                                   Interrupt* interrupt, Failures* shared) {
   const std::string text = body.dump();
   const Duration limit = options_.request_timeout;
   Backoff backoff(Duration(20), Duration(500));
-  int reauths = 0;
+  Failures own;
+  Failures& failures = shared ? *shared : own;
   for (;;) {
     if (interrupt && interrupt->stopped()) return nullptr;
     const EtcdEndpoint endpoint = current_endpoint();
-    auto connection = std::make_unique<Connection>(endpoint, tls_.get());
+    auto connection = std::make_unique<Connection>(endpoint, tls_.get(), options_.max_reply_bytes);
     if (interrupt) interrupt->attach(connection.get());
     try {
       Deadline attempt(std::min(deadline.remaining(), attempt_limit(limit, failing_since)));
-      connection->open(attempt);
-      if (!options_.username.empty() && token().empty()) authenticate(*connection, origin, attempt);
-      int status = connection->post_stream(path, text, token(), attempt);
+      prepare(*connection, origin, attempt);
+      // etcd answers a watch at once (its "created" message): a member that
+      // does not is left like a unary call's.
+      const Deadline first_byte = first_byte_deadline(attempt, text.size());
+      int status = connection->post_stream(path, text, token(), attempt, &first_byte, /*endless=*/true);
       if (status == 200) return connection;
       HttpReply reply{status, connection->stream_rest(attempt)};
-      parse_reply(origin, connection->where(), path, reply);
-      throw ProtocolError(origin, fmt::format("{} answered POST {} with HTTP {}",
-                                              connection->where(), path, status));
-    } catch (const ConnectionFailed& e) {
-      if (interrupt) interrupt->detach();
-      endpoint_failed(endpoint, e.reason());
-    } catch (const TokenExpired&) {
-      if (interrupt) interrupt->detach();
-      {
-        std::lock_guard state(state_mutex_);
-        token_.clear();
-      }
-      if (++reauths <= kMaxReauth) continue;
-      throw AuthError(origin, fmt::format("etcd at {} keeps refusing fresh auth tokens",
-                                          endpoint_text(endpoint)));
-    } catch (const CertificateError& e) {
-      if (interrupt) interrupt->detach();
-      throw AuthError(origin, e.what());
+      decode_reply(origin, connection->where(), path, reply);
+      throw BadReply(connection->where(), fmt::format("answered POST {} with HTTP {}", path, status));
     } catch (...) {
       if (interrupt) interrupt->detach();
-      throw;
+      // Stopped meanwhile: the failure is ours (the connection was cancelled),
+      // not the endpoint's.
+      if (interrupt && interrupt->stopped()) return nullptr;
+      if (after_failed_attempt(origin, endpoint, failures, nullptr)) continue;
     }
-    if (interrupt && interrupt->stopped()) return nullptr;
     auto now = Clock::now();
     if (!failing_since) failing_since = now;
     auto spent = std::chrono::duration_cast<Duration>(now - *failing_since);
@@ -781,6 +975,30 @@ std::unique_ptr<Connection> Transport::open_stream(const std::string& origin, co
     } else {
       std::this_thread::sleep_for(pause);
     }
+  }
+}
+
+bool Transport::member_answers(const EtcdEndpoint& endpoint, std::unique_ptr<Connection>& connection,
+                               const Deadline& deadline, Interrupt* interrupt) {
+  try {
+    if (!connection || !connection->is_open()) {
+      connection = std::make_unique<Connection>(endpoint, tls_.get(), options_.max_reply_bytes);
+      if (interrupt) interrupt->attach(connection.get());
+      connection->open(deadline);
+    } else if (interrupt) {
+      interrupt->attach(connection.get());
+    }
+    HttpReply reply = connection->post(kStatusPath, kStatusBody, "", deadline, deadline);
+    if (interrupt) interrupt->detach();
+    Json status = decode_reply("EtcdStore", connection->where(), kStatusPath, reply);
+    if (!from_this_cluster(status)) return false;
+    // A member cut off from the others has no leader: it will see no new write.
+    auto leader = status.find("leader");
+    return leader != status.end() && leader->is_string() && *leader != "0";
+  } catch (const std::exception&) {
+    if (interrupt) interrupt->detach();
+    connection.reset();
+    return false;
   }
 }
 

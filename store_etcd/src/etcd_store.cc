@@ -30,10 +30,19 @@ namespace {
 // etcd's default --max-txn-ops: longer key lists are split into several txns.
 constexpr std::size_t kMaxTxnOps = 128;
 // Where the clients' markers live (at the root, outside every options.prefix
-// that does not start with it), and how long the destructor tries to delete
-// its marker.
+// that does not start with it), and how long the destructor tries to revoke
+// its marker's lease.
 constexpr const char* kMarkerDir = "__ddp_clients/";
 constexpr Duration kMarkerCleanup = std::chrono::seconds(2);
+// A marker lives on a lease of its own, so that a client that dies (or leaves
+// through _exit) leaves nothing behind for long. Its TTL outlasts one call's
+// retries (request_timeout) with room to spare, and a call renews it first
+// when less than that is left.
+std::chrono::seconds marker_ttl(Duration request_timeout) {
+  const auto seconds = std::chrono::ceil<std::chrono::seconds>(2 * request_timeout);
+  return seconds + std::chrono::seconds(60);
+}
+Duration marker_renew_margin(Duration request_timeout) { return request_timeout + std::chrono::seconds(30); }
 
 std::string random_hex(std::size_t digits) {
   std::random_device device;
@@ -141,6 +150,11 @@ class EtcdStore::Client {
   // add and append: see the comment at the definition.
   std::string read_modify_write(const std::string& origin, const std::string& key,
                                 const std::function<std::string(const std::string*)>& update);
+  // The marker's lease, granted or renewed when less than a call's retries
+  // are left of it. Under rmw_mutex_.
+  std::int64_t marker_lease(const std::string& origin);
+  // Revokes the marker's lease (the marker goes with it). Best effort.
+  void release_marker();
 
   // A name for this client's next ticket, unique among all clients.
   std::string next_ticket_name() { return marker.substr(marker.rfind('/') + 1) + "." + std::to_string(++tickets_); }
@@ -152,10 +166,42 @@ class EtcdStore::Client {
   std::mutex rmw_mutex_;  // one add/append of this client at a time
   std::uint64_t sequence_ = 0;
   std::atomic<std::uint64_t> tickets_{0};
-
- public:
-  bool marker_written = false;  // guarded by rmw_mutex_
+  std::int64_t marker_lease_ = 0;  // guarded by rmw_mutex_ (0: none)
+  Clock::time_point renew_marker_at_{};
 };
+
+std::int64_t EtcdStore::Client::marker_lease(const std::string& origin) {
+  const auto now = Clock::now();
+  if (marker_lease_ != 0 && now < renew_marker_at_) return marker_lease_;
+  const Duration timeout = options().request_timeout;
+  const auto ttl = marker_ttl(timeout);
+  if (marker_lease_ != 0) {
+    const Json reply = call(origin, "/v3/lease/keepalive", {{"ID", std::to_string(marker_lease_)}});
+    auto result = reply.find("result");
+    if (json_int(result != reply.end() ? *result : reply, "TTL") > 0) {
+      renew_marker_at_ = now + ttl - marker_renew_margin(timeout);
+      return marker_lease_;
+    }
+  }
+  const Json reply = call(origin, "/v3/lease/grant", {{"TTL", std::to_string(ttl.count())}});
+  const std::int64_t id = json_int(reply, "ID");
+  if (id == 0) throw ProtocolError(origin, "etcd granted a lease without an ID");
+  marker_lease_ = id;
+  renew_marker_at_ = now + ttl - marker_renew_margin(timeout);
+  return marker_lease_;
+}
+
+void EtcdStore::Client::release_marker() {
+  std::lock_guard lock(rmw_mutex_);
+  if (marker_lease_ == 0) return;
+  try {
+    transport->call("EtcdStore", "/v3/lease/revoke", {{"ID", std::to_string(marker_lease_)}},
+                    std::min(kMarkerCleanup, options().request_timeout));
+  } catch (const std::exception&) {
+    // best effort: the lease expires by itself
+  }
+  marker_lease_ = 0;
+}
 
 std::vector<std::optional<std::string>> EtcdStore::Client::read(const std::string& origin,
                                                                  const std::vector<std::string>& keys,
@@ -195,6 +241,7 @@ std::vector<std::string> EtcdStore::Client::wait_for(const std::string& origin,
                                                      const std::vector<std::string>& keys,
                                                      Duration timeout, bool keys_only) {
   Deadline deadline(timeout);
+  etcd::Transport::Failures failures;  // across the waits: every endpoint bad fails the call
   for (;;) {
     std::int64_t revision = 0;
     auto values = read(origin, keys, keys_only, revision);
@@ -213,7 +260,7 @@ std::vector<std::string> EtcdStore::Client::wait_for(const std::string& origin,
     }
     // Whatever the watch says, read again: a PUT wakes us, and the re-read
     // also notices keys deleted meanwhile.
-    etcd::wait_for_put(*transport, origin, full(missing.front()), revision + 1, deadline);
+    etcd::wait_for_put(*transport, origin, full(missing.front()), revision + 1, deadline, failures);
   }
 }
 
@@ -232,8 +279,9 @@ std::vector<std::string> EtcdStore::Client::wait_for(const std::string& origin,
 // attempt was applied and its value is the result. The marker compare makes
 // an attempt still in flight inside etcd unable to apply after a later
 // attempt of this client did. The client's adds and appends run one at a
-// time (the marker is per client). The destructor deletes the marker (best
-// effort: a client that dies leaves its marker behind, one small key).
+// time (the marker is per client). The marker lives on a lease of the
+// client's (marker_lease): it outlasts any call's retries, and goes away by
+// itself once the client is gone; the destructor revokes it at once.
 std::string EtcdStore::Client::read_modify_write(
     const std::string& origin, const std::string& key,
     const std::function<std::string(const std::string*)>& update) {
@@ -241,6 +289,7 @@ std::string EtcdStore::Client::read_modify_write(
   const std::string full_key = full(key);
   const Json reads = Json::array({range_op(full_key, false), range_op(marker, false)});
   std::vector<std::pair<std::string, std::string>> attempts;  // (sequence, value written)
+  std::int64_t lease = marker_lease(origin);
   Json reply = txn(origin, Json::array(), reads);
   for (;;) {
     const Json* kv = first_kv(txn_response(reply, 0, "response_range"));
@@ -255,12 +304,22 @@ std::string EtcdStore::Client::read_modify_write(
     if (kv != nullptr) current = json_bytes(*kv, "value");
     std::string value = update(current ? &*current : nullptr);
     std::string sequence = std::to_string(++sequence_);
-    attempts.emplace_back(sequence, value);
-    marker_written = true;
     Json compare = Json::array({compare_mod(full_key, kv ? json_int(*kv, "mod_revision") : 0),
                                 compare_mod(marker, marker_kv ? json_int(*marker_kv, "mod_revision") : 0)});
-    reply = txn(origin, compare, Json::array({put_op(full_key, value), put_op(marker, sequence)}), reads);
-    if (reply.value("succeeded", false)) return value;
+    try {
+      reply = txn(origin, compare,
+                  Json::array({put_op(full_key, value), put_op(marker, sequence, lease)}), reads);
+    } catch (const InvalidArgument& e) {
+      // The lease expired under us (this process was stopped longer than its
+      // TTL): the txn was refused, not applied. A new lease, and again.
+      if (!lease_not_found(e)) throw;
+      marker_lease_ = 0;
+      lease = marker_lease(origin);
+      reply = txn(origin, Json::array(), reads);
+      continue;
+    }
+    attempts.emplace_back(sequence, value);
+    if (etcd::json_flag(reply, "succeeded")) return value;
   }
 }
 
@@ -271,16 +330,7 @@ EtcdStore::EtcdStore(const EtcdStoreOptions& options)
   client_->transport->probe();
 }
 
-EtcdStore::~EtcdStore() {
-  if (!client_->marker_written) return;
-  try {
-    client_->transport->call("EtcdStore", "/v3/kv/deleterange",
-                             {{"key", base64_encode(client_->marker)}},
-                             std::min(kMarkerCleanup, client_->options().request_timeout));
-  } catch (const std::exception&) {
-    // best effort: the marker is one small key
-  }
-}
+EtcdStore::~EtcdStore() { client_->release_marker(); }
 
 const EtcdStoreOptions& EtcdStore::options() const { return client_->options(); }
 
@@ -326,7 +376,7 @@ std::string EtcdStore::compare_set(const std::string& key, const std::string& ex
                  {"value", base64_encode(expected)}};
     }
     Json reply = client_->txn(origin, Json::array({compare}), put, read);
-    if (reply.value("succeeded", false)) return desired;
+    if (etcd::json_flag(reply, "succeeded")) return desired;
     const Json* kv = first_kv(txn_response(reply, 0, "response_range"));
     if (kv == nullptr) {
       if (!expected.empty()) return expected;
@@ -338,7 +388,7 @@ std::string EtcdStore::compare_set(const std::string& key, const std::string& ex
     Json same = {{"key", base64_encode(full_key)}, {"target", "VALUE"}, {"result", "EQUAL"},
                  {"value", base64_encode("")}};
     reply = client_->txn(origin, Json::array({same}), put, read);
-    if (reply.value("succeeded", false)) return desired;
+    if (etcd::json_flag(reply, "succeeded")) return desired;
     kv = first_kv(txn_response(reply, 0, "response_range"));
     if (kv != nullptr) return json_bytes(*kv, "value");
   }

@@ -4,68 +4,107 @@
 
 #include <algorithm>
 #include <thread>
+#include <vector>
 
 namespace ddp::etcd {
 
 namespace {
 
 constexpr const char* kWatchOrigin = "EtcdStore::watch_prefix";
-// A prefix watch that hears nothing for this long re-opens its stream (from
-// where it was), so that a connection that died silently is not kept forever.
-constexpr Duration kIdleReopen = std::chrono::seconds(60);
 // Pause after a broken wait stream before the caller reads again.
 constexpr Duration kRecheckPause = std::chrono::milliseconds(20);
-
-Json parse_message(const std::string& origin, const std::string& where, const std::string& line) {
-  Json message = Json::parse(line, nullptr, false);
-  if (message.is_discarded() || !message.is_object()) {
-    throw ProtocolError(origin, fmt::format("{} sent a watch message that is not JSON", where));
-  }
-  return message;
-}
+constexpr const char* kSilentMember = "stopped answering while a watch waited on it";
 
 const Json& result_of(const Json& message) {
   auto it = message.find("result");
-  return it != message.end() ? *it : message;
+  return it != message.end() && it->is_object() ? *it : message;
 }
+
+// The events of a watch message's result, each with an object "kv"; throws
+// BadReply naming `where` for events that are not etcd's.
+std::vector<const Json*> events_of(const Json& result, const std::string& where) {
+  std::vector<const Json*> events;
+  auto it = result.find("events");
+  if (it == result.end() || it->is_null()) return events;
+  if (!it->is_array()) throw BadReply(where, "sent watch events that are not a list");
+  for (const auto& event : *it) {
+    auto kv = event.find("kv");
+    if (!event.is_object() || kv == event.end() || !kv->is_object()) {
+      throw BadReply(where, "sent a watch event without its key");
+    }
+    events.push_back(&event);
+  }
+  return events;
+}
+
+bool is_delete(const Json& event) { return json_string(event, "type", "PUT") == "DELETE"; }
 
 }  // namespace
 
 WaitResult wait_for_put(Transport& transport, const std::string& origin, const std::string& key,
-                        std::int64_t from_revision, const Deadline& deadline) {
+                        std::int64_t from_revision, const Deadline& deadline,
+                        Transport::Failures& failures) {
   Json create = {{"key", base64_encode(key)}, {"start_revision", std::to_string(from_revision)}};
   std::optional<Clock::time_point> failing_since;
   auto connection = transport.open_stream(origin, "/v3/watch", {{"create_request", create}},
-                                          deadline, failing_since, nullptr);
+                                          deadline, failing_since, nullptr, &failures);
   if (!connection) return WaitResult::kTimeout;
+  const Duration check_every = transport.options().watch_check_interval;
+  std::unique_ptr<Connection> check;  // asks the stream's member whether it still answers
+  auto recheck = [&](const std::string& reason) {
+    transport.endpoint_failed(connection->endpoint(), reason);
+    std::this_thread::sleep_for(std::min(kRecheckPause, deadline.remaining()));
+    return WaitResult::kRecheck;
+  };
+  // In a catch block for a BadReply: counted, and ProtocolError once every
+  // endpoint sent one.
+  auto bad_stream = [&] {
+    transport.after_failed_attempt(origin, connection->endpoint(), failures, nullptr);
+    std::this_thread::sleep_for(std::min(kRecheckPause, deadline.remaining()));
+    return WaitResult::kRecheck;
+  };
   for (;;) {
     std::optional<std::string> line;
     try {
-      line = connection->next_line(deadline);
+      line = connection->next_line(Deadline(std::min(deadline.remaining(), check_every)));
     } catch (const ConnectionFailed& e) {
-      transport.endpoint_failed(connection->endpoint(), e.reason());
-      std::this_thread::sleep_for(std::min(kRecheckPause, deadline.remaining()));
-      return WaitResult::kRecheck;
+      return recheck(e.reason());
+    } catch (const BadReply&) {
+      return bad_stream();
     }
-    if (!line) return WaitResult::kTimeout;
-    Json message = parse_message(origin, connection->where(), *line);
-    if (message.contains("error")) {
-      transport.stream_error(origin, connection->where(), message);
-      return WaitResult::kRecheck;
+    if (!line) {
+      if (deadline.expired()) return WaitResult::kTimeout;
+      // Silent: a quiet key, or a member that froze or lost the cluster with
+      // the connection still open. Only a check tells them apart.
+      if (deadline.remaining() < check_every ||
+          transport.member_answers(connection->endpoint(), check, Deadline(check_every), nullptr)) {
+        continue;
+      }
+      return recheck(kSilentMember);
+    }
+    Json message;
+    std::vector<const Json*> events;
+    try {
+      message = decode_stream_message(connection->where(), *line);
+      if (message.contains("error")) {
+        transport.stream_error(origin, connection->where(), message);
+        return WaitResult::kRecheck;
+      }
+      events = events_of(result_of(message), connection->where());
+    } catch (const BadReply&) {
+      return bad_stream();
     }
     const Json& result = result_of(message);
     if (!transport.from_this_cluster(result)) {
       transport.endpoint_failed(connection->endpoint(), "it belongs to another etcd cluster");
       return WaitResult::kRecheck;
     }
-    if (result.value("canceled", false)) {
+    if (json_flag(result, "canceled")) {
       std::this_thread::sleep_for(std::min(kRecheckPause, deadline.remaining()));
       return WaitResult::kRecheck;
     }
-    auto events = result.find("events");
-    if (events == result.end() || !events->is_array()) continue;
-    for (const auto& event : *events) {
-      if (event.value("type", std::string("PUT")) != "DELETE") return WaitResult::kPut;
+    for (const Json* event : events) {
+      if (!is_delete(*event)) return WaitResult::kPut;
     }
   }
 }
@@ -110,6 +149,7 @@ class EtcdWatch final : public StoreWatch {
 
   void loop() {
     std::optional<Clock::time_point> failing_since;
+    std::unique_ptr<Connection> check;  // asks a silent stream's member whether it still answers
     while (!interrupt_.stopped()) {
       Json create = {{"key", base64_encode(key_)}, {"range_end", base64_encode(range_end_)}};
       if (next_ > 0) create["start_revision"] = std::to_string(next_);
@@ -118,7 +158,7 @@ class EtcdWatch final : public StoreWatch {
       if (!connection) return;  // stopped
       bool reopen = false;
       try {
-        reopen = read(*connection, failing_since);
+        reopen = read(*connection, check, failing_since);
       } catch (...) {
         interrupt_.detach();  // before the connection goes
         throw;
@@ -128,60 +168,80 @@ class EtcdWatch final : public StoreWatch {
     }
   }
 
-  // Reads messages until the stream breaks (true: open it again) or the
-  // watch ends (false).
-  bool read(Connection& connection, std::optional<Clock::time_point>& failing_since) {
+  // Reads messages until the stream breaks or its member stops answering
+  // (true: open it again, on the next endpoint, from next_) or the watch
+  // ends (false).
+  bool read(Connection& connection, std::unique_ptr<Connection>& check,
+            std::optional<Clock::time_point>& failing_since) {
+    const Duration check_every = transport_->options().watch_check_interval;
+    auto reopen = [&](const std::string& reason) {
+      transport_->endpoint_failed(connection.endpoint(), reason);
+      if (!failing_since) failing_since = Clock::now();
+      return true;
+    };
     for (;;) {
       std::optional<std::string> line;
       try {
-        line = connection.next_line(Deadline(kIdleReopen));
+        line = connection.next_line(Deadline(check_every));
       } catch (const ConnectionFailed& e) {
         if (interrupt_.stopped()) return false;
-        transport_->endpoint_failed(connection.endpoint(), e.reason());
-        if (!failing_since) failing_since = Clock::now();
-        return true;
+        return reopen(e.reason());
+      } catch (const BadReply& e) {
+        if (interrupt_.stopped()) return false;
+        return reopen(e.reason());
       }
       if (interrupt_.stopped()) return false;
-      if (!line) return true;
-      Json message = parse_message(kWatchOrigin, connection.where(), *line);
-      if (message.contains("error")) {
-        transport_->stream_error(kWatchOrigin, connection.where(), message);
-        if (!failing_since) failing_since = Clock::now();
-        return true;
+      if (!line) {
+        const bool answers =
+            transport_->member_answers(connection.endpoint(), check, Deadline(check_every), &interrupt_);
+        interrupt_.attach(&connection);  // stop() must reach the stream again
+        if (interrupt_.stopped()) return false;
+        if (answers) continue;
+        return reopen(kSilentMember);
+      }
+      Json message;
+      std::vector<const Json*> events;
+      try {
+        message = decode_stream_message(connection.where(), *line);
+        if (message.contains("error")) {
+          transport_->stream_error(kWatchOrigin, connection.where(), message);
+          if (!failing_since) failing_since = Clock::now();
+          return true;
+        }
+        events = events_of(result_of(message), connection.where());
+      } catch (const BadReply& e) {
+        return reopen(e.reason());
       }
       if (!transport_->from_this_cluster(result_of(message))) {
-        transport_->endpoint_failed(connection.endpoint(), "it belongs to another etcd cluster");
-        if (!failing_since) failing_since = Clock::now();
-        return true;
+        return reopen("it belongs to another etcd cluster");
       }
-      if (!handle(result_of(message), failing_since)) return false;
+      if (!handle(result_of(message), events, failing_since)) return false;
     }
   }
 
   // One message; false when the watch ends.
-  bool handle(const Json& result, std::optional<Clock::time_point>& failing_since) {
-    if (result.value("created", false)) {
+  bool handle(const Json& result, const std::vector<const Json*>& events,
+              std::optional<Clock::time_point>& failing_since) {
+    if (json_flag(result, "created")) {
       failing_since.reset();
-      if (next_ <= 0 && result.contains("header")) next_ = json_int(result["header"], "revision") + 1;
+      auto header = result.find("header");
+      if (next_ <= 0 && header != result.end()) next_ = json_int(*header, "revision") + 1;
     }
-    if (result.value("canceled", false)) {
+    if (json_flag(result, "canceled")) {
       std::int64_t compacted = json_int(result, "compact_revision");
       fail(compacted > 0
                ? fmt::format("the revisions from {} on were compacted (etcd keeps them from {} on)",
                              next_, compacted)
                : "etcd cancelled the watch: " +
-                     result.value("cancel_reason", std::string("no reason given")));
+                     json_string(result, "cancel_reason", "no reason given"));
       return false;
     }
-    auto events = result.find("events");
-    if (events == result.end() || !events->is_array()) return true;
     const std::int64_t first = next_;
     std::int64_t last = 0;
-    for (const auto& item : *events) {
-      const Json& kv = item.at("kv");
+    for (const Json* item : events) {
+      const Json& kv = item->at("kv");
       StoreEvent event;
-      event.kind = item.value("type", std::string("PUT")) == "DELETE" ? StoreEvent::Kind::kDelete
-                                                                     : StoreEvent::Kind::kPut;
+      event.kind = is_delete(*item) ? StoreEvent::Kind::kDelete : StoreEvent::Kind::kPut;
       event.revision = json_int(kv, "mod_revision");
       if (event.revision < first) continue;  // delivered before a reconnection
       std::string key = json_bytes(kv, "key");

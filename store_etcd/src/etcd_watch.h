@@ -21,10 +21,15 @@ enum class WaitResult {
 };
 
 // Waits for a PUT of `key` (a full etcd key) at revision `from_revision` or
-// later. Throws NetworkError when no endpoint can be reached within the
-// transport's request_timeout.
+// later. A stream that breaks, sends what is not etcd's, or whose member stops
+// answering (checked every watch_check_interval of silence) is kRecheck, its
+// endpoint marked failed. Throws NetworkError when no endpoint can be reached
+// within the transport's request_timeout, ProtocolError when every endpoint
+// sent what is not etcd's (counted in `failures`, which the caller keeps
+// across its waits).
 WaitResult wait_for_put(Transport& transport, const std::string& origin, const std::string& key,
-                        std::int64_t from_revision, const Deadline& deadline);
+                        std::int64_t from_revision, const Deadline& deadline,
+                        Transport::Failures& failures);
 
 // Starts a watch of every key in [key, range_end) (full etcd keys) from
 // `from_revision` (0: now); events carry their key without its first

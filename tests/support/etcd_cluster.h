@@ -7,6 +7,7 @@
 //   options.endpoints = cluster.client_endpoints();   // or parse_etcd_endpoints(cluster.endpoints())
 //   ...
 //   cluster.kill(0);      // SIGKILL member 0 (and reap it)
+//   cluster.freeze(0);    // SIGSTOP member 0; cluster.thaw(0) sends SIGCONT
 //   cluster.stop(0);      // SIGTERM, then SIGKILL after 5 s
 //   cluster.restart(0);   // start it again on its ports and data; waits until it serves
 //
@@ -126,6 +127,10 @@ class EtcdCluster {
 
   // SIGKILL member i and reap it.
   void kill(int i) { signal_and_reap(members_[i], SIGKILL, std::chrono::seconds(0)); }
+  // SIGSTOP member i (a hung member: its sockets stay open and say nothing);
+  // thaw() sends SIGCONT. The destructor's SIGKILL ends a frozen member too.
+  void freeze(int i) { ::kill(members_[i].pid, SIGSTOP); }
+  void thaw(int i) { ::kill(members_[i].pid, SIGCONT); }
   // SIGTERM member i, SIGKILL after 5 s; reaps it.
   void stop(int i) { signal_and_reap(members_[i], SIGTERM, std::chrono::seconds(5)); }
   // Starts a stopped member again (same ports, same data) and waits until it serves.

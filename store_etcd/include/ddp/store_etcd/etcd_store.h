@@ -18,6 +18,19 @@
 //   num_keys             kv/range count of the keys under options.prefix
 //   leases               lease/grant, lease/keepalive, lease/timetolive, lease/revoke
 //
+// Replies are not trusted (etcd_http.h): bodies and watch messages are
+// bounded by max_reply_bytes, JSON nesting is bounded, bytes fields must be
+// valid padded base64; such a reply from one endpoint moves the call to the
+// next, and a call that got one from every endpoint throws ProtocolError
+// naming them. A new connection proves its cluster (maintenance/status, no
+// token needed) before a password or a write is sent on it. A username over
+// plain http is logged as a warning: the password then crosses in clear text.
+//
+// Watches (a blocking get, watch_prefix) check a silent stream's member every
+// watch_check_interval and resume on the next endpoint, from the last
+// revision, when it does not answer (a frozen or cut-off member keeps the
+// connection open and says nothing).
+//
 // Endpoints: calls go to one endpoint at a time. A refused or broken
 // connection, a timeout, or an etcd error meaning "try again" (no leader, a
 // leader change, a member stopping) moves the call to the next endpoint and
@@ -81,6 +94,15 @@ struct EtcdStoreOptions {
   Store::Duration request_timeout = std::chrono::seconds(60);
   // Default timeout of blocking calls (Store::timeout()).
   Store::Duration timeout = Store::kDefaultTimeout;
+  // The largest reply body, and the largest message of a watch stream, taken
+  // from an endpoint; a larger one is not etcd's (the call moves on).
+  std::size_t max_reply_bytes = 64u << 20;
+  // A watch stream silent for this long asks its member (on a connection of
+  // its own) whether it still answers, as a member of this cluster with a
+  // leader, within the same time; one that does not is left, and the watch
+  // resumes on the next endpoint from where it was. A frozen member is thus
+  // left at most twice this long after it froze.
+  Store::Duration watch_check_interval = std::chrono::seconds(2);
 };
 
 class EtcdStore final : public LeaseStore {
