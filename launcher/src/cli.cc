@@ -677,6 +677,10 @@ class Parser {
     } else {  // password_file: the password is never on the command line
       std::ifstream in(readable(value));
       std::getline(in, c.etcd_password);
+      // A file written on Windows (or by `echo` into a CRLF editor) ends its
+      // line with "\r\n": the "\r" is not part of the password.
+      if (!c.etcd_password.empty() && c.etcd_password.back() == '\r') c.etcd_password.pop_back();
+      if (c.etcd_password.empty()) fail(name + ": '" + value + "' holds no password on its first line");
     }
     return true;
   }
