@@ -21,10 +21,14 @@
 // measured) serves --attack-honest honest TcpStore clients doing set/get in a
 // loop, first quietly, then for as long again while, at the same time,
 // --attack-idle connections sit half-open, one client sends random garbage at
-// full speed (reconnecting whenever the server drops it) and one client stores a
-// large value and pipelines gets of it without ever reading a reply (see
-// attackers.h). It prints the honest clients' p99 latency in both phases and the
-// daemon's peak RSS (VmHWM), ending with one line
+// full speed (reconnecting whenever the server drops it), one client stores a
+// large value and pipelines gets of it without ever reading a reply, one
+// thread connects, parks a get, sends 1.5 MiB behind it and closes, over and
+// over, and one client sends waits and multi_gets of millions of empty keys
+// (see attackers.h). It prints the honest clients' p99 latency in both phases,
+// what each attacker managed, whether the daemon let go of every attacker's
+// connection once they stopped, and the daemon's peak RSS (VmHWM), ending with
+// one line
 //   attack: quiet_p99_us=<a> attacked_p99_us=<b> ratio=<b/a> server_peak_rss_mib=<m>
 // A daemon whose RSS passes --attack-rss-cap-mib is killed (so that an unbounded
 // server cannot push the machine into swapping or the OOM killer) and the run
@@ -57,13 +61,13 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "../support/daemon_process.h"
 #include "attackers.h"
 #include "ddp/store_server/store_server.h"
 #include "ddp/store/tcp_store.h"
 
 #if DDP_STORE_BENCH_WITH_C10D
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
-#include "../support/daemon_process.h"
 #endif
 
 namespace {
@@ -415,6 +419,12 @@ struct AttackSettings {
   double value_mib = 64;
   double rss_cap_mib = 4096;
   std::string daemon;  // empty: ddp-rendezvous next to this binary
+  // Attackers left out (to see what each one costs): idle, garbage,
+  // pipelining, flood, empty-keys.
+  std::vector<std::string> without;
+  bool runs(const std::string& attacker) const {
+    return std::find(without.begin(), without.end(), attacker) == without.end();
+  }
 };
 
 
@@ -466,6 +476,20 @@ HonestPhase honest_phase(std::vector<std::unique_ptr<ddp::TcpStore>>& clients, d
   return phase;
 }
 
+// The descriptors process `pid` holds (its listening socket, its connections and
+// a few more); nullopt when /proc cannot tell.
+std::optional<std::size_t> open_descriptors(pid_t pid) {
+  std::error_code ec;
+  std::filesystem::directory_iterator it(fmt::format("/proc/{}/fd", pid), ec);
+  if (ec) return std::nullopt;
+  std::size_t n = 0;
+  for (; it != std::filesystem::directory_iterator(); it.increment(ec)) {
+    if (ec) return std::nullopt;
+    ++n;
+  }
+  return n;
+}
+
 std::string describe(HonestPhase& phase, double seconds) {
   return fmt::format("{} ops ({:.0f}/s), p50 {:.1f} us, p99 {:.1f} us, max {:.1f} us, {} client(s) failed{}",
                      phase.latencies_ns.size(), static_cast<double>(phase.latencies_ns.size()) / seconds,
@@ -515,6 +539,7 @@ int run_attack(const AttackSettings& a, const std::string& self_dir) {
   honest_phase(clients, std::min(0.5, a.seconds));  // warm-up, not counted
   HonestPhase quiet = honest_phase(clients, a.seconds);
   const auto quiet_rss = daemon.status_mib("VmRSS");
+  const auto quiet_fds = open_descriptors(daemon.pid());
   fmt::print("quiet:      {}\n", describe(quiet, a.seconds));
   std::fflush(stdout);
 
@@ -523,17 +548,28 @@ int run_attack(const AttackSettings& a, const std::string& self_dir) {
   const auto setup_begin = Clock::now();
   ddp::attack::IdleConnections idle;
   try {
-    idle.open(daemon.port(), a.idle);
+    if (a.runs("idle")) idle.open(daemon.port(), a.idle);
   } catch (const std::exception& e) {
     failures.push_back(fmt::format("opening idle connections: {} (opened {})", e.what(), idle.size()));
   }
-  ddp::attack::GarbageClient garbage(daemon.port(), 10'000'000);
+  std::optional<ddp::attack::GarbageClient> garbage;
+  if (a.runs("garbage")) garbage.emplace(daemon.port(), 10'000'000);
   std::unique_ptr<ddp::attack::PipeliningClient> pipelining;
   try {
-    pipelining = std::make_unique<ddp::attack::PipeliningClient>(
-        daemon.port(), static_cast<std::size_t>(a.value_mib * 1024 * 1024));
-    std::lock_guard lock(pipeliner_mutex);
-    pipeliner = pipelining.get();
+    if (a.runs("pipelining")) {
+      pipelining = std::make_unique<ddp::attack::PipeliningClient>(
+          daemon.port(), static_cast<std::size_t>(a.value_mib * 1024 * 1024));
+      std::lock_guard lock(pipeliner_mutex);
+      pipeliner = pipelining.get();
+    }
+  } catch (const std::exception& e) {
+    failures.push_back(e.what());
+  }
+  std::optional<ddp::attack::ParkedFlood> flood;
+  if (a.runs("flood")) flood.emplace(daemon.port());
+  std::unique_ptr<ddp::attack::EmptyKeyAmplifier> amplifier;
+  try {
+    if (a.runs("empty-keys")) amplifier = std::make_unique<ddp::attack::EmptyKeyAmplifier>(daemon.port());
   } catch (const std::exception& e) {
     failures.push_back(e.what());
   }
@@ -541,6 +577,7 @@ int run_attack(const AttackSettings& a, const std::string& self_dir) {
   HonestPhase attacked = honest_phase(clients, a.seconds);
   const std::size_t idle_closed = idle.closed_by_server();
   const auto hwm = daemon.status_mib("VmHWM");
+  const auto attacked_fds = open_descriptors(daemon.pid());
   const std::uint64_t gets = pipelining ? pipelining->gets_sent() : 0;
   const std::size_t value_bytes = pipelining ? pipelining->value_bytes() : 0;
   {
@@ -548,9 +585,20 @@ int run_attack(const AttackSettings& a, const std::string& self_dir) {
     pipeliner = nullptr;
   }
   pipelining.reset();
-  garbage.stop();
+  if (garbage) garbage->stop();
+  if (flood) flood->stop();
+  if (amplifier) amplifier->stop();
   const std::size_t idle_opened = idle.size();
   idle.close_all();
+  // Every attacker has closed its connections: the daemon must let go of them
+  // all (parked-and-closed sessions included), keeping only the honest ones.
+  const auto left_begin = Clock::now();
+  auto left_fds = open_descriptors(daemon.pid());
+  while (quiet_fds && left_fds && *left_fds > *quiet_fds && Clock::now() - left_begin < 5s && !capped.load()) {
+    std::this_thread::sleep_for(10ms);
+    left_fds = open_descriptors(daemon.pid());
+  }
+  const double left_ms = std::chrono::duration<double, std::milli>(Clock::now() - left_begin).count();
   clients.clear();
   monitoring.store(false);
   monitor.join();
@@ -561,10 +609,39 @@ int run_attack(const AttackSettings& a, const std::string& self_dir) {
   fmt::print("  attack set up in {:.2f} s: {} idle connections ({} closed by the server by the end); "
              "garbage client: {} connections, {:.1f} MiB sent; pipelining client: a {:.1f} MiB value, "
              "{} gets sent unread ({:.1f} GiB of replies asked for)\n",
-             setup_s, idle_opened, idle_closed, garbage.connections(),
-             static_cast<double>(garbage.bytes_sent()) / (1 << 20),
+             setup_s, idle_opened, idle_closed, garbage ? garbage->connections() : 0,
+             static_cast<double>(garbage ? garbage->bytes_sent() : 0) / (1 << 20),
              static_cast<double>(value_bytes) / (1 << 20), gets,
              static_cast<double>(gets) * static_cast<double>(value_bytes) / (1ull << 30));
+  if (flood) {
+    fmt::print("  parked-and-closed flood: {} cycles (connect, parked get, 1.5 MiB behind it, close; {} cut short "
+               "by the server closing first), {} failed handshake(s){}\n",
+               flood->cycles(), flood->cut_short(), flood->failed_handshakes(),
+               flood->first_error().empty() ? "" : " (first: " + flood->first_error() + ")");
+  }
+  if (amplifier) {
+    fmt::print("  empty-key amplification: {} requests answered ({} waits/multi_gets of {:.1f} MiB of empty keys "
+               "refused, {} of {} empty keys timed out), worst reply {:.1f} ms ({:.1f} MiB) and {:.1f} ms "
+               "({} keys), {} unexpected, {} connection(s) lost{}\n",
+               amplifier->answered(), amplifier->refused(),
+               static_cast<double>(amplifier->many_bytes()) / (1 << 20), amplifier->timed_out(),
+               ddp::protocol::kMaxKeysPerRequest, amplifier->worst_many_ms(),
+               static_cast<double>(amplifier->many_bytes()) / (1 << 20), amplifier->worst_limit_ms(),
+               ddp::protocol::kMaxKeysPerRequest, amplifier->unexpected(), amplifier->lost(),
+               amplifier->first_error().empty() ? "" : " (first: " + amplifier->first_error() + ")");
+  }
+  const auto fds = [](const std::optional<std::size_t>& n) { return n ? std::to_string(*n) : std::string("n/a"); };
+  fmt::print("daemon descriptors: {} after the quiet phase, {} at the end of the attack, {} {:.0f} ms after the "
+             "attackers closed theirs\n",
+             fds(quiet_fds), fds(attacked_fds), fds(left_fds), left_ms);
+  if (quiet_fds && left_fds && *left_fds > *quiet_fds && !capped.load()) {
+    failures.push_back(fmt::format("the daemon still held {} more descriptor(s) 5 s after every attacker closed its "
+                                   "connections (sessions not released)",
+                                   *left_fds - *quiet_fds));
+  }
+  if (amplifier && amplifier->unexpected() > 0) {
+    failures.push_back("unexpected replies to the empty-key requests: " + amplifier->first_error());
+  }
   const double peak = std::max(hwm.value_or(0.0), sampled_peak_mib.load());
   fmt::print("server RSS: {:.1f} MiB after the quiet phase, peak {:.1f} MiB (VmHWM{}); the daemon {} at the end\n",
              quiet_rss.value_or(0.0), peak, hwm ? "" : " unreadable: sampled", ended);
@@ -631,6 +708,10 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(16.0, 1e7));
   app.add_option("--daemon", attack.daemon, "the ddp-rendezvous binary (default: next to this one)");
+  app.add_option("--attack-without", attack.without,
+                 "attackers left out, comma-separated (to see what each one costs)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"idle", "garbage", "pipelining", "flood", "empty-keys"}));
   CLI11_PARSE(app, argc, argv);
 
   // Thousands of connections (the 1,024 clients; the attack's idle ones, whose

@@ -368,6 +368,19 @@ FrameParser::State FrameParser::consume(std::string_view& input) {
         break;
       }
       case Phase::kPayload: {
+        // A large request whose head already refuses it is neither assembled
+        // nor read to its end: the stream is bad from here (a 32 MiB list of
+        // empty keys costs the server a few reads, not 32 MiB of them).
+        if (check_heads_ && need_ > kHeadCheckedFrame && body_.size() < kRequestHeadSize &&
+            body_.size() + input.size() >= kRequestHeadSize) {
+          std::string head = body_;
+          head.append(input.substr(0, kRequestHeadSize - body_.size()));
+          Result verdict = check_request_head(head);
+          if (!verdict.ok()) {
+            std::string().swap(body_);
+            return fail(verdict.status, verdict.message);
+          }
+        }
         // Zero copy when the whole payload is in the input; otherwise assemble.
         // body_ grows with the bytes that really arrive (no reserve of the
         // announced size: a peer could announce 512 MiB and send nothing).
@@ -390,6 +403,28 @@ FrameParser::State FrameParser::consume(std::string_view& input) {
 }
 
 // ---- requests ----------------------------------------------------------------
+
+Result check_request_head(std::string_view head) {
+  if (head.empty()) return {};
+  const auto op = static_cast<Op>(static_cast<std::uint8_t>(head[0]));
+  std::size_t at = 0;
+  if (op == Op::kWait || op == Op::kMultiGet) {
+    at = 9;  // opcode, timeout
+  } else if (op == Op::kCheck || op == Op::kMultiSet) {
+    at = 1;
+  } else {
+    return {};
+  }
+  if (head.size() < at + 4) return {};
+  std::uint32_t count = 0;
+  for (int i = 0; i < 4; ++i) {
+    count |= static_cast<std::uint32_t>(static_cast<unsigned char>(head[at + i])) << (8 * i);
+  }
+  if (count <= kMaxKeysPerRequest) return {};
+  return Result{Status::kInvalidArgument,
+                fmt::format("{} names {} keys, more than the {} one request may name", to_string(op),
+                            count, kMaxKeysPerRequest)};
+}
 
 Result decode_request(std::string_view payload, const Limits& limits, Request& out) {
   if (payload.empty()) return Result{Status::kMalformed, "empty payload"};

@@ -340,11 +340,6 @@ class TcpStore::Connection {
                                                   v.size(), limits_.max_value_size));
       }
     };
-    if (q.keys.size() > protocol::kMaxKeysPerRequest) {
-      throw InvalidArgument(origin, fmt::format("{} keys in one request, more than the {} the "
-                                                "store protocol allows",
-                                                q.keys.size(), protocol::kMaxKeysPerRequest));
-    }
     key_ok(q.key);
     value_ok(q.value);
     value_ok(q.desired);
@@ -527,21 +522,52 @@ std::string TcpStore::compare_set(const std::string& key, const std::string& exp
                            [](const protocol::Reply& r) { return std::string(r.value); });
 }
 
+// The key lists of wait, check, multi_get and multi_set go in runs of at most
+// kMaxKeysPerRequest keys, one request each (the server refuses longer ones);
+// a blocking run gets the time the call has left.
+namespace {
+
+template <typename Run>
+void for_each_run(std::size_t count, Run&& run) {
+  for (std::size_t begin = 0; begin < count || begin == 0; begin += protocol::kMaxKeysPerRequest) {
+    run(begin, std::min(count, begin + protocol::kMaxKeysPerRequest));
+    if (count == 0) return;
+  }
+}
+
+// What is left of `timeout` since `start` (never negative).
+Store::Duration time_left(Store::Duration timeout, std::chrono::steady_clock::time_point start) {
+  auto spent = std::chrono::duration_cast<Store::Duration>(std::chrono::steady_clock::now() - start);
+  return spent >= timeout ? Store::Duration(0) : timeout - spent;
+}
+
+}  // namespace
+
 void TcpStore::wait(const std::vector<std::string>& keys, Duration timeout) {
-  protocol::Request q;
-  q.op = Op::kWait;
-  q.keys.assign(keys.begin(), keys.end());
-  q.timeout_ms = wire_timeout(timeout);
-  connection_->call("TcpStore::wait", std::move(q), reply_deadline(q.timeout_ms, this->timeout()),
-                    [](auto&) { return 0; });
+  const auto start = std::chrono::steady_clock::now();
+  for_each_run(keys.size(), [&](std::size_t begin, std::size_t end) {
+    protocol::Request q;
+    q.op = Op::kWait;
+    q.keys.assign(keys.begin() + static_cast<std::ptrdiff_t>(begin),
+                  keys.begin() + static_cast<std::ptrdiff_t>(end));
+    q.timeout_ms = wire_timeout(begin == 0 ? timeout : time_left(timeout, start));
+    connection_->call("TcpStore::wait", std::move(q), reply_deadline(q.timeout_ms, this->timeout()),
+                      [](auto&) { return 0; });
+  });
 }
 
 bool TcpStore::check(const std::vector<std::string>& keys) {
-  protocol::Request q;
-  q.op = Op::kCheck;
-  q.keys.assign(keys.begin(), keys.end());
-  return connection_->call("TcpStore::check", std::move(q), plain_deadline(timeout()),
-                           [](const protocol::Reply& r) { return r.flag; });
+  bool all = true;
+  for_each_run(keys.size(), [&](std::size_t begin, std::size_t end) {
+    if (!all) return;
+    protocol::Request q;
+    q.op = Op::kCheck;
+    q.keys.assign(keys.begin() + static_cast<std::ptrdiff_t>(begin),
+                  keys.begin() + static_cast<std::ptrdiff_t>(end));
+    all = connection_->call("TcpStore::check", std::move(q), plain_deadline(timeout()),
+                            [](const protocol::Reply& r) { return r.flag; });
+  });
+  return all;
 }
 
 bool TcpStore::delete_key(const std::string& key) {
@@ -561,30 +587,43 @@ std::int64_t TcpStore::num_keys() {
 
 std::vector<std::string> TcpStore::multi_get(const std::vector<std::string>& keys,
                                              Duration timeout) {
-  protocol::Request q;
-  q.op = Op::kMultiGet;
-  q.keys.assign(keys.begin(), keys.end());
-  q.timeout_ms = wire_timeout(timeout);
-  return connection_->call(
-      "TcpStore::multi_get", std::move(q), reply_deadline(q.timeout_ms, this->timeout()),
-      [&](const protocol::Reply& r) {
-        if (r.values.size() != keys.size()) {
-          throw ProtocolError("TcpStore::multi_get", fmt::format("asked for {} keys, got {} values",
-                                                                 keys.size(), r.values.size()));
-        }
-        return std::vector<std::string>(r.values.begin(), r.values.end());
-      });
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<std::string> values;
+  values.reserve(keys.size());
+  for_each_run(keys.size(), [&](std::size_t begin, std::size_t end) {
+    protocol::Request q;
+    q.op = Op::kMultiGet;
+    q.keys.assign(keys.begin() + static_cast<std::ptrdiff_t>(begin),
+                  keys.begin() + static_cast<std::ptrdiff_t>(end));
+    q.timeout_ms = wire_timeout(begin == 0 ? timeout : time_left(timeout, start));
+    const std::size_t asked = end - begin;
+    connection_->call("TcpStore::multi_get", std::move(q), reply_deadline(q.timeout_ms, this->timeout()),
+                      [&](const protocol::Reply& r) {
+                        if (r.values.size() != asked) {
+                          throw ProtocolError("TcpStore::multi_get",
+                                              fmt::format("asked for {} keys, got {} values", asked,
+                                                          r.values.size()));
+                        }
+                        values.insert(values.end(), r.values.begin(), r.values.end());
+                        return 0;
+                      });
+  });
+  return values;
 }
 
 void TcpStore::multi_set(const std::vector<std::string>& keys,
                          const std::vector<std::string>& values) {
   store_util::check_multi_set(keys, values, "TcpStore::multi_set");
-  protocol::Request q;
-  q.op = Op::kMultiSet;
-  q.keys.assign(keys.begin(), keys.end());
-  q.values.assign(values.begin(), values.end());
-  connection_->call("TcpStore::multi_set", std::move(q), plain_deadline(timeout()),
-                    [](auto&) { return 0; });
+  for_each_run(keys.size(), [&](std::size_t begin, std::size_t end) {
+    protocol::Request q;
+    q.op = Op::kMultiSet;
+    q.keys.assign(keys.begin() + static_cast<std::ptrdiff_t>(begin),
+                  keys.begin() + static_cast<std::ptrdiff_t>(end));
+    q.values.assign(values.begin() + static_cast<std::ptrdiff_t>(begin),
+                    values.begin() + static_cast<std::ptrdiff_t>(end));
+    connection_->call("TcpStore::multi_set", std::move(q), plain_deadline(timeout()),
+                      [](auto&) { return 0; });
+  });
 }
 
 void TcpStore::append(const std::string& key, const std::string& value) {

@@ -196,6 +196,26 @@ void Server::accept_ready() {
   }
 }
 
+bool Server::may_log_client_event() {
+  const auto now = std::chrono::steady_clock::now();
+  if (now - client_log_window_ >= kClientLogWindow) {
+    if (client_log_suppressed_ > 0) {
+      logger_->info("store server: {} more client connection(s) closed for errors in the last {} s "
+                    "(not logged one by one)",
+                    client_log_suppressed_, kClientLogWindow.count());
+    }
+    client_log_window_ = now;
+    client_log_lines_ = 0;
+    client_log_suppressed_ = 0;
+  }
+  if (client_log_lines_ < kClientLogBurst) {
+    ++client_log_lines_;
+    return true;
+  }
+  ++client_log_suppressed_;
+  return false;
+}
+
 void Server::adopt(asio::ip::tcp::socket socket) {
   auto session = std::make_shared<Session>(std::move(socket), *this);
   if (sessions_.active() >= options_.max_clients) {

@@ -66,6 +66,13 @@ class Server {
   ClientRegistry& clients() { return clients_; }
   // A number for a new connection, never reused (ClientRegistry tells them apart).
   std::uint64_t next_session_serial() { return ++session_serials_; }
+  // Whether a line about something a client caused (a connection closed for
+  // an error, a failed handshake) may be logged: at most kClientLogBurst per
+  // kClientLogWindow; the rest are counted and summed up in one line when the
+  // next window opens, so that clients cannot flood the log (or the disk).
+  bool may_log_client_event();
+  static constexpr int kClientLogBurst = 20;
+  static constexpr std::chrono::seconds kClientLogWindow{10};
   spdlog::logger& logger() { return *logger_; }
   bool stopping() const { return stopping_; }
 
@@ -90,6 +97,9 @@ class Server {
   bool accept_failed_ = false;
   std::uint64_t buffered_input_ = 0;
   std::uint64_t session_serials_ = 0;
+  std::chrono::steady_clock::time_point client_log_window_{};
+  int client_log_lines_ = 0;
+  std::uint64_t client_log_suppressed_ = 0;
   std::string accept_error_;
   std::atomic<bool> stop_requested_{false};
 };

@@ -19,13 +19,21 @@ constexpr std::size_t kReadBufferMax = 256 * 1024;
 // one request at a time). Its input is still read, so that its leaving is seen
 // at once; past this much of it the connection is closed: a client cannot make
 // us buffer without bound, nor hide its EOF behind a full backlog.
-constexpr std::size_t kMaxBacklog = 1024 * 1024;
+constexpr std::size_t kMaxBacklog = 64 * 1024;
+// The work one connection may do in one turn of the server's only thread: a
+// frame counts one, plus one per key it names. Past it, the rest of its
+// input waits for its next turn, behind every other connection: a client
+// that pipelines requests of thousands of keys delays others by one turn.
+constexpr std::size_t kTurnBudget = protocol::kMaxKeysPerRequest + 64;
 // A request naming many keys leaves vectors of that capacity behind in
 // request_; past this many they are released, so that an idle connection
 // holds no more than a small request's worth.
 constexpr std::size_t kKeptRequestKeys = 1024;
-// How long a closing connection is drained so its error reply is not lost to a reset.
+// How long, and how much, a closing connection is drained so that its error
+// reply is not lost to a reset: a client that keeps sending past that is not
+// reading the reply anyway, and draining it would cost the server its reads.
 constexpr auto kLinger = std::chrono::seconds(1);
+constexpr std::size_t kMaxLingerBytes = 64 * 1024;
 // Timers further out than this are not armed (a "forever" wait).
 constexpr std::uint64_t kMaxTimerMs = 100ull * 365 * 24 * 3600 * 1000;
 
@@ -114,8 +122,9 @@ void Session::read() {
   if (reading_ || processing_ || state_ == State::kClosed) return;
   // A parked client is still read from (to notice a disconnect; its backlog
   // is bounded in on_read); a client not reading its replies is not (its
-  // leaving breaks the write that is pending to it).
-  if (state_ == State::kOpen && output_full()) return;
+  // leaving breaks the write that is pending to it); nor is one whose input
+  // waits for its next turn (resume() reads again once it is served).
+  if (state_ == State::kOpen && (output_full() || (!parked_ && !backlog_.empty()))) return;
   if (grow_read_buf_) {
     // Only here, with no read pending, may the buffer be replaced.
     grow_read_buf_ = false;
@@ -155,6 +164,11 @@ void Session::on_read(const boost::system::error_code& ec, std::size_t n) {
       return;
     }
     if (state_ == State::kClosing) {  // draining: input is ignored
+      lingered_ += n;
+      if (lingered_ > kMaxLingerBytes) {
+        close_now();
+        return;
+      }
       read();
       return;
     }
@@ -162,6 +176,7 @@ void Session::on_read(const boost::system::error_code& ec, std::size_t n) {
     // next read (read() does, when no read is pending).
     if (n == read_buf_.size() && read_buf_.size() < kReadBufferMax) grow_read_buf_ = true;
     std::string_view input(read_buf_.data(), n);
+    turn_work_ = 0;
     {
       Processing guard(processing_);
       if (input_paused() || !backlog_.empty()) {
@@ -170,15 +185,19 @@ void Session::on_read(const boost::system::error_code& ec, std::size_t n) {
         process(input);
       }
       if (parked_ && backlog_.size() > kMaxBacklog) {
+        // Told once, not drained: a client sending this much behind a request
+        // it waits on is not reading, and draining it would cost our reads.
         fail(protocol::Status::kStoreFull,
              fmt::format("store full: more than {} bytes of requests arrived behind a waiting "
                          "request (send one request at a time)",
                          kMaxBacklog));
+        lingered_ = kMaxLingerBytes;
       }
       account_input();
       flush();
       serve_backlog();
     }
+    schedule_turn();
     read();
   } catch (const std::exception& e) {
     server_.logger().error("store session: {}", e.what());
@@ -186,18 +205,29 @@ void Session::on_read(const boost::system::error_code& ec, std::size_t n) {
   }
 }
 
+void Session::schedule_turn() {
+  if (state_ == State::kOpen && !input_paused() && !backlog_.empty()) schedule_resume();
+}
+
+void Session::schedule_resume() {
+  if (resume_posted_) return;
+  resume_posted_ = true;
+  asio::post(server_.io_context(), [self = shared_from_this()] { self->resume(); });
+}
+
 void Session::process(std::string_view input) {
   // Frames are handled while the connection is open and not paused: a parked
   // request, or a client not reading its replies (output over the limit),
   // stops processing - not only reading - so one read of pipelined requests
   // cannot queue more than one reply beyond the limit.
-  while (state_ == State::kOpen && !input_paused() && !input.empty()) {
+  while (state_ == State::kOpen && !input_paused() && !input.empty() && turn_work_ < kTurnBudget) {
     auto result = parser_.consume(input);
     if (result == protocol::FrameParser::State::kNeedMore) break;
     if (result == protocol::FrameParser::State::kBad) {
       fail(parser_.error().status, parser_.error().message);
       return;
     }
+    ++turn_work_;
     handle_frame(parser_.payload());
   }
   // What follows a pause waits in the backlog.
@@ -222,7 +252,9 @@ void Session::handle_frame(std::string_view payload) {
     auto result = handshake_->on_request(request_, out_);
     if (!result.ok()) {
       // The handshake already queued its error reply.
-      server_.logger().info("store session: handshake failed: {}", result.message);
+      if (server_.may_log_client_event()) {
+        server_.logger().info("store session: handshake failed: {}", result.message);
+      }
       begin_close();
       return;
     }
@@ -232,11 +264,13 @@ void Session::handle_frame(std::string_view payload) {
       registered_ = true;
       handshake_.reset();
       parser_.set_max_frame_size(server_.limits().max_frame_size);
+      parser_.check_request_heads(true);
     }
     touch();
     return;
   }
   touch();
+  turn_work_ += request_.keys.size();
   if (request_.op == protocol::Op::kHello || request_.op == protocol::Op::kAuth) {
     fail(protocol::Status::kUnexpected,
          fmt::format("{} after the handshake completed", protocol::to_string(request_.op)));
@@ -283,14 +317,12 @@ void Session::on_wake(std::string_view reply) {
   flush();
   // Further frames of this client may wait in the backlog, or reading may be
   // paused: continue outside the handler's call (it must not be re-entered).
-  if (state_ == State::kOpen && !resume_posted_ && (!backlog_.empty() || !reading_)) {
-    resume_posted_ = true;
-    asio::post(server_.io_context(), [self = shared_from_this()] { self->resume(); });
-  }
+  if (state_ == State::kOpen && (!backlog_.empty() || !reading_)) schedule_resume();
 }
 
 void Session::resume() {
   resume_posted_ = false;
+  turn_work_ = 0;
   try {
     if (state_ != State::kOpen || input_paused()) return;
     {
@@ -298,6 +330,7 @@ void Session::resume() {
       flush();  // a reply queued before resuming (an expired wait's)
       serve_backlog();
     }
+    schedule_turn();
     read();
   } catch (const std::exception& e) {
     server_.logger().error("store session: {}", e.what());
@@ -309,7 +342,7 @@ void Session::serve_backlog() {
   // A flush that wrote everything at once ends the pause with no write pending
   // to come back here, and a read would wait for input the client already sent:
   // the backlog is served until it is empty or the connection pauses again.
-  while (state_ == State::kOpen && !input_paused() && !backlog_.empty()) {
+  while (state_ == State::kOpen && !input_paused() && !backlog_.empty() && turn_work_ < kTurnBudget) {
     std::string pending;
     pending.swap(backlog_);
     process(pending);
@@ -431,8 +464,10 @@ void Session::on_idle_timer() {
 
 void Session::fail(protocol::Status status, const std::string& message) {
   if (state_ != State::kOpen) return;
-  server_.logger().info("store session: closing connection: {}: {}", protocol::to_string(status),
-                        message);
+  if (server_.may_log_client_event()) {
+    server_.logger().info("store session: closing connection: {}: {}", protocol::to_string(status),
+                          message);
+  }
   protocol::encode_error(out_, status, message);
   begin_close();
 }
@@ -455,7 +490,7 @@ void Session::begin_close() {
 void Session::begin_linger() {
   boost::system::error_code ignored;
   socket_.shutdown(asio::ip::tcp::socket::shutdown_send, ignored);
-  if (server_.stopping()) {
+  if (server_.stopping() || lingered_ >= kMaxLingerBytes) {
     close_now();
     return;
   }

@@ -8,12 +8,15 @@
 // A parked request keeps reading (to notice a disconnect) and buffers further
 // frames until it completes, up to a bound past which the connection is
 // closed; a client whose unread replies exceed the output limit is neither
-// served nor read until it reads (its leaving fails the pending write).
+// served nor read until it reads (its leaving fails the pending write). Each
+// turn of the io_context thread serves a bounded amount of one connection's
+// work (frames, keys); the rest waits for its next turn, and is not read
+// further meanwhile.
 // Buffers: read_buf_ is only resized in read(), when no read is pending and no
 // frame being processed points into it; writing_buf_ is only touched by the
 // write in flight and its completion. Errors close only this connection: an error reply is
-// flushed, the write side shut down, and the rest of the input drained briefly so
-// the reply is not lost to a reset. No handler throws: every one catches all.
+// flushed, the write side shut down, and the rest of the input drained briefly (1 s,
+// 64 KiB at most) so the reply is not lost to a reset. No handler throws: every one catches all.
 // io_context thread only.
 #pragma once
 
@@ -83,8 +86,13 @@ class Session final : public std::enable_shared_from_this<Session>, public Store
   // Processes backlogged frames until none is left or the connection pauses
   // (a parked request, or output over the bound). Call inside Processing.
   void serve_backlog();
-  // Serves the backlog and reads again, after a pause ends.
+  // Serves the backlog (one turn's budget of it) and reads again, after a
+  // pause ends or on the connection's next turn.
   void resume();
+  // Posts resume() once (not re-entering the handler that calls it).
+  void schedule_resume();
+  // Input left over when the turn's budget ran out: served on a next turn.
+  void schedule_turn();
   void flush();
   void on_write(const boost::system::error_code& ec);
   void arm_idle_timer();
@@ -121,6 +129,8 @@ class Session final : public std::enable_shared_from_this<Session>, public Store
   Clock::time_point armed_at_;  // when idle_timer_ fires
   std::uint64_t wait_generation_ = 0;
   std::size_t accounted_input_ = 0;  // counted in Server::account_input
+  std::size_t turn_work_ = 0;        // frames and keys handled in this turn (kTurnBudget)
+  std::size_t lingered_ = 0;         // bytes drained while closing (kMaxLingerBytes)
   State state_ = State::kOpen;
   bool counted_ = false;
   bool reading_ = false;

@@ -163,6 +163,43 @@ TEST(Protocol, FramesOfTheSameStreamParseOneAfterAnother) {
   EXPECT_TRUE(parser.idle());
 }
 
+TEST(Protocol, ALargeRequestNamingTooManyKeysIsRefusedByItsHeadAtEveryCut) {
+  // A wait of 20,000 empty keys (80 KiB): refused from its first bytes, never
+  // assembled, wherever the reads cut it; a small one is left to the decoder.
+  auto wait_frame = [](std::uint32_t count) {
+    std::string payload(1, static_cast<char>(Op::kWait));
+    payload.append(8, '\0');  // timeout 0
+    for (int i = 0; i < 4; ++i) payload.push_back(static_cast<char>((count >> (8 * i)) & 0xff));
+    payload.append(std::size_t{count} * 4, '\0');
+    std::string frame;
+    const auto length = static_cast<std::uint32_t>(payload.size());
+    for (int i = 0; i < 4; ++i) frame.push_back(static_cast<char>((length >> (8 * i)) & 0xff));
+    return frame + payload;
+  };
+  const std::string stream = wait_frame(20000);
+  for (std::size_t cut : {std::size_t{1}, std::size_t{6}, std::size_t{9}, std::size_t{16},
+                          std::size_t{17}, std::size_t{4096}}) {
+    FrameParser parser(1u << 30);
+    parser.check_request_heads(true);
+    std::string_view first = std::string_view(stream).substr(0, cut);
+    std::string_view rest = std::string_view(stream).substr(cut);
+    auto state = parser.consume(first);
+    if (state == FrameParser::State::kNeedMore) state = parser.consume(rest);
+    ASSERT_EQ(state, FrameParser::State::kBad) << "cut " << cut;
+    EXPECT_EQ(parser.error().status, Status::kInvalidArgument) << "cut " << cut;
+    EXPECT_NE(parser.error().message.find("20000 keys"), std::string::npos) << parser.error().message;
+    EXPECT_LE(parser.buffered(), kRequestHeadSize) << "the refused frame was assembled";
+  }
+  // 5,000 keys (20 KiB) is under the head check's size: the decoder refuses it.
+  const std::string small = wait_frame(5000);
+  FrameParser parser(1u << 30);
+  parser.check_request_heads(true);
+  std::string_view input = small;
+  ASSERT_EQ(parser.consume(input), FrameParser::State::kGood);
+  Request request;
+  EXPECT_EQ(decode_request(parser.payload(), Limits{}, request).status, Status::kInvalidArgument);
+}
+
 TEST(Protocol, TruncatedFrameNeedsMoreAtEveryCutPoint) {
   for (const auto& q : sample_requests()) {
     SCOPED_TRACE(std::string(to_string(q.op)));

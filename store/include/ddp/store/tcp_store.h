@@ -15,7 +15,16 @@
 // the server remembers, so a retried one is applied once. A call gives up with
 // NetworkError at its deadline, `reconnect_timeout` after the loss, or after
 // the server refused new connections for 250 ms (it is gone); it never
-// hangs. A server shutting down fails pending waits with ShutdownError.
+// hangs. A server shutting down fails pending waits with ShutdownError. A
+// retry the server cannot vouch for (it forgot this client while it was away,
+// or restarted) is refused with InvalidArgument ("stale request"), never
+// applied twice.
+//
+// The key lists of wait, check, multi_get and multi_set are sent in runs of
+// at most protocol::kMaxKeysPerRequest keys (one request each, the blocking
+// ones sharing the call's timeout), so a longer list works as with any Store;
+// only a multi_set of more keys is no longer all-or-nothing against the
+// server's store limit.
 #pragma once
 
 #include <memory>
