@@ -5,13 +5,17 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <csignal>
 #include <cerrno>
+#include <charconv>
+#include <csignal>
 #include <ctime>
+#include <limits>
+#include <optional>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
+#include "ddp/common/json.h"
 #include "safe_file.h"
 
 namespace ddp::agent {
@@ -28,19 +32,108 @@ std::string indent_lines(const std::string& text) {
   return out;
 }
 
-std::int64_t to_int(const nlohmann::json& value) {
-  if (value.is_number_integer()) return value.get<std::int64_t>();
-  if (value.is_string()) return std::stoll(value.get<std::string>());
-  return 0;
+using Json = nlohmann::json;
+
+// A member of `object`, or null when `object` is not an object or lacks it.
+// Only ever a pointer into the document: copying a value (json::value(), a
+// by-value default) recurses through all of it.
+const Json* member(const Json* object, const char* key) {
+  if (object == nullptr || !object->is_object()) return nullptr;
+  auto it = object->find(key);
+  return it == object->end() ? nullptr : &*it;
+}
+
+// The string `value` refers to when it is a non-empty string.
+const std::string* non_empty_string(const Json* value) {
+  if (value == nullptr || !value->is_string()) return nullptr;
+  const std::string& text = value->get_ref<const std::string&>();
+  return text.empty() ? nullptr : &text;
+}
+
+// A timestamp the worker wrote, when it is a plain integer from 0 to
+// INT64_MAX: a JSON integer, or a string of decimal digits (what @record
+// writes). std::from_chars neither throws nor accepts a sign for an unsigned
+// type, and reports an overflow; it must consume the whole string.
+std::optional<std::int64_t> plain_timestamp(const Json* value) {
+  constexpr auto kMax = static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
+  if (value == nullptr) return std::nullopt;
+  std::uint64_t seconds = 0;
+  if (value->is_number_unsigned()) {
+    seconds = value->get<std::uint64_t>();
+  } else if (value->is_number_integer()) {
+    return std::nullopt;  // signed: nlohmann keeps non-negative integers unsigned
+  } else if (value->is_string()) {
+    const std::string& text = value->get_ref<const std::string&>();
+    const char* end = text.data() + text.size();
+    auto [ptr, ec] = std::from_chars(text.data(), end, seconds);
+    if (text.empty() || ec != std::errc() || ptr != end) return std::nullopt;
+  } else {
+    return std::nullopt;
+  }
+  if (seconds > kMax) return std::nullopt;
+  return static_cast<std::int64_t>(seconds);
+}
+
+// "a number", "an array", "null": for a diagnostic.
+std::string type_text(const Json& value) {
+  if (value.is_null()) return "null";
+  const std::string name = value.type_name();
+  return (value.is_array() || value.is_object() ? "an " : "a ") + name;
+}
+
+// Says what the agent could not use; never longer than a couple of hundred
+// bytes, whatever the file holds.
+std::string unreadable(const std::string& why, bool too_deep) {
+  std::string text = "(unreadable error file: " + why;
+  if (too_deep) {
+    text +=
+        "; values nested deeper than " + std::to_string(json::kMaxDepth) + " levels were dropped";
+  }
+  return text + ")";
+}
+
+// Where well-formed JSON stopped, for the diagnostic. nlohmann's SAX parser
+// keeps its nesting in a heap vector (no recursion) and builds nothing.
+struct ErrorPosition : nlohmann::json_sax<Json> {
+  std::size_t byte = 0;
+  bool null() override { return true; }
+  bool boolean(bool) override { return true; }
+  bool number_integer(number_integer_t) override { return true; }
+  bool number_unsigned(number_unsigned_t) override { return true; }
+  bool number_float(number_float_t, const string_t&) override { return true; }
+  bool string(string_t&) override { return true; }
+  bool binary(binary_t&) override { return true; }
+  bool start_object(std::size_t) override { return true; }
+  bool key(string_t&) override { return true; }
+  bool end_object() override { return true; }
+  bool start_array(std::size_t) override { return true; }
+  bool end_array() override { return true; }
+  bool parse_error(std::size_t position, const std::string&,
+                   const nlohmann::detail::exception&) override {
+    byte = position;
+    return false;
+  }
+};
+
+std::string invalid_json_text(std::string_view text) {
+  ErrorPosition position;
+  Json::sax_parse(text.begin(), text.end(), &position, Json::input_format_t::json,
+                  /*strict=*/true);
+  // nlohmann counts the bytes read, the offending one included: 1-based.
+  return "not valid JSON (error at byte " + std::to_string(position.byte) + ")";
 }
 
 // torchrun's timestamp_isoformat: local time, "YYYY-MM-DD_HH:MM:SS".
 std::string iso_time(std::int64_t seconds) {
   std::time_t t = static_cast<std::time_t>(seconds);
   std::tm tm{};
-  ::localtime_r(&t, &tm);
-  char buffer[32];
-  std::strftime(buffer, sizeof(buffer), "%Y-%m-%d_%H:%M:%S", &tm);
+  char buffer[64] = {};
+  // A time localtime cannot represent (only a test sets one: the report shows
+  // plausible times or the agent's clock) is shown as a number.
+  if (::localtime_r(&t, &tm) == nullptr ||
+      std::strftime(buffer, sizeof(buffer), "%Y-%m-%d_%H:%M:%S", &tm) == 0) {
+    return std::to_string(seconds);
+  }
   return buffer;
 }
 
@@ -100,6 +193,54 @@ std::string signal_name(int signo) {
 
 int exit_code_for(int status) { return status < 0 ? 128 - status : status; }
 
+void parse_error_file(std::string_view text, ProcessFailure& failure) {
+  // Everything below reads the document through pointers: no sub-document is
+  // copied, compared or dumped, and a field of the wrong type is skipped
+  // instead of throwing. std::bad_alloc aside, nothing here throws.
+  try {
+    const json::Parsed parsed = json::parse_bounded(text);
+    if (!parsed.valid) {
+      failure.message = unreadable(invalid_json_text(text), false);
+      return;
+    }
+    const Json* data = &parsed.value;
+    if (!data->is_object()) {
+      failure.message = unreadable(std::string("a JSON ") + data->type_name() + ", not an object",
+                                   parsed.too_deep);
+      return;
+    }
+    const Json* message = member(data, "message");
+    const Json* timestamp = nullptr;
+    if (message == nullptr) {
+      failure.message = unreadable("no \"message\"", parsed.too_deep);
+    } else if (message->is_string()) {
+      // torchrun's {"message": "...", "timestamp": ...}
+      if (const std::string* string = non_empty_string(message)) failure.message = *string;
+      timestamp = member(data, "timestamp");
+    } else if (message->is_object()) {
+      // @record's {"message": {"message": ..., "extraInfo": {...}}}
+      const Json* extra = member(message, "extraInfo");
+      if (const std::string* callstack = non_empty_string(member(extra, "py_callstack"))) {
+        failure.message = *callstack;
+      } else if (const std::string* inner = non_empty_string(member(message, "message"))) {
+        failure.message = *inner;
+      } else {
+        failure.message = kNotAvailable;
+      }
+      timestamp = member(extra, "timestamp");
+    } else {
+      failure.message =
+          unreadable("its \"message\" is " + type_text(*message) + ", not a string or an object",
+                     parsed.too_deep);
+    }
+    if (auto seconds = plain_timestamp(timestamp)) failure.timestamp = *seconds;
+  } catch (const std::exception& e) {
+    // Not reached for any input (only an allocation failure): the agent must
+    // still report and restart.
+    failure.message = unreadable(e.what(), false).substr(0, 256);
+  }
+}
+
 ProcessFailure make_failure(int local_rank, int rank, int pid, int exit_code,
                             const std::string& error_file,
                             std::chrono::system_clock::time_point observed) {
@@ -112,6 +253,14 @@ ProcessFailure make_failure(int local_rank, int rank, int pid, int exit_code,
   failure.timestamp =
       std::chrono::duration_cast<std::chrono::seconds>(observed.time_since_epoch()).count();
   failure.error_file = kNotAvailable;
+  // The generated message first: parse_error_file replaces it only with a
+  // non-empty one.
+  if (exit_code < 0) {
+    failure.message = "Signal " + std::to_string(-exit_code) + " (" + signal_name(-exit_code) +
+                      ") received by PID " + std::to_string(pid);
+  } else {
+    failure.message = "To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html";
+  }
   std::string text;
   const ErrorFile read = error_file.empty() ? ErrorFile::kMissing : read_error_file(error_file, text);
   if (read == ErrorFile::kRefused) {
@@ -119,48 +268,29 @@ ProcessFailure make_failure(int local_rank, int rank, int pid, int exit_code,
     failure.message = "(unreadable error file: " + text + ")";
   } else if (read == ErrorFile::kRead) {
     failure.error_file = error_file;
-    try {
-      nlohmann::json data = nlohmann::json::parse(text);
-      const nlohmann::json& message = data.at("message");
-      if (message.is_string()) {
-        failure.message = message.get<std::string>();
-        if (data.contains("timestamp")) failure.timestamp = to_int(data["timestamp"]);
-      } else {
-        const nlohmann::json& extra = message.value("extraInfo", nlohmann::json::object());
-        if (extra.contains("py_callstack") && extra["py_callstack"].is_string()) {
-          failure.message = extra["py_callstack"].get<std::string>();
-        } else if (message.contains("message") && message["message"].is_string()) {
-          failure.message = message["message"].get<std::string>();
-        } else {
-          failure.message = kNotAvailable;
-        }
-        if (extra.contains("timestamp")) failure.timestamp = to_int(extra["timestamp"]);
-      }
-    } catch (const std::exception& e) {
-      failure.message = std::string("(unreadable error file: ") + e.what() + ")";
-    }
-  }
-  if (failure.message.empty()) {
-    if (exit_code < 0) {
-      failure.message = "Signal " + std::to_string(-exit_code) + " (" + signal_name(-exit_code) +
-                        ") received by PID " + std::to_string(pid);
-    } else {
-      failure.message = "To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html";
-    }
+    parse_error_file(text, failure);
   }
   return failure;
 }
 
 std::size_t root_cause(const std::vector<ProcessFailure>& failures) {
+  // By the agent's clock only: a worker writes its error file's timestamp and
+  // could otherwise make itself (or anyone else) the root cause.
   std::size_t best = 0;
   for (std::size_t i = 1; i < failures.size(); ++i) {
-    const auto& a = failures[i];
-    const auto& b = failures[best];
-    if (a.timestamp < b.timestamp || (a.timestamp == b.timestamp && a.observed < b.observed)) {
-      best = i;
-    }
+    if (failures[i].observed < failures[best].observed) best = i;
   }
   return best;
+}
+
+std::int64_t report_timestamp(const ProcessFailure& failure) {
+  const std::int64_t observed =
+      std::chrono::duration_cast<std::chrono::seconds>(failure.observed.time_since_epoch()).count();
+  // `observed` (a system_clock time, within +-292 years) plus a day cannot
+  // overflow; the worker's timestamp is only compared.
+  const bool plausible = failure.timestamp >= kEarliestPlausibleTimestamp &&
+                         failure.timestamp <= observed + kMaxTimestampAheadSeconds;
+  return plausible ? failure.timestamp : observed;
 }
 
 std::string format_report(const std::string& title_name,
@@ -175,7 +305,7 @@ std::string format_report(const std::string& title_name,
     const auto& f = failures[i];
     std::ostringstream out;
     out << "[" << i << "]:\n"
-        << "  time      : " << iso_time(f.timestamp) << "\n"
+        << "  time      : " << iso_time(report_timestamp(f)) << "\n"
         << "  host      : " << hostname << "\n"
         << "  rank      : " << f.rank << " (local_rank: " << f.local_rank << ")\n"
         << "  exitcode  : " << f.exit_code << " (pid: " << f.pid << ")\n"

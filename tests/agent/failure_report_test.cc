@@ -8,10 +8,12 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <ctime>
 #include <optional>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 
 #include "ddp/agent/worker_spec.h"
 #include "temp_dir.h"
@@ -160,8 +162,9 @@ TEST(FailureReport, RootCauseIsEarliest) {
   auto b = make_failure(1, 1, 11, 2, "", t);
   b.timestamp = a.timestamp;  // same second: observation order decides
   EXPECT_EQ(root_cause({a, b}), 1u);
+  // A worker-written timestamp no longer decides: b was still observed first.
   a.timestamp -= 1;
-  EXPECT_EQ(root_cause({a, b}), 0u);
+  EXPECT_EQ(root_cause({a, b}), 1u);
 }
 
 TEST(FailureReport, FormatMatchesTorchrun) {
@@ -184,6 +187,283 @@ TEST(FailureReport, FormatMatchesTorchrun) {
       << report;
   EXPECT_NE(report.find("  rank      : 2 (local_rank: 0)\n  exitcode  : 1 (pid: 100)\n"), std::string::npos);
   EXPECT_TRUE(report.ends_with(border + "\n"));
+}
+
+// ---- Error files written by a hostile or broken worker ----
+
+std::int64_t seconds_of(system_clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::seconds>(t.time_since_epoch()).count();
+}
+
+// The report's "time" line for `seconds` (local time, as torchrun).
+std::string time_line(std::int64_t seconds) {
+  std::time_t t = static_cast<std::time_t>(seconds);
+  std::tm tm{};
+  ::localtime_r(&t, &tm);
+  char buffer[64] = {};
+  std::strftime(buffer, sizeof(buffer), "%Y-%m-%d_%H:%M:%S", &tm);
+  return std::string("  time      : ") + buffer + "\n";
+}
+
+// `depth` nested objects around `inner`, about 17 bytes a level.
+std::string nested(int depth, const std::string& inner = "1") {
+  std::string text;
+  text.reserve(static_cast<std::size_t>(depth) * 17 + inner.size());
+  for (int i = 0; i < depth; ++i) text += R"({"nested": [0, )";
+  text += inner;
+  for (int i = 0; i < depth; ++i) text += "]}";
+  return text;
+}
+
+// make_failure and format_report on `path`, run in a child process: a stack
+// overflow fails the test (and says so) instead of killing the test binary.
+struct ChildOutcome {
+  std::string crash;  // how the child died, empty when it exited normally
+  std::string message;
+  std::string report;
+};
+
+ChildOutcome failure_in_child(const std::string& path, system_clock::time_point observed) {
+  fs::path out = fs::temp_directory_path() / ("ddp-child-" + std::to_string(::getpid()) + ".txt");
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    auto f = make_failure(0, 3, 77, 1, path, observed);
+    std::string report = format_report("train.py", {f}, "node1");
+    std::ofstream(out) << f.message.size() << "\n" << f.message << report;
+    ::_exit(0);
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ChildOutcome outcome;
+  if (WIFSIGNALED(status)) {
+    outcome.crash = "killed by signal " + std::to_string(WTERMSIG(status));
+  } else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    outcome.crash = "exit status " + std::to_string(WEXITSTATUS(status));
+  } else {
+    std::ifstream in(out);
+    std::size_t size = 0;
+    in >> size;
+    in.get();
+    outcome.message.resize(size);
+    in.read(outcome.message.data(), static_cast<std::streamsize>(size));
+    outcome.report.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  fs::remove(out);
+  return outcome;
+}
+
+TEST(FailureReport, HundredThousandLevelsDeepErrorFileDoesNotCrash) {
+  // About 1.7 MB, under kMaxErrorFileBytes: the traceback at a normal depth
+  // is reported beside the deep value, which is dropped.
+  const std::string deep = nested(100000);
+  ASSERT_LT(deep.size(), kMaxErrorFileBytes);
+  ErrorFile file(R"({"message": {"message": "RuntimeError: deep", "extraInfo": {)"
+                 R"("py_callstack": "Traceback (most recent call last):\nRuntimeError: deep", )"
+                 R"("timestamp": "1700000000", "nested": )" + deep + "}}}");
+  auto outcome = failure_in_child(file.path(), system_clock::now());
+  ASSERT_EQ(outcome.crash, "") << "make_failure/format_report died on a 100,000-deep error file";
+  EXPECT_EQ(outcome.message, "Traceback (most recent call last):\nRuntimeError: deep");
+  EXPECT_NE(outcome.report.find("traceback : Traceback (most recent call last):\n  RuntimeError: deep"),
+            std::string::npos)
+      << outcome.report;
+}
+
+TEST(FailureReport, DeepExtraInfoKeepsTheMessage) {
+  // No py_callstack: the inner message is reported; extraInfo itself is the
+  // deep value (@record's copy of it used to recurse once per level).
+  ErrorFile file(R"({"message": {"message": "ValueError: kept", "extraInfo": )" + nested(100000) +
+                 "}}");
+  auto outcome = failure_in_child(file.path(), system_clock::now());
+  ASSERT_EQ(outcome.crash, "");
+  EXPECT_EQ(outcome.message, "ValueError: kept");
+
+  // The string form, with a deep sibling and a deep array.
+  ErrorFile plain(R"({"junk": )" + nested(100000) + R"(, "message": "plain failure", )"
+                  R"("timestamp": 1600000000, "more": )" + std::string(100000, '[') +
+                  std::string(100000, ']') + "}");
+  auto f = make_failure(0, 0, 1, 2, plain.path(), system_clock::now());
+  EXPECT_EQ(f.message, "plain failure");
+  EXPECT_EQ(f.timestamp, 1600000000);
+}
+
+TEST(FailureReport, DeepDocumentWithoutAReadableMessageIsNamed) {
+  // The whole file one deep array, then a deep "message": nothing to report
+  // but that, and no crash.
+  ErrorFile arrays(std::string(100000, '[') + std::string(100000, ']'));
+  auto a = failure_in_child(arrays.path(), system_clock::now());
+  ASSERT_EQ(a.crash, "");
+  EXPECT_NE(a.message.find("unreadable error file: a JSON array, not an object"), std::string::npos)
+      << a.message;
+
+  ErrorFile deep_message(R"({"message": )" + nested(100000) + "}");
+  auto b = failure_in_child(deep_message.path(), system_clock::now());
+  ASSERT_EQ(b.crash, "");
+  EXPECT_EQ(b.message, "<N/A>") << "an object message without message or py_callstack";
+
+  // Unclosed: not JSON, said without building anything.
+  ErrorFile unclosed(R"({"message": )" + std::string(100000, '['));
+  auto c = failure_in_child(unclosed.path(), system_clock::now());
+  ASSERT_EQ(c.crash, "");
+  EXPECT_NE(c.message.find("unreadable error file: not valid JSON"), std::string::npos) << c.message;
+}
+
+TEST(FailureReport, OddTimestampsAreIgnoredAndTheTracebackKept) {
+  const auto now = system_clock::now();
+  const std::vector<std::string> odd = {
+      R"("abc")", R"("12abc")", R"("")", R"(" 12")", R"("+12")", R"("-12")", R"("1.5")",
+      R"("0x10")", R"("99999999999999999999")", R"("9223372036854775808")", R"({"t": 1})",
+      R"([1700000000])", "1.5", "1e9", "99999999999999999999", "-5", "-9223372036854775808",
+      "true", "null"};
+  for (const auto& timestamp : odd) {
+    SCOPED_TRACE("timestamp " + timestamp);
+    ErrorFile record(R"({"message": {"message": "RuntimeError: m", "extraInfo": {)"
+                     R"("py_callstack": "Traceback: tb", "timestamp": )" + timestamp + "}}}");
+    auto f = make_failure(0, 0, 1, 2, record.path(), now);
+    EXPECT_EQ(f.message, "Traceback: tb");
+    EXPECT_EQ(f.timestamp, seconds_of(now));
+
+    ErrorFile plain(R"({"message": "plain failure", "timestamp": )" + timestamp + "}");
+    auto g = make_failure(0, 0, 1, 2, plain.path(), now);
+    EXPECT_EQ(g.message, "plain failure");
+    EXPECT_EQ(g.timestamp, seconds_of(now));
+  }
+  // The largest plain one is still read (and only shown when plausible).
+  ErrorFile max(R"({"message": "m", "timestamp": "9223372036854775807"})");
+  EXPECT_EQ(make_failure(0, 0, 1, 2, max.path(), now).timestamp,
+            std::numeric_limits<std::int64_t>::max());
+  ErrorFile zeros(R"({"message": "m", "timestamp": "0001700000000"})");
+  EXPECT_EQ(make_failure(0, 0, 1, 2, zeros.path(), now).timestamp, 1700000000);
+}
+
+TEST(FailureReport, HostileTimestampDoesNotPickTheRootCause) {
+  const auto t = system_clock::now();
+  // Rank 0 fails first with an honest file; rank 1 fails 2 s later and claims
+  // 1970 to be blamed first, rank 2 claims the far future.
+  ErrorFile honest(R"({"message": "first", "timestamp": )" + std::to_string(seconds_of(t)) + "}");
+  auto a = make_failure(0, 0, 100, 1, honest.path(), t);
+  ErrorFile early(R"({"message": {"message": "liar", "extraInfo": {"timestamp": "1"}}})");
+  auto b = make_failure(1, 1, 101, 1, early.path(), t + std::chrono::seconds(2));
+  ErrorFile future(R"({"message": "later", "timestamp": 9223372036854775807})");
+  auto c = make_failure(2, 2, 102, 1, future.path(), t + std::chrono::seconds(3));
+  EXPECT_EQ(b.timestamp, 1) << "read as written";
+  EXPECT_EQ(root_cause({b, a, c}), 1u);
+  EXPECT_EQ(root_cause({c, b, a}), 2u);
+  EXPECT_EQ(root_cause({a, b, c}), 0u);
+
+  const std::string report = format_report("train.py", {b, c, a}, "node1");
+  const auto root = report.find("Root Cause (first observed failure):\n[2]:\n" +
+                                time_line(seconds_of(t)) + "  host      : node1\n  rank      : 0 ");
+  EXPECT_NE(root, std::string::npos) << report;
+  // The implausible times are replaced by when the agent saw the exits.
+  EXPECT_NE(report.find("[0]:\n" + time_line(seconds_of(t + std::chrono::seconds(2)))),
+            std::string::npos) << report;
+  EXPECT_NE(report.find("[1]:\n" + time_line(seconds_of(t + std::chrono::seconds(3)))),
+            std::string::npos) << report;
+  EXPECT_EQ(report.find("1970-01-01"), std::string::npos) << report;
+}
+
+TEST(FailureReport, PlausibleTimestampIsShownAsTorchrunDoes) {
+  const auto t = system_clock::now();
+  const std::int64_t now = seconds_of(t);
+  auto shown = [&](std::int64_t timestamp) {
+    ErrorFile file(R"({"message": "m", "timestamp": )" + std::to_string(timestamp) + "}");
+    auto f = make_failure(0, 0, 1, 2, file.path(), t);
+    EXPECT_EQ(f.timestamp, timestamp);
+    return format_report("x", {f}, "h");
+  };
+  EXPECT_NE(shown(now - 3600).find(time_line(now - 3600)), std::string::npos);
+  EXPECT_NE(shown(now + 86400).find(time_line(now + 86400)), std::string::npos);  // a day ahead
+  EXPECT_NE(shown(now + 86401).find(time_line(now)), std::string::npos);
+  EXPECT_NE(shown(946684800).find(time_line(946684800)), std::string::npos);  // 2000-01-01
+  EXPECT_NE(shown(946684799).find(time_line(now)), std::string::npos);
+  EXPECT_NE(shown(5).find(time_line(now)), std::string::npos);
+}
+
+TEST(FailureReport, FieldsOfUnexpectedTypesAreNeverFatal) {
+  const auto now = system_clock::now();
+  struct Case {
+    std::string text;
+    std::string message;  // exact, or a part of it when `part`
+    bool part = false;
+  };
+  const std::string hint = "To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html";
+  const std::vector<Case> cases = {
+      {R"({"message": 42})", R"(unreadable error file: its "message" is a number)", true},
+      {R"({"message": -1.5})", R"(its "message" is a number)", true},
+      {R"({"message": [1, "a"]})", R"(its "message" is an array)", true},
+      {R"({"message": true})", R"(its "message" is a boolean)", true},
+      {R"({"message": null})", R"(its "message" is null)", true},
+      {R"({"msg": "x"})", R"(unreadable error file: no "message")", true},
+      {R"({})", R"(no "message")", true},
+      {R"([1, 2])", "unreadable error file: a JSON array, not an object", true},
+      {R"("a string")", "a JSON string, not an object", true},
+      {R"(17)", "a JSON number, not an object", true},
+      {R"(null)", "a JSON null, not an object", true},
+      {R"({"message": {"message": "m", "extraInfo": [1, 2]}})", "m"},
+      {R"({"message": {"message": "m", "extraInfo": "text"}})", "m"},
+      {R"({"message": {"message": "m", "extraInfo": null}})", "m"},
+      {R"({"message": {"message": "m", "extraInfo": {"py_callstack": {"a": 1}}}})", "m"},
+      {R"({"message": {"message": "m", "extraInfo": {"py_callstack": ["tb"]}}})", "m"},
+      {R"({"message": {"message": "m", "extraInfo": {"py_callstack": ""}}})", "m"},
+      {R"({"message": {"message": 7, "extraInfo": {"py_callstack": 8}}})", "<N/A>"},
+      {R"({"message": {"message": {"deeper": "x"}}})", "<N/A>"},
+      {R"({"message": {"message": ""}})", "<N/A>"},
+      {R"({"message": {}})", "<N/A>"},
+      {R"({"message": {"extraInfo": {"py_callstack": "tb", "timestamp": {"t": 1}}}})", "tb"},
+      {R"({"message": ""})", hint},
+      {R"({"message": "m", "timestamp": [1]})", "m"},
+      {"{not json", "unreadable error file: not valid JSON (error at byte 3)", true},
+      {"", "not valid JSON", true},
+      {R"({"message": "m"} trailing)", "not valid JSON", true},
+      {"{\"message\": \"\xff\xfe\"}", "not valid JSON", true},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.text);
+    ProcessFailure f;
+    ASSERT_NO_THROW(f = make_failure(0, 0, 1, 2, ErrorFile(c.text).path(), now));
+    if (c.part) {
+      EXPECT_NE(f.message.find(c.message), std::string::npos) << f.message;
+    } else {
+      EXPECT_EQ(f.message, c.message);
+    }
+    EXPECT_EQ(f.timestamp, seconds_of(now));
+    EXPECT_NO_THROW(format_report("x", {f}, "h"));
+  }
+}
+
+TEST(FailureReport, ParseErrorFileIsPure) {
+  ProcessFailure f;
+  f.message = "generated";
+  f.timestamp = 7;
+  parse_error_file(R"({"message": ""})", f);
+  EXPECT_EQ(f.message, "generated") << "an empty message keeps the generated one";
+  EXPECT_EQ(f.timestamp, 7);
+  parse_error_file(R"({"message": "m", "timestamp": "1700000000"})", f);
+  EXPECT_EQ(f.message, "m");
+  EXPECT_EQ(f.timestamp, 1700000000);
+  parse_error_file(R"({"message": "n", "timestamp": "later"})", f);
+  EXPECT_EQ(f.message, "n");
+  EXPECT_EQ(f.timestamp, 1700000000) << "an odd timestamp leaves it as it was";
+  // Bounded: the message is never longer than the text, or a short diagnostic.
+  const std::string garbage(100000, '{');
+  parse_error_file(garbage, f);
+  EXPECT_LE(f.message.size(), 256u) << f.message;
+  EXPECT_NE(f.message.find("not valid JSON"), std::string::npos);
+}
+
+TEST(FailureReport, ReportTimestampRule) {
+  ProcessFailure f;
+  f.observed = system_clock::time_point(std::chrono::seconds(1700000000));
+  f.timestamp = 1699990000;
+  EXPECT_EQ(report_timestamp(f), 1699990000);
+  f.timestamp = std::numeric_limits<std::int64_t>::max();
+  EXPECT_EQ(report_timestamp(f), 1700000000);
+  f.timestamp = std::numeric_limits<std::int64_t>::min();
+  EXPECT_EQ(report_timestamp(f), 1700000000);
+  f.timestamp = kEarliestPlausibleTimestamp - 1;
+  EXPECT_EQ(report_timestamp(f), 1700000000);
+  f.timestamp = 1700000000 + kMaxTimestampAheadSeconds;
+  EXPECT_EQ(report_timestamp(f), f.timestamp);
 }
 
 TEST(FailureReport, ExitCodeAndSignalNames) {
