@@ -383,7 +383,7 @@ void drive(const std::vector<Agent*>& mine, const std::string& r, int expected, 
   // Arrival 0 decides; its record names its member.
   const std::string rec0_key = r + "/rec_0";
   const std::string decider =
-      ddp::rendezvous_detail::decode_arrival(mine[0]->store->get(rec0_key, left_until(deadline, 60s)), rec0_key)
+      ddp::rendezvous_detail::parse_arrival(mine[0]->store->get(rec0_key, left_until(deadline, 60s)), rec0_key)
           .member;
   std::vector<Agent*> pending;
   for (Agent* a : mine) {

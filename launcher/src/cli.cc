@@ -625,7 +625,7 @@ class Parser {
       } else if (key == "close_timeout") {
         c.close_timeout = parse_secs(value, name);
       } else if (key == "heartbeat_timeout") {
-        c.heartbeat_timeout = positive_secs(value, name);
+        c.keep_alive_write_timeout = positive_secs(value, name);
       } else if (key == "keep_alive_interval") {
         c.keep_alive_interval = positive_secs(value, name);
       } else if (key == "keep_alive_max_attempt") {

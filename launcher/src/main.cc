@@ -161,11 +161,15 @@ int run(const ddp::launcher::LaunchConfig& config) {
   rdzv.params.last_call_timeout = config.last_call_timeout;
   rdzv.params.keep_alive_interval = config.keep_alive_interval;
   rdzv.params.keep_alive_max_attempt = config.keep_alive_max_attempt;
-  // What tells this job from another that uses its run id on a shared store.
+  // What tells this job from another that uses its run id on a shared store:
+  // its node range and the program's file name. Not its arguments, which may
+  // differ per node (SLURM scripts pass per-node ones, as torchrun allows) and
+  // may hold secrets; not the program's path, which nodes may spell
+  // differently. The signature is stored where other jobs can read it.
   rdzv.params.job_signature = "nnodes=" + std::to_string(config.min_nodes) + ":" +
-                              std::to_string(config.max_nodes) + " command=" + config.program;
-  for (const auto& arg : config.program_args) rdzv.params.job_signature += " " + arg;
-  rdzv.keep_alive_timeout = config.heartbeat_timeout;
+                              std::to_string(config.max_nodes) + " program=" +
+                              std::filesystem::path(config.program).filename().string();
+  rdzv.keep_alive_write_timeout = config.keep_alive_write_timeout;
   rdzv.read_timeout = config.read_timeout;
   if (config.is_host && backend->store_at == ddp::RendezvousBackend::StoreAt::kEndpoint) {
     rdzv.is_host = *config.is_host;

@@ -5,6 +5,7 @@
 #include <future>
 #include <random>
 #include <sstream>
+#include <thread>
 
 #include "ddp/common/error.h"
 #include "round_control.h"
@@ -19,39 +20,6 @@ std::string random_member() {
   char text[17];
   std::snprintf(text, sizeof(text), "%08x%08x", device(), device());
   return text;
-}
-
-std::vector<std::string> split(const std::string& text) {
-  std::istringstream in(text);
-  std::vector<std::string> words;
-  for (std::string word; in >> word;) words.push_back(word);
-  return words;
-}
-
-// R/closed: "<decider> <nodes> <world> <considered> <master addr> <master port> <store port>".
-struct Closed {
-  int decider = 0;
-  int nodes = 0;
-  int world = 0;
-  int considered = 0;
-  std::string master_addr;
-  std::uint16_t master_port = 0;
-  // Group rank 0's built-in store for workers (0: the agents' store).
-  std::uint16_t store_port = 0;
-};
-
-Closed parse_closed(const std::string& text, const std::string& key) {
-  std::istringstream in(text);
-  Closed c;
-  unsigned port = 0, store_port = 0;
-  if (!(in >> c.decider >> c.nodes >> c.world >> c.considered >> c.master_addr >> port >>
-        store_port) ||
-      port > 65535 || store_port > 65535 || c.nodes < 1) {
-    throw ProtocolError(kOrigin, "malformed round decision at '" + key + "': '" + text + "'");
-  }
-  c.master_port = static_cast<std::uint16_t>(port);
-  c.store_port = static_cast<std::uint16_t>(store_port);
-  return c;
 }
 
 // A round that ended so leaves nothing for a waiting node to join.
@@ -76,19 +44,27 @@ Duration tick_period(Duration keep_alive_interval) {
 
 // Round R's arrival counter (R/arrivals): tickets on a LeaseStore (etcd: a
 // thousand nodes arriving at once never race), add() on any other store.
-// arrive() returns this node's arrival index, arrivals() how many arrived.
-int arrive(Store& s, const std::string& round_prefix) {
-  if (auto* leases = dynamic_cast<LeaseStore*>(&s)) {
-    return static_cast<int>(leases->take_ticket(round_prefix + "/arrivals"));
-  }
-  return static_cast<int>(s.add(round_prefix + "/arrivals", 1)) - 1;
+// arrive() returns this node's arrival index, arrivals() how many arrived
+// (both as counted: anyone may add to the counter; clamp before use).
+std::int64_t arrive(Store& s, const std::string& round_prefix) {
+  if (auto* leases = dynamic_cast<LeaseStore*>(&s)) return leases->take_ticket(round_prefix + "/arrivals");
+  return s.add(round_prefix + "/arrivals", 1) - 1;
 }
 
-int arrivals(Store& s, const std::string& round_prefix) {
-  if (auto* leases = dynamic_cast<LeaseStore*>(&s)) {
-    return static_cast<int>(leases->tickets_taken(round_prefix + "/arrivals"));
-  }
-  return static_cast<int>(s.add(round_prefix + "/arrivals", 0));
+std::int64_t arrivals(Store& s, const std::string& round_prefix) {
+  if (auto* leases = dynamic_cast<LeaseStore*>(&s)) return leases->tickets_taken(round_prefix + "/arrivals");
+  return s.add(round_prefix + "/arrivals", 0);
+}
+
+// How long a decider waits for the record of an arrival whose index was taken:
+// a node writes it right after, so a longer silence means the node died in
+// between (or the count was bumped by someone else).
+constexpr Duration kRecordGrace = std::chrono::seconds(5);
+// Records read with one multi_get.
+constexpr std::size_t kRecordBatch = 1024;
+
+std::string rec_key(const std::string& round_prefix, std::int64_t index) {
+  return round_prefix + "/rec_" + std::to_string(index);
 }
 
 // A node's lease lasts as long as the keep-alives it may miss, in whole
@@ -214,11 +190,9 @@ void DynamicRendezvous::begin_join() {
   if (leases_) put_leased_key();
   int current_round = -1, current_nodes = 0;
   if (auto current = try_get(s, prefix() + "current")) {
-    auto words = split(*current);
-    if (words.size() == 2) {
-      current_round = std::stoi(words[0]);
-      current_nodes = std::stoi(words[1]);
-    }
+    const Current c = parse_current(*current, prefix() + "current");
+    current_round = c.round;
+    current_nodes = c.nodes;
   }
   const int round = std::max(current_round, last_round_) + 1;
   join_round(round);
@@ -258,17 +232,14 @@ bool DynamicRendezvous::job_alive() {
   Store& s = *store();
   std::vector<std::string> keys;
   if (auto current = try_get(s, prefix() + "current")) {
-    auto words = split(*current);
-    if (!words.empty()) {
-      for (const auto& m : load_lineage(std::stoi(words[0])).members) keys.push_back(alive_key(m));
-    }
+    const Current c = parse_current(*current, prefix() + "current");
+    for (const auto& m : load_lineage(c.round).members) keys.push_back(alive_key(m));
   } else {  // its first round is forming
     const std::string r = round_prefix(0);
-    const int arrived = arrivals(s, r);
-    for (int i = 0; i < arrived; ++i) {
-      if (auto rec = try_get(s, r + "/rec_" + std::to_string(i))) {
-        keys.push_back(alive_key(decode_arrival(*rec, r + "/rec_" + std::to_string(i)).member));
-      }
+    Join first;
+    read_arrivals(s, r, considered_arrivals(arrivals(s, r)), first, time_.now());
+    for (const auto& a : first.arrivals) {
+      if (a) keys.push_back(alive_key(a->member));
     }
   }
   if (keys.empty()) return false;
@@ -301,6 +272,8 @@ void DynamicRendezvous::join_round(int round) {
   join.last_call = LastCall(params_.min_nodes, params_.last_call_timeout);
   join.deadline = join_.deadline;
   join.index = arrive(s, r);
+  // Between the index and the record this node may be killed: the decider
+  // then waits kRecordGrace for the record and forms without it.
   Arrival mine;
   mine.member = member();
   mine.node_rank = params_.node_rank;
@@ -308,7 +281,7 @@ void DynamicRendezvous::join_round(int round) {
   mine.master_port = worker_master_port();
   mine.store_port = store_.worker_store_port;
   mine.addr = params_.local_addr;
-  s.set(r + "/rec_" + std::to_string(join.index), encode_arrival(mine));
+  s.set(rec_key(r, join.index), encode_arrival(mine));
   join.fallback_at = fallback_after(time_.now());
   join_ = std::move(join);
 }
@@ -350,7 +323,7 @@ std::optional<RendezvousInfo> DynamicRendezvous::step() {
     if (auto closed = try_get(s, r + "/closed")) return on_closed(*closed);
   }
   if (now >= join_.deadline) {
-    const int arrived = arrivals(s, r);
+    const std::int64_t arrived = arrivals(s, r);
     throw TimeoutError(kOrigin, "round " + std::to_string(join_.round) + " of run '" +
                                     params_.run_id + "': " + std::to_string(arrived) + " of at least " +
                                     std::to_string(params_.min_nodes) + " nodes joined within the join "
@@ -366,10 +339,9 @@ Lineage DynamicRendezvous::load_lineage(int round) {
   const std::string r = round_prefix(round);
   auto closed = try_get(s, r + "/closed");
   if (!closed) return lineage;
-  const Closed c = parse_closed(*closed, r + "/closed");
-  if (auto members = try_get(s, r + "/members_" + std::to_string(c.decider))) {
-    lineage.members = split(*members);
-  }
+  const Decision c = parse_decision(*closed, r + "/closed");
+  const std::string members_key = r + "/members_" + std::to_string(c.decider);
+  if (auto members = try_get(s, members_key)) lineage.members = parse_members(*members, members_key);
   if (auto end = try_get(s, r + "/end")) {
     auto parsed = parse_round_end(*end);
     if (parsed && parsed->kind == RoundEnd::Kind::kNodeLost) lineage.lost = parsed->member;
@@ -377,63 +349,110 @@ Lineage DynamicRendezvous::load_lineage(int round) {
   return lineage;
 }
 
+void DynamicRendezvous::read_arrivals(Store& s, const std::string& r, int count, Join& join,
+                                      Clock::time_point now) {
+  // The records missing at the last look but still within their grace (one
+  // past it is an arrival that did not happen: not read again), then the
+  // arrivals not read yet.
+  std::vector<int> wanted;
+  for (const auto& [i, since] : join.missing) {
+    if (now < since + kRecordGrace) wanted.push_back(i);
+  }
+  for (int i = static_cast<int>(join.arrivals.size()); i < count; ++i) wanted.push_back(i);
+  if (static_cast<int>(join.arrivals.size()) < count) join.arrivals.resize(static_cast<std::size_t>(count));
+  for (std::size_t begin = 0; begin < wanted.size(); begin += kRecordBatch) {
+    const std::size_t end = std::min(wanted.size(), begin + kRecordBatch);
+    std::vector<std::string> keys;
+    for (std::size_t k = begin; k < end; ++k) keys.push_back(rec_key(r, wanted[k]));
+    std::vector<std::optional<std::string>> values(keys.size());
+    try {
+      auto all = s.multi_get(keys, Duration(0));  // one round trip when every record is there
+      for (std::size_t k = 0; k < keys.size(); ++k) values[k] = std::move(all[k]);
+    } catch (const TimeoutError&) {
+      for (std::size_t k = 0; k < keys.size(); ++k) values[k] = try_get(s, keys[k]);
+    }
+    for (std::size_t k = 0; k < keys.size(); ++k) {
+      const int i = wanted[begin + k];
+      if (values[k]) {
+        join.arrivals[static_cast<std::size_t>(i)] = parse_arrival(*values[k], keys[k]);
+        join.missing.erase(i);
+      } else {
+        join.missing.emplace(i, now);  // keeps the first time it was seen missing
+      }
+    }
+  }
+}
+
 bool DynamicRendezvous::decide(Join& join) {
   Store& s = *store();
   const std::string r = round_prefix(join.round);
-  const int count = arrivals(s, r);
-  if (count > static_cast<int>(join.arrivals.size())) {
-    std::vector<std::string> keys;
-    for (int i = static_cast<int>(join.arrivals.size()); i < count; ++i) {
-      keys.push_back(r + "/rec_" + std::to_string(i));
-    }
-    // A node writes its record right after taking its index.
-    auto values = s.multi_get(keys, std::chrono::seconds(10));
-    for (std::size_t i = 0; i < values.size(); ++i) join.arrivals.push_back(decode_arrival(values[i], keys[i]));
+  const auto now = time_.now();
+  const int count = std::max(considered_arrivals(arrivals(s, r)), static_cast<int>(join.arrivals.size()));
+  read_arrivals(s, r, count, join, now);
+  // A missing record may yet come (its node took its index a moment ago):
+  // wait for it within its grace; past it, that arrival did not happen.
+  for (const auto& [i, since] : join.missing) {
+    if (now < since + kRecordGrace) return false;
+  }
+  std::vector<Arrival> present;
+  std::vector<int> index_of;  // present[k] is arrival index_of[k]
+  for (int i = 0; i < count; ++i) {
+    if (!join.arrivals[static_cast<std::size_t>(i)]) continue;
+    present.push_back(*join.arrivals[static_cast<std::size_t>(i)]);
+    index_of.push_back(i);
   }
   if (!join.lineage) join.lineage = load_lineage(join.round - 1);
-  const auto now = time_.now();
-  join.last_call.observe(count, now);
-  auto chosen = decide_round(join.arrivals, *join.lineage,
-                             RoundRule{params_.min_nodes, params_.max_nodes}, join.last_call.over(now));
+  join.last_call.observe(static_cast<int>(present.size()), now);
+  auto chosen = decide_round(present, *join.lineage, RoundRule{params_.min_nodes, params_.max_nodes},
+                             join.last_call.over(now));
   if (!chosen) return false;
 
-  // Publish the answers first, then the decision that points at them.
-  const int considered = static_cast<int>(join.arrivals.size());
-  const int nodes = static_cast<int>(chosen->size());
-  std::vector<int> rank_of(considered, -1);
-  std::vector<int> base_of(considered, 0);
-  int world = 0;
-  std::string members;
-  for (int g = 0; g < nodes; ++g) {
-    const int i = (*chosen)[g];
-    rank_of[i] = g;
-    base_of[i] = world;
-    world += join.arrivals[i].local_world_size;
-    members += (g ? " " : "") + join.arrivals[i].member;
+  // Publish the answers first, then the decision that points at them. Every
+  // arrival considered gets one ("spare" for those not chosen and those
+  // whose record never came).
+  Decision d;
+  d.decider = static_cast<int>(join.index);
+  d.nodes = static_cast<int>(chosen->size());
+  d.considered = count;
+  std::vector<int> rank_of(static_cast<std::size_t>(count), -1);
+  std::vector<int> base_of(static_cast<std::size_t>(count), 0);
+  std::vector<std::string> members;
+  for (int g = 0; g < d.nodes; ++g) {
+    const int i = index_of[static_cast<std::size_t>((*chosen)[static_cast<std::size_t>(g)])];
+    const Arrival& a = *join.arrivals[static_cast<std::size_t>(i)];
+    rank_of[static_cast<std::size_t>(i)] = g;
+    base_of[static_cast<std::size_t>(i)] = d.world;
+    d.world += a.local_world_size;  // at most kMaxNodes x kMaxLocalWorldSize: fits
+    members.push_back(a.member);
   }
-  const std::string me = std::to_string(join.index);
+  auto arrival_of_rank = [&](int g) -> const Arrival& {
+    return *join.arrivals[static_cast<std::size_t>(index_of[static_cast<std::size_t>((*chosen)[static_cast<std::size_t>(g)])])];
+  };
+  const std::string me = std::to_string(d.decider);
   std::vector<std::string> keys, values;
-  for (int i = 0; i < considered; ++i) {
+  for (int i = 0; i < count; ++i) {
     keys.push_back(r + "/assign_" + me + "_" + std::to_string(i));
-    if (rank_of[i] < 0) {
-      values.push_back("spare");
-      continue;
+    Assignment a;
+    if (rank_of[static_cast<std::size_t>(i)] < 0) {
+      a.spare = true;
+    } else {
+      a.group_rank = rank_of[static_cast<std::size_t>(i)];
+      a.base_rank = base_of[static_cast<std::size_t>(i)];
+      a.watched_rank = (a.group_rank + 1) % d.nodes;
+      a.watched_member = d.nodes > 1 ? arrival_of_rank(a.watched_rank).member : "";
     }
-    const int next = (rank_of[i] + 1) % nodes;
-    const Arrival& watched = join.arrivals[(*chosen)[next]];
-    values.push_back(std::to_string(rank_of[i]) + " " + std::to_string(base_of[i]) + " " +
-                     (nodes > 1 ? watched.member : "-") + " " + std::to_string(next));
+    values.push_back(encode_assignment(a));
   }
   keys.push_back(r + "/members_" + me);
-  values.push_back(members);
+  values.push_back(encode_members(members));
   s.multi_set(keys, values);
-  const Arrival& master = join.arrivals[(*chosen)[0]];
-  const std::string decision = me + " " + std::to_string(nodes) + " " + std::to_string(world) + " " +
-                               std::to_string(considered) + " " + master.addr + " " +
-                               std::to_string(master.master_port) + " " +
-                               std::to_string(master.store_port);
+  const Arrival& master = arrival_of_rank(0);
+  d.master_addr = master.addr;
+  d.master_port = master.master_port;
+  d.store_port = master.store_port;
+  const std::string decision = encode_decision(d);
   if (s.compare_set(r + "/closed", "", decision) == decision) {
-    s.set(prefix() + "current", std::to_string(join.round) + " " + std::to_string(nodes));
+    s.set(prefix() + "current", encode_current({join.round, d.nodes}));
     if (join.round >= 2) forget_round(join.round - 2);
   }
   return true;
@@ -442,25 +461,21 @@ bool DynamicRendezvous::decide(Join& join) {
 std::optional<RendezvousInfo> DynamicRendezvous::on_closed(const std::string& text) {
   Store& s = *store();
   const std::string r = round_prefix(join_.round);
-  const Closed c = parse_closed(text, r + "/closed");
+  const Decision c = parse_decision(text, r + "/closed");
   if (join_.index >= c.considered) {
     on_late(c.nodes);
     return std::nullopt;
   }
   const std::string key = r + "/assign_" + std::to_string(c.decider) + "_" + std::to_string(join_.index);
-  const std::string assignment = s.get(key, std::chrono::seconds(10));
-  if (assignment == "spare") {
+  const Assignment a = parse_assignment(s.get(key, std::chrono::seconds(10)), key, c);
+  if (a.spare) {
     on_late(c.nodes);
     return std::nullopt;
   }
-  auto words = split(assignment);
-  if (words.size() != 4) {
-    throw ProtocolError(kOrigin, "malformed assignment at '" + key + "': '" + assignment + "'");
-  }
   RendezvousInfo info;
   info.round = join_.round;
-  info.group_rank = std::stoi(words[0]);
-  info.base_rank = std::stoi(words[1]);
+  info.group_rank = a.group_rank;
+  info.base_rank = a.base_rank;
   info.group_world_size = c.nodes;
   info.world_size = c.world;
   info.master_addr = c.master_addr;
@@ -471,13 +486,13 @@ std::optional<RendezvousInfo> DynamicRendezvous::on_closed(const std::string& te
   last_round_ = join_.round;
   last_nodes_ = c.nodes;
   members_key_ = r + "/members_" + std::to_string(c.decider);
-  if (leases_ && c.nodes > 1) watch_for_death(r, std::stoi(words[3]), words[2]);
+  if (leases_ && c.nodes > 1) watch_for_death(r, a.watched_rank, a.watched_member);
   {
     std::lock_guard lock(liveness_->mutex);
     info.instance = liveness_->member;
     liveness_->watched.reset();
     if (c.nodes > 1 && !leases_) {
-      liveness_->watched.emplace(Watched{r, std::stoi(words[3]), words[2],
+      liveness_->watched.emplace(Watched{r, a.watched_rank, a.watched_member,
                                          HeartbeatTracker(params_.keep_alive_interval,
                                                           params_.keep_alive_max_attempt,
                                                           time_.now())});
@@ -523,6 +538,12 @@ void DynamicRendezvous::wait_for_change() {
                                        e.what());
     }
     return;
+  } else if ((join_.index == 0 || now >= join_.fallback_at) && !join_.missing.empty()) {
+    // The decider waits for a record whose index was taken, within its grace.
+    auto first = std::min_element(join_.missing.begin(), join_.missing.end(),
+                                  [](const auto& a, const auto& b) { return a.second < b.second; });
+    key = rec_key(r, first->first);
+    until = std::min(until, first->second + kRecordGrace);
   } else if (join_.index == 0 || now >= join_.fallback_at) {
     // The decider waits for the arrival that can change its decision.
     const int have = static_cast<int>(join_.arrivals.size());
@@ -535,7 +556,7 @@ void DynamicRendezvous::wait_for_change() {
       wanted = std::max(params_.min_nodes, survivors);
     }
     const int next = std::max(have, wanted - 1);
-    key = r + "/rec_" + std::to_string(next);
+    key = rec_key(r, next);
     until = std::min(until, join_.last_call.deadline());
   } else {
     key = r + "/closed";
@@ -556,7 +577,7 @@ std::chrono::milliseconds DynamicRendezvous::grace_for_membership_change(const R
     Store& s = *store();
     const std::string me = member();
     std::vector<std::string> keys;
-    for (const auto& m : split(s.get(members_key_, Duration(0)))) {
+    for (const auto& m : parse_members(s.get(members_key_, Duration(0)), members_key_)) {
       if (m != me) keys.push_back(alive_key(m));
     }
     if (leases_) return lease_grace(keys);
@@ -587,7 +608,8 @@ std::chrono::milliseconds DynamicRendezvous::lease_grace(const std::vector<std::
   const Duration verdict = std::chrono::seconds(lease_ttl(params_)) + params_.keep_alive_interval +
                            std::chrono::seconds(1);
   std::vector<LeaseStore::LeaseId> ids;
-  for (const auto& value : leases_->multi_get(keys, Duration(0))) ids.push_back(std::stoll(value));
+  const auto values = leases_->multi_get(keys, Duration(0));
+  for (std::size_t i = 0; i < values.size(); ++i) ids.push_back(parse_lease_id(values[i], keys[i]));
   std::vector<std::int64_t> lowest;
   for (auto id : ids) {
     lowest.push_back(leases_->lease_time_left(id));
@@ -613,7 +635,7 @@ std::chrono::milliseconds DynamicRendezvous::lease_grace(const std::vector<std::
 
 int DynamicRendezvous::num_nodes_waiting() {
   if (params_.max_nodes == 1 || last_round_ < 0) return 0;
-  return arrivals(*store(), round_prefix(last_round_ + 1));
+  return considered_arrivals(arrivals(*store(), round_prefix(last_round_ + 1)));
 }
 
 // ---- the running round --------------------------------------------------------------------------
@@ -806,11 +828,11 @@ void DynamicRendezvous::forget_round(int round) {
 
 void DynamicRendezvous::delete_round_keys(Store& s, const std::string& r) {
   auto closed = try_get(s, r + "/closed");
-  const int arrived = arrivals(s, r);
+  const int arrived = considered_arrivals(arrivals(s, r));
   std::vector<std::string> keys = {r + "/end", r + "/exit_barrier", r + "/left"};
-  for (int i = 0; i < arrived; ++i) keys.push_back(r + "/rec_" + std::to_string(i));
+  for (int i = 0; i < arrived; ++i) keys.push_back(rec_key(r, i));
   if (closed) {
-    const Closed c = parse_closed(*closed, r + "/closed");
+    const Decision c = parse_decision(*closed, r + "/closed");
     keys.push_back(r + "/members_" + std::to_string(c.decider));
     for (int i = 0; i < c.considered; ++i) {
       keys.push_back(r + "/assign_" + std::to_string(c.decider) + "_" + std::to_string(i));

@@ -1,17 +1,21 @@
 // The dynamic (c10d) rendezvous handler: elastic membership over any Store.
 //
-// Keys, under P = "rdzv/<run_id>/":
+// Keys, under P = "rdzv/<run_id>/" (records.h has every value's format):
 //   P/current                  "<round> <nodes>" of the last round that formed
 //   P/alive/<member>           a node's keep-alive counter (its own key: O(1) per node)
 //   R = P/round_<r>:
 //     R/arrivals               add counter: a node's arrival index
-//     R/rec_<i>                arrival i's record (membership.h: Arrival)
-//     R/closed                 the round's one decision, "<decider> <nodes> <world> <considered>
-//                              <master addr> <master port>", set once by compare_set
-//     R/assign_<d>_<i>         decider d's answer to arrival i: "<group rank> <base rank>
-//                              <watched member> <watched rank>" or "spare"
+//     R/rec_<i>                arrival i's record (records.h: Arrival)
+//     R/closed                 the round's one decision (records.h: Decision), set once by
+//                              compare_set
+//     R/assign_<d>_<i>         decider d's answer to arrival i (records.h: Assignment)
 //     R/members_<d>            the members in group-rank order (the next round's lineage)
 //     R/end, R/exit_barrier    how the round ended (round.h), and the exit barrier
+//
+// An arrival index without its record (a node killed between taking its
+// index and writing its record, or anyone's add to R/arrivals) holds a round
+// up by at most kRecordGrace, then counts as no arrival. A round considers at
+// most kMaxArrivals arrivals: a larger count is clamped, never narrowed.
 //
 // Joining round r: a node adds itself to R/arrivals and writes its record. Arrival 0
 // decides (membership.h: decide_round) when max_nodes are there, or min_nodes and
@@ -40,6 +44,7 @@
 #pragma once
 
 #include <condition_variable>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -96,13 +101,20 @@ class DynamicRendezvous : public RendezvousHandler {
  private:
   struct Join {
     int round = 0;
-    int index = -1;
+    // This node's arrival index (a counter anyone may add to: not narrowed).
+    std::int64_t index = -1;
     Clock::time_point deadline;
     Clock::time_point fallback_at;
     // A full round this node waits behind as a spare (-1: none).
     int spare_of = -1;
     LastCall last_call{1, Duration(0)};
-    std::vector<Arrival> arrivals;
+    // Arrival i's record, once read (decider); nullopt while it is missing.
+    std::vector<std::optional<Arrival>> arrivals;
+    // Arrivals whose record was missing, since when (this node's clock). A
+    // node writes its record right after taking its index; one that died in
+    // between never will: its record missing kRecordGrace later means that
+    // arrival did not happen.
+    std::map<int, Clock::time_point> missing;
     std::optional<Lineage> lineage;
   };
   struct Watched {
@@ -133,6 +145,10 @@ class DynamicRendezvous : public RendezvousHandler {
   // When a node other than arrival 0 decides a round it joined at `now`.
   Clock::time_point fallback_after(Clock::time_point now) const;
   bool decide(Join& join);
+  // Reads the records of arrivals not read yet, below `count`, into `join`
+  // (in batches; missing ones are noted in join.missing at `now`).
+  void read_arrivals(Store& store, const std::string& round_prefix, int count, Join& join,
+                     Clock::time_point now);
   Lineage load_lineage(int round);
   std::optional<RendezvousInfo> on_closed(const std::string& closed);
   void on_late(int nodes);

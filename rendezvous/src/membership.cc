@@ -2,29 +2,10 @@
 
 #include <algorithm>
 #include <map>
-#include <sstream>
 
 #include "ddp/common/error.h"
 
 namespace ddp::rendezvous_detail {
-
-std::string encode_arrival(const Arrival& a) {
-  return a.member + " " + std::to_string(a.node_rank) + " " + std::to_string(a.local_world_size) +
-         " " + std::to_string(a.master_port) + " " + std::to_string(a.store_port) + " " + a.addr;
-}
-
-Arrival decode_arrival(const std::string& text, const std::string& key) {
-  std::istringstream in(text);
-  Arrival a;
-  unsigned port = 0, store_port = 0;
-  if (!(in >> a.member >> a.node_rank >> a.local_world_size >> port >> store_port >> a.addr) ||
-      port > 65535 || store_port > 65535 || a.local_world_size < 1 || a.node_rank < -1) {
-    throw ProtocolError("c10d rendezvous", "malformed arrival at '" + key + "': '" + text + "'");
-  }
-  a.master_port = static_cast<std::uint16_t>(port);
-  a.store_port = static_cast<std::uint16_t>(store_port);
-  return a;
-}
 
 std::optional<std::vector<int>> decide_round(const std::vector<Arrival>& arrivals,
                                              const Lineage& previous, const RoundRule& rule,

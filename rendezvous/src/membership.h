@@ -9,28 +9,9 @@
 #include <vector>
 
 #include "ddp/common/time.h"
+#include "records.h"
 
 namespace ddp::rendezvous_detail {
-
-// One node's entry in a round, in arrival order.
-struct Arrival {
-  // Random id of this node's membership; a node declared dead rejoins with a new one.
-  std::string member;
-  // --node_rank when given, else -1.
-  int node_rank = -1;
-  int local_world_size = 1;
-  // The MASTER_PORT this node's workers use if it becomes group rank 0.
-  std::uint16_t master_port = 0;
-  // The built-in store this node serves its round's workers if it becomes
-  // group rank 0 (etcd); 0: workers use the agents' store.
-  std::uint16_t store_port = 0;
-  std::string addr;
-};
-
-// "<member> <node rank> <local world size> <master port> <store port> <addr>", and back;
-// decode throws ProtocolError naming `key` for malformed text.
-std::string encode_arrival(const Arrival& arrival);
-Arrival decode_arrival(const std::string& text, const std::string& key);
 
 // What the previous round hands to the next: its members in group-rank order,
 // and the member it lost (empty when none). Empty members: a first round.

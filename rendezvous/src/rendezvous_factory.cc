@@ -81,10 +81,10 @@ std::unique_ptr<RendezvousHandler> create_on_etcd(const RendezvousConfig& config
   rs.external_name = etcd->endpoints_text();
   rs.store = std::move(etcd);
   rs.opener = [client]() -> std::shared_ptr<Store> { return std::make_shared<EtcdStore>(client); };
-  // The lease refreshes: a call that cannot be made within heartbeat_timeout is a missed one.
+  // The lease refreshes: a call that cannot be made within keep_alive_write_timeout is a missed one.
   EtcdStoreOptions liveness = client;
-  liveness.connect_timeout = config.keep_alive_timeout;
-  liveness.request_timeout = config.keep_alive_timeout;
+  liveness.connect_timeout = config.keep_alive_write_timeout;
+  liveness.request_timeout = config.keep_alive_write_timeout;
   rs.liveness_opener = [liveness]() -> std::shared_ptr<Store> {
     return std::make_shared<EtcdStore>(liveness);
   };
@@ -149,11 +149,11 @@ std::unique_ptr<RendezvousHandler> create_rendezvous(const RendezvousConfig& con
   // do): connect lazily, sparing the handshake at startup.
   if (config.params.max_nodes > 1 || !server) rs.store = std::make_shared<TcpStore>(client);
   rs.opener = [client]() -> std::shared_ptr<Store> { return std::make_shared<TcpStore>(client); };
-  // Keep-alives: a write that takes longer than keep_alive_timeout is a missed
+  // Keep-alives: a write that takes longer than keep_alive_write_timeout is a missed
   // one, and a lost connection is retried for no longer than that either.
   TcpStoreOptions liveness = client;
-  liveness.timeout = config.keep_alive_timeout;
-  liveness.reconnect_timeout = config.keep_alive_timeout;
+  liveness.timeout = config.keep_alive_write_timeout;
+  liveness.reconnect_timeout = config.keep_alive_write_timeout;
   rs.liveness_opener = [liveness]() -> std::shared_ptr<Store> {
     return std::make_shared<TcpStore>(liveness);
   };

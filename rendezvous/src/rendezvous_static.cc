@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <limits>
 #include <cerrno>
 #include <condition_variable>
 #include <cstdio>
@@ -22,6 +23,7 @@
 #include "ddp/common/error.h"
 #include "ddp/common/time.h"
 #include "ddp/rendezvous/rendezvous.h"
+#include "records.h"
 #include "round_control.h"
 
 namespace ddp {
@@ -206,8 +208,8 @@ class RoundHandler : public RendezvousHandler {
     if (params_.local_world_size < 1) {
       throw InvalidArgument(origin, "local world size must be at least 1");
     }
-    if (params_.heartbeat_interval.count() <= 0 ||
-        params_.heartbeat_timeout <= params_.heartbeat_interval) {
+    if (params_.instance_heartbeat_interval.count() <= 0 ||
+        params_.instance_dead_after <= params_.instance_heartbeat_interval) {
       throw InvalidArgument(origin, "the heartbeat timeout must exceed a positive heartbeat "
                                     "interval");
     }
@@ -350,7 +352,9 @@ class RoundHandler : public RendezvousHandler {
     const std::string key = instance_prefix(instance) + "/heartbeat";
     if (!store.check({key})) return -1;
     try {
-      return std::stoll(store.get(key, std::chrono::milliseconds(1)));
+      return rendezvous_detail::parse_integer(store.get(key, std::chrono::milliseconds(1)), key,
+                                              "instance heartbeat", 0,
+                                              std::numeric_limits<std::int64_t>::max());
     } catch (const TimeoutError&) {
       return -1;  // deleted between the check and the get
     }
@@ -361,7 +365,7 @@ class RoundHandler : public RendezvousHandler {
   // key no longer names it (replaced or ended): the caller looks again.
   bool alive(Store& store, const std::string& instance) {
     const std::int64_t first = heartbeat_of(store, instance);
-    const auto give_up = Clock::now() + params_.heartbeat_timeout;
+    const auto give_up = Clock::now() + params_.instance_dead_after;
     while (Clock::now() < give_up) {
       std::this_thread::sleep_for(poll_period());
       if (heartbeat_of(store, instance) > first) return true;
@@ -374,7 +378,7 @@ class RoundHandler : public RendezvousHandler {
   }
 
   std::chrono::milliseconds poll_period() const {
-    return std::max(std::chrono::milliseconds(1), params_.heartbeat_interval / 20);
+    return std::max(std::chrono::milliseconds(1), params_.instance_heartbeat_interval / 20);
   }
 
   // Claims a new instance of the run id, joins the one forming, or refuses a
@@ -388,7 +392,7 @@ class RoundHandler : public RendezvousHandler {
       if (current == mine) {
         instance_ = mine;
         joiner_.reset();
-        start_keeper(params_.heartbeat_interval / 10);
+        start_keeper(params_.instance_heartbeat_interval / 10);
         if (!expected.empty()) forget_instance(expected);
         return;
       }
@@ -423,7 +427,10 @@ class RoundHandler : public RendezvousHandler {
     const int nodes = params_.max_nodes;
     keeper_->post([prefix, nodes](Store& store) {
       int last = 0;
-      if (store.check({prefix + "/round"})) last = std::stoi(store.get(prefix + "/round"));
+      if (store.check({prefix + "/round"})) {
+        last = static_cast<int>(rendezvous_detail::parse_integer(
+            store.get(prefix + "/round"), prefix + "/round", "instance round", 0, rendezvous_detail::kMaxRound));
+      }
       std::vector<std::string> keys;
       for (int round = std::max(0, last - 1); round <= last; ++round) {
         for (auto& key : round_keys(prefix + "/round_" + std::to_string(round), nodes)) {
@@ -447,7 +454,7 @@ class RoundHandler : public RendezvousHandler {
   // While joining a forming instance: true once its heartbeat moved, or once
   // another member marked its first round formed (the creator may end right
   // after that, before beating again); throws InstanceDead once neither
-  // happened for heartbeat_timeout.
+  // happened for instance_dead_after.
   bool confirmed(Store& store) {
     if (!joiner_ || joiner_->confirmed) return true;
     if (heartbeat_of(store, instance_) > joiner_->heartbeat ||
@@ -455,7 +462,7 @@ class RoundHandler : public RendezvousHandler {
       joiner_->confirmed = true;
       return true;
     }
-    if (Clock::now() - joiner_->since >= params_.heartbeat_timeout) throw InstanceDead{};
+    if (Clock::now() - joiner_->since >= params_.instance_dead_after) throw InstanceDead{};
     return false;
   }
 
@@ -544,9 +551,9 @@ class RoundHandler : public RendezvousHandler {
   void on_round_formed(const RendezvousInfo& info) {
     joiner_.reset();
     if (!keeper_) {
-      start_keeper(params_.heartbeat_interval);
+      start_keeper(params_.instance_heartbeat_interval);
     } else {
-      keeper_->set_period(params_.heartbeat_interval);
+      keeper_->set_period(params_.instance_heartbeat_interval);
     }
     started_ = true;
     const int round = info.round;

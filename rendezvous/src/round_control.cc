@@ -3,10 +3,12 @@
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
-#include <sstream>
+#include <charconv>
 #include <thread>
+#include <vector>
 
 #include "ddp/common/error.h"
+#include "records.h"
 
 namespace ddp {
 
@@ -28,28 +30,71 @@ std::string encode_round_end(const RoundEnd& end) {
   return "";
 }
 
+namespace {
+
+// The space-separated words of `text`; empty when there are more than `most`.
+std::vector<std::string> words_of(const std::string& text, std::size_t most) {
+  std::vector<std::string> words;
+  std::size_t at = 0;
+  while (at < text.size()) {
+    while (at < text.size() && text[at] == ' ') ++at;
+    const std::size_t begin = at;
+    while (at < text.size() && text[at] != ' ') ++at;
+    if (at == begin) break;
+    if (words.size() == most) return {};
+    words.push_back(text.substr(begin, at - begin));
+  }
+  return words;
+}
+
+// A whole integer token in [low, high].
+std::optional<int> int_in(const std::string& word, int low, int high) {
+  int value = 0;
+  auto [end, ec] = std::from_chars(word.data(), word.data() + word.size(), value);
+  if (ec != std::errc() || end != word.data() + word.size() || value < low || value > high) {
+    return std::nullopt;
+  }
+  return value;
+}
+
+}  // namespace
+
 std::optional<RoundEnd> parse_round_end(const std::string& text) {
-  std::istringstream in(text);
-  std::string word;
-  in >> word;
+  if (text.size() > 256) return std::nullopt;
+  const std::vector<std::string> w = words_of(text, 3);
+  if (w.empty()) return std::nullopt;
   RoundEnd end;
-  if (word == "done") {
+  // Node ranks of a round; exit codes and signal numbers.
+  constexpr int kMostNodes = rendezvous_detail::kMaxNodes;
+  if (w[0] == "done" && w.size() == 1) {
     end.kind = RoundEnd::Kind::kDone;
     return end;
   }
-  if (word == "restart" || word == "abort") {
-    end.kind = word == "restart" ? RoundEnd::Kind::kRestart : RoundEnd::Kind::kAbort;
-    if (!(in >> end.node >> end.value)) return std::nullopt;
+  if (w[0] == "store_lost" && w.size() == 1) {
+    end.kind = RoundEnd::Kind::kStoreLost;
     return end;
   }
-  if (word == "lost") {
+  if ((w[0] == "restart" || w[0] == "abort") && w.size() == 3) {
+    end.kind = w[0] == "restart" ? RoundEnd::Kind::kRestart : RoundEnd::Kind::kAbort;
+    auto node = int_in(w[1], -1, kMostNodes - 1);
+    auto value = int_in(w[2], -255, 255);
+    if (!node || !value) return std::nullopt;
+    end.node = *node;
+    end.value = *value;
+    return end;
+  }
+  if (w[0] == "lost" && w.size() == 3) {
     end.kind = RoundEnd::Kind::kNodeLost;
-    if (!(in >> end.node >> end.member)) return std::nullopt;
+    auto node = int_in(w[1], 0, kMostNodes - 1);
+    if (!node || !rendezvous_detail::is_member_id(w[2])) return std::nullopt;
+    end.node = *node;
+    end.member = w[2];
     return end;
   }
-  if (word == "joined") {
+  if (w[0] == "joined" && w.size() == 2) {
     end.kind = RoundEnd::Kind::kNodeJoined;
-    if (!(in >> end.member)) return std::nullopt;
+    if (!rendezvous_detail::is_member_id(w[1])) return std::nullopt;
+    end.member = w[1];
     return end;
   }
   return std::nullopt;
@@ -116,6 +161,9 @@ class EndKeyWatch : public RoundWatch {
         std::lock_guard lock(state->mutex);
         state->end = end;
       }
+      // Under its own mutex, which the destructor takes to cancel: once the
+      // destructor returned, no wake-up starts (one in progress finishes first).
+      std::lock_guard waking(state->waking);
       if (!state->cancelled) wake();
     });
   }
@@ -127,7 +175,10 @@ class EndKeyWatch : public RoundWatch {
       std::lock_guard lock(state_->mutex);
       done = state_->end.has_value();
     }
-    state_->cancelled = true;
+    {
+      std::lock_guard waking(state_->waking);
+      state_->cancelled = true;
+    }
     if (done) {
       thread_.join();
     } else {
@@ -144,6 +195,7 @@ class EndKeyWatch : public RoundWatch {
   struct State {
     mutable std::mutex mutex;
     std::optional<RoundEnd> end;
+    std::mutex waking;  // held while calling wake(), and to set `cancelled`
     std::atomic<bool> cancelled{false};
   };
   std::shared_ptr<State> state_;

@@ -107,7 +107,9 @@ void MemoryStore::wait_locked(std::unique_lock<std::mutex>& lock,
     return true;
   };
   while (!all_present()) {
-    if (changed_.wait_until(lock, deadline.when()) == std::cv_status::timeout && !all_present()) {
+    // An expired deadline (a zero timeout: "is it there?") does not sleep first.
+    if (deadline.expired() ||
+        (changed_.wait_until(lock, deadline.when()) == std::cv_status::timeout && !all_present())) {
       std::vector<std::string> missing;
       for (const auto& key : keys) {
         if (data_.find(key) == data_.end()) missing.push_back(key);

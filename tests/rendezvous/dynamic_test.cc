@@ -364,5 +364,94 @@ TEST(DynamicRendezvous, NodeArrivingDuringLastCallIsCounted) {
   ASSERT_EQ(first.size(), 3u) << "...and is counted: the decision sees three arrivals";
 }
 
+// ---- arrivals without records (a node killed between its index and its record) ------------
+
+TEST(DynamicRendezvous, AnArrivalWithoutItsRecordHoldsTheRoundForItsGraceThenFormsWithoutIt) {
+  // Before: the decider waited 10 s on multi_get and threw: "rendezvous failed"
+  // on every node, instead of forming without the dead joiner.
+  Cluster c({2, 2});
+  c.add_node().begin_join();                     // index 0: the decider
+  c.store().add("rdzv/job/round_0/arrivals", 1);  // index 1: took its index, then died
+  c.add_node().begin_join();                     // index 2
+  EXPECT_TRUE(c.form({0, 1}).empty()) << "the record may still come";
+  c.time().advance(4s);
+  EXPECT_TRUE(c.form({0, 1}).empty());
+  c.time().advance(1s);  // past the grace: arrival 1 did not happen
+  auto infos = c.form({0, 1});
+  ASSERT_EQ(infos.size(), 2u);
+  EXPECT_EQ(infos[0].group_rank, 0);
+  EXPECT_EQ(infos[1].group_rank, 1);
+  EXPECT_EQ(infos[1].group_world_size, 2);
+  EXPECT_EQ(infos[1].world_size, 4);
+}
+
+TEST(DynamicRendezvous, ARecordThatComesWithinTheGraceIsCounted) {
+  Cluster c({2, 3});
+  c.add_node().begin_join();
+  c.add_node().begin_join();
+  c.time().advance(30s);  // last call over for the two...
+  c.store().add("rdzv/job/round_0/arrivals", 1);  // ...when a third takes its index
+  EXPECT_TRUE(c.form({0, 1}).empty()) << "the decider waits for the third's record";
+  c.time().advance(2s);
+  Arrival late;
+  late.member = "abcdef";
+  late.local_world_size = 2;
+  late.addr = "10.0.0.9";
+  c.store().set("rdzv/job/round_0/rec_2", encode_arrival(late));
+  auto infos = c.form({0, 1});
+  ASSERT_EQ(infos.size(), 2u);
+  EXPECT_EQ(infos[0].group_world_size, 3) << "the third node is a member";
+}
+
+TEST(DynamicRendezvous, APhantomDeciderIsReplacedByTheFallbackDecider) {
+  Cluster c({2, 2});
+  c.store().add("rdzv/job/round_0/arrivals", 1);  // index 0 never writes its record
+  c.add_node().begin_join();
+  c.add_node().begin_join();
+  EXPECT_TRUE(c.form({0, 1}).empty());
+  c.time().advance(45s);  // last call (30 s) + keep-alives (3 x 5 s): arrival 0 is dead
+  EXPECT_TRUE(c.form({0, 1}).empty()) << "the fallback decider gives the record its grace";
+  c.time().advance(5s);
+  auto infos = c.form({0, 1});
+  ASSERT_EQ(infos.size(), 2u);
+  EXPECT_EQ(infos[0].group_rank, 0);
+  EXPECT_EQ(infos[1].group_rank, 1);
+}
+
+TEST(DynamicRendezvous, AHugeArrivalCountIsClampedNotNarrowedNorBuiltAsKeys) {
+  // Before: the count was narrowed to int (2^31 + 2 became negative), and a
+  // count of a billion built a billion key strings (out of memory).
+  Cluster c({1, 2});
+  c.store().add("rdzv/job/round_0/arrivals", 1'000'000'000);
+  c.add_node().begin_join();  // its index is a billion: past what a round considers
+  c.time().advance(45s);      // the fallback decider
+  EXPECT_TRUE(c.form({0}).empty());
+  c.time().advance(5s);
+  EXPECT_TRUE(c.form({0}).empty()) << "a billion phantoms: nobody real to form with";
+  c.time().advance(600s);
+  try {
+    c.node(0).step();
+    FAIL() << "expected the join timeout";
+  } catch (const TimeoutError& e) {
+    EXPECT_NE(std::string(e.what()).find("1000000001 of at least 1 nodes joined"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(DynamicRendezvous, AMalformedRecordIsAProtocolErrorNamingItsKey) {
+  // Before: a local world size of 2^31-1 overflowed the world size (signed
+  // overflow), and std::stoi failures surfaced as a bare "stoi".
+  Cluster c({2, 2});
+  c.add_node().begin_join();
+  c.store().add("rdzv/job/round_0/arrivals", 1);
+  c.store().set("rdzv/job/round_0/rec_1", "abc 0 2147483647 29500 0 10.0.0.9");
+  try {
+    c.form({0});
+    FAIL() << "accepted a local world size of 2^31-1";
+  } catch (const ProtocolError& e) {
+    EXPECT_NE(std::string(e.what()).find("rdzv/job/round_0/rec_1"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace ddp::rendezvous_detail

@@ -21,8 +21,8 @@ RendezvousParams params(int nodes, int node_rank, int nproc) {
   p.local_addr = "node" + std::to_string(node_rank);
   p.join_timeout = std::chrono::seconds(5);
   // Short enough for quick tests, with a wide margin between a beat and death.
-  p.heartbeat_interval = std::chrono::milliseconds(20);
-  p.heartbeat_timeout = std::chrono::milliseconds(500);
+  p.instance_heartbeat_interval = std::chrono::milliseconds(20);
+  p.instance_dead_after = std::chrono::milliseconds(500);
   return p;
 }
 
@@ -294,8 +294,8 @@ TEST(JobInstance, MultiNodeStartIsNotDelayedByTheLivenessCheck) {
     std::vector<std::unique_ptr<RendezvousHandler>> handlers;
     for (int node = 0; node < 2; ++node) {
       auto p = params(2, node, 1);
-      p.heartbeat_interval = std::chrono::seconds(3);
-      p.heartbeat_timeout = std::chrono::seconds(15);
+      p.instance_heartbeat_interval = std::chrono::seconds(3);
+      p.instance_dead_after = std::chrono::seconds(15);
       handlers.push_back(c10d ? make_c10d_rendezvous(p, with(store))
                               : make_static_rendezvous(p, with(store)));
     }
@@ -313,7 +313,7 @@ TEST(JobInstance, MultiNodeStartIsNotDelayedByTheLivenessCheck) {
 TEST(JobInstance, HeartbeatParamsAreChecked) {
   auto store = std::make_shared<MemoryStore>();
   auto p = params(2, 0, 1);
-  p.heartbeat_timeout = p.heartbeat_interval;
+  p.instance_dead_after = p.instance_heartbeat_interval;
   EXPECT_THROW(make_static_rendezvous(p, with(store)), InvalidArgument);
 }
 

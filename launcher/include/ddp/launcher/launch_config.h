@@ -44,13 +44,14 @@ struct LaunchConfig {
   std::chrono::milliseconds join_timeout = std::chrono::seconds(600);
   std::chrono::milliseconds last_call_timeout = std::chrono::seconds(30);
   // --rdzv_conf's keep-alive keys (c10d): torchrun's names and defaults.
-  // heartbeat_timeout bounds one keep-alive write; read_timeout how long one
+  // heartbeat_timeout (keep_alive_write_timeout here) bounds one keep-alive
+  // write; read_timeout how long one
   // store call retries a lost connection. close_timeout, when given, bounds how
   // long a stopping agent waits for the store to take its word and its leaving
   // (AgentOptions::announce_timeout, 5 s otherwise).
   std::chrono::milliseconds keep_alive_interval = std::chrono::seconds(5);
   int keep_alive_max_attempt = 3;
-  std::chrono::milliseconds heartbeat_timeout = std::chrono::seconds(5);
+  std::chrono::milliseconds keep_alive_write_timeout = std::chrono::seconds(5);
   std::optional<std::chrono::milliseconds> close_timeout;
   std::chrono::milliseconds read_timeout = std::chrono::seconds(60);
   // --rdzv_conf is_host: whether this node hosts the c10d store; unset: the

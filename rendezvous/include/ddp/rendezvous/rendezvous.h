@@ -15,9 +15,9 @@
 // run id: a random nonce stored at "rdzv/<run_id>/instance", and every round
 // lives under "rdzv/<run_id>/<instance>/round_<r>", so a new instance never
 // reads an old one's records. The agents of an instance add to
-// "rdzv/<run_id>/<instance>/heartbeat" every heartbeat_interval (on a thread and
+// "rdzv/<run_id>/<instance>/heartbeat" every instance_heartbeat_interval (on a thread and
 // store handle of their own); liveness is judged by a newcomer on its own clock
-// (the counter moved, or did not move for heartbeat_timeout), never by comparing
+// (the counter moved, or did not move for instance_dead_after), never by comparing
 // clocks of different nodes. A newcomer that finds
 //   - no instance: claims one (no waiting at all);
 //   - an instance still forming its first round: joins it, and checks in
@@ -71,8 +71,8 @@ struct RendezvousParams {
   // How long a round waits for every node to join.
   std::chrono::milliseconds join_timeout = std::chrono::seconds(600);
   // c10d with min_nodes < max_nodes: once min_nodes have joined, how long the
-  // round stays open for more.
-  std::chrono::milliseconds last_call_timeout = std::chrono::seconds(1);
+  // round stays open for more (torchrun's default, as --rdzv_conf's).
+  std::chrono::milliseconds last_call_timeout = std::chrono::seconds(30);
   // c10d: how often each node writes its keep-alive key, and how many in a row
   // it may miss before the node watching it declares it dead (torchrun's
   // keep_alive_interval and keep_alive_max_attempt).
@@ -83,14 +83,18 @@ struct RendezvousParams {
   // Static, multi-node only: how often every agent of a running instance adds to its
   // heartbeat counter (the creator of a forming instance beats ten times as
   // often, so that joiners confirm it quickly).
-  std::chrono::milliseconds heartbeat_interval = std::chrono::seconds(1);
+  std::chrono::milliseconds instance_heartbeat_interval = std::chrono::seconds(1);
   // An instance whose heartbeat counter does not move for this long, observed
   // by a newcomer on its own clock, is dead and taken over. Must exceed
-  // heartbeat_interval by a margin for a slow store or a busy node.
-  std::chrono::milliseconds heartbeat_timeout = std::chrono::seconds(5);
+  // instance_heartbeat_interval by a margin for a slow store or a busy node.
+  // (Not --rdzv_conf heartbeat_timeout, which bounds one keep-alive write:
+  // RendezvousConfig::keep_alive_write_timeout.)
+  std::chrono::milliseconds instance_dead_after = std::chrono::seconds(5);
   // c10d and etcd: what identifies this job among others that use the run id on
-  // a shared store (the launcher: "nnodes=MIN:MAX command=..."); a node whose
-  // signature differs from a live job's is refused. Empty: "nnodes=MIN:MAX".
+  // a shared store (the launcher: "nnodes=MIN:MAX program=<file name>", never
+  // the program's arguments: they may differ per node and hold secrets, and
+  // the signature is readable by other jobs); a node whose signature differs
+  // from a live job's is refused. Empty: "nnodes=MIN:MAX".
   std::string job_signature;
 };
 
@@ -215,7 +219,7 @@ struct RendezvousStore {
   // Null: open_store() returns `store` itself.
   StoreOpener opener;
   // The keep-alive thread's own handle (its calls bounded by --rdzv_conf
-  // heartbeat_timeout); null: `opener`.
+  // keep_alive_write_timeout); null: `opener`.
   StoreOpener liveness_opener;
   // Where the agents' store is (for workers, and for messages).
   std::string host;

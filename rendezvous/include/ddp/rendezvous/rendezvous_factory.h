@@ -45,9 +45,10 @@ struct RendezvousConfig {
   std::chrono::milliseconds connect_timeout = std::chrono::seconds(900);
   // How long one store call of the agents keeps retrying a lost connection
   // before it fails (TcpStoreOptions::reconnect_timeout); for a keep-alive
-  // write, keep_alive_timeout (a write that could not be made is a missed one).
+  // write, keep_alive_write_timeout (--rdzv_conf heartbeat_timeout: a write that could
+  // not be made is a missed one).
   std::chrono::milliseconds read_timeout = std::chrono::seconds(60);
-  std::chrono::milliseconds keep_alive_timeout = std::chrono::seconds(5);
+  std::chrono::milliseconds keep_alive_write_timeout = std::chrono::seconds(5);
   EtcdConfig etcd;
   RendezvousParams params;
 };

@@ -8,6 +8,7 @@
 // ShutdownError when it is shutting down, AuthError when it rejects the token.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -68,16 +69,17 @@ class Store {
   // Appends `value` to `key`, creating it when missing.
   virtual void append(const std::string& key, const std::string& value) = 0;
 
-  // The default timeout of blocking calls.
-  Duration timeout() const { return timeout_; }
-  void set_timeout(Duration timeout) { timeout_ = timeout; }
+  // The default timeout of blocking calls. Thread-safe, like every method: a
+  // call that starts after set_timeout returned uses the new value.
+  Duration timeout() const { return timeout_.load(std::memory_order_relaxed); }
+  void set_timeout(Duration timeout) { timeout_.store(timeout, std::memory_order_relaxed); }
 
  protected:
   Store() = default;
   explicit Store(Duration timeout) : timeout_(timeout) {}
 
  private:
-  Duration timeout_ = kDefaultTimeout;
+  std::atomic<Duration> timeout_{kDefaultTimeout};
 };
 
 }  // namespace ddp
