@@ -221,7 +221,12 @@ void DynamicRendezvous::claim_run_id() {
   std::string held = s.compare_set(key, "", mine);
   if (held == mine) return;
   // Another job's: refused while any of its nodes lives, taken over otherwise.
-  if (!job_alive()) held = s.compare_set(key, held, mine);
+  // On a LeaseStore (etcd, shared and long-lived) the dead job's keys go in
+  // the same step; elsewhere the rounds that follow delete them as they go.
+  if (!job_alive()) {
+    if (leases_ && leases_->take_over(key, held, mine, prefix())) return;
+    held = leases_ ? s.compare_set(key, "", mine) : s.compare_set(key, held, mine);
+  }
   if (held == mine) return;
   throw InvalidArgument(kOrigin, "run id '" + params_.run_id + "' is in use on the store at " +
                                      store_name() + " by another running job (" + held +
@@ -307,7 +312,10 @@ std::optional<RendezvousInfo> DynamicRendezvous::step() {
       if (!try_get(s, prefix() + "current")) {
         throw ShutdownError(kOrigin, "the job ended while this node waited as a spare");
       }
-      return std::nullopt;  // a spare waits as long as the full round runs
+      // A spare waits as long as the full round runs, and no longer: a round
+      // whose nodes all died (a crashed job) has nobody left to end it.
+      end = end_if_dead(s, join_.spare_of, now);
+      if (!end) return std::nullopt;
     }
     if (auto parsed = parse_round_end(*end); parsed && ends_the_job(*parsed)) {
       throw ShutdownError(kOrigin, "the job ended while this node waited as a spare (" +
@@ -508,11 +516,35 @@ void DynamicRendezvous::on_late(int nodes) {
   admit_or_wait_behind(round, nodes);
 }
 
+std::optional<std::string> DynamicRendezvous::end_if_dead(Store& s, int round, Clock::time_point now) {
+  const std::vector<std::string> members = load_lineage(round).members;
+  if (members.empty()) return std::nullopt;
+  bool any_alive = false;
+  for (const auto& m : members) {
+    const auto value = try_get(s, alive_key(m));
+    if (leases_) {  // a leased key exists exactly as long as its node refreshes it
+      any_alive = any_alive || value.has_value();
+      continue;
+    }
+    auto [it, first_look] = spare_watch_.try_emplace(
+        m, params_.keep_alive_interval, params_.keep_alive_max_attempt, now);
+    it->second.observe(value, now);
+    any_alive = any_alive || first_look || !it->second.dead(now);
+  }
+  if (any_alive) return std::nullopt;
+  RoundEnd lost;
+  lost.kind = RoundEnd::Kind::kNodeLost;
+  lost.node = 0;
+  lost.member = members.front();
+  return s.compare_set(round_prefix(round) + "/end", "", encode_round_end(lost));
+}
+
 void DynamicRendezvous::admit_or_wait_behind(int round, int nodes) {
   // Round `round` runs with `nodes` nodes, without this one. Below max it
   // re-forms at once to admit it; a full one is waited behind, as a spare.
   if (nodes >= params_.max_nodes) {
     join_.spare_of = round;
+    spare_watch_.clear();
     return;
   }
   RoundEnd joined;
@@ -858,13 +890,16 @@ void DynamicRendezvous::shutdown(std::chrono::milliseconds deadline) {
   // On a thread of its own, which owns all it touches, so that a frozen store
   // cannot hold the exit past the deadline.
   // The handle the agent used (opening another one could wait for a store
-  // that is gone: its host may have left first).
-  std::shared_ptr<Store> store = store_.store;
-  if (!store) return;
+  // that is gone: its host may have left first). The thread gets the
+  // handler's references and drops them before it reports done: the store's
+  // destructor then runs there, in time, and takes away what the client left
+  // (an EtcdStore's marker; ddprun leaves through _exit, which runs none).
+  if (!store_.store) return;
   death_watch_.reset();
+  std::shared_ptr<Store> store = std::move(store_.store);
   const std::string prefix = this->prefix();
   const std::string alive = alive_key(member());
-  std::shared_ptr<LeaseStore> leases = leases_;
+  std::shared_ptr<LeaseStore> leases = std::move(leases_);
   LeaseStore::LeaseId lease = 0;
   {
     std::lock_guard lock(liveness_->mutex);
@@ -875,7 +910,7 @@ void DynamicRendezvous::shutdown(std::chrono::milliseconds deadline) {
   const int nodes = last_nodes_;
   auto done = std::make_shared<std::promise<void>>();
   auto future = done->get_future();
-  std::thread([store, leases, lease, prefix, alive, last, before, nodes, done] {
+  std::thread([store, leases, lease, prefix, alive, last, before, nodes, done]() mutable {
     try {
       if (leases && lease != 0) {
         leases->revoke_lease(lease);  // its key goes with it
@@ -889,6 +924,11 @@ void DynamicRendezvous::shutdown(std::chrono::milliseconds deadline) {
         store->delete_key(prefix + "current");
         store->delete_key(prefix + "config");
       }
+    } catch (const std::exception&) {
+    }
+    leases.reset();
+    try {
+      store.reset();  // the last reference, unless a round's end is still being written
     } catch (const std::exception&) {
     }
     done->set_value();

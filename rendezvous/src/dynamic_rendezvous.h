@@ -153,6 +153,12 @@ class DynamicRendezvous : public RendezvousHandler {
   std::optional<RendezvousInfo> on_closed(const std::string& closed);
   void on_late(int nodes);
   void admit_or_wait_behind(int round, int nodes);
+  // A spare's look at the full round it waits behind: when none of its
+  // members shows a sign of life (on a LeaseStore: none of their keep-alive
+  // keys exists; else none of their counters moved for keep_alive_interval x
+  // keep_alive_max_attempt on this node's clock), ends it as "lost" (its job
+  // crashed, and nobody is left to end it) and returns the end; else nullopt.
+  std::optional<std::string> end_if_dead(Store& store, int round, Clock::time_point now);
   void wait_for_change();
   void start_liveness();
   void stop_liveness(std::chrono::milliseconds deadline);
@@ -174,8 +180,10 @@ class DynamicRendezvous : public RendezvousHandler {
   int last_nodes_ = 0;
   // The key listing the last round's members ("R/members_<decider>").
   std::string members_key_;
-  // While a spare: the full round's end, once the wait for it returned it.
+  // While a spare: the full round's end, once the wait for it returned it,
+  // and what it saw of that round's members' keep-alive counters.
   std::optional<std::string> spare_end_;
+  std::map<std::string, HeartbeatTracker> spare_watch_;
 
   // Shared with the liveness thread, which holds no reference to the handler
   // (a thread blocked in a frozen store past shutdown's deadline is detached).

@@ -531,6 +531,34 @@ void EtcdStore::delete_tickets(const std::string& key) {
                 {{"key", base64_encode(begin)}, {"range_end", base64_encode(end)}});
 }
 
+bool EtcdStore::take_over(const std::string& key, const std::string& expected,
+                          const std::string& desired, const std::string& prefix) {
+  const char* origin = "EtcdStore::take_over";
+  if (key.rfind(prefix, 0) != 0) {
+    throw InvalidArgument(origin, fmt::format("key '{}' is not below '{}'", key, prefix));
+  }
+  const std::string full_key = client_->full(key);
+  auto [begin, end] = prefix_range(client_->full(prefix));
+  Json compare = Json::array();
+  if (expected.empty()) {
+    compare.push_back({{"key", base64_encode(full_key)}, {"target", "CREATE"}, {"result", "EQUAL"},
+                       {"create_revision", "0"}});
+  } else {
+    compare.push_back({{"key", base64_encode(full_key)}, {"target", "VALUE"}, {"result", "EQUAL"},
+                       {"value", base64_encode(expected)}});
+  }
+  auto delete_range = [](const std::string& from, const std::string& to) {
+    return Json{{"request_delete_range", {{"key", base64_encode(from)}, {"range_end", base64_encode(to)}}}};
+  };
+  Json success = Json::array();
+  if (begin < full_key) success.push_back(delete_range(begin, full_key));
+  const std::string after_key = full_key + std::string(1, '\0');
+  if (after_key < end || end == std::string(1, '\0')) success.push_back(delete_range(after_key, end));
+  success.push_back(put_op(full_key, desired));
+  const Json reply = client_->txn(origin, compare, success);
+  return etcd::json_flag(reply, "succeeded");
+}
+
 std::int64_t EtcdStore::tickets_taken(const std::string& key) {
   const Json reply = client_->txn("EtcdStore::tickets_taken", Json::array(),
                                   Json::array({count_op(client_->full(key) + "/")}));

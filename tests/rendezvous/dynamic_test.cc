@@ -453,5 +453,42 @@ TEST(DynamicRendezvous, AMalformedRecordIsAProtocolErrorNamingItsKey) {
   }
 }
 
+TEST(DynamicRendezvous, SparesBehindAFullRoundWhoseNodesAllDiedEndItAndForm) {
+  // Before: after a full job crashed, the next job with its run id found its
+  // round still "running" and waited behind it as spares forever.
+  Cluster c({2, 2});
+  c.add_node().begin_join();
+  c.add_node().begin_join();
+  auto first = c.form({0, 1});
+  ASSERT_EQ(first.size(), 2u);
+  c.run_liveness({0, 1}, 5s);  // then both crash: no keep-alive moves again
+  c.add_node().begin_join();
+  c.add_node().begin_join();
+  EXPECT_TRUE(c.form({2, 3}).empty()) << "spares behind a full round";
+  c.time().advance(10s);
+  EXPECT_TRUE(c.form({2, 3}).empty()) << "not yet three missed keep-alives";
+  EXPECT_FALSE(c.end_of(first[0]));
+  c.time().advance(6s);
+  auto second = c.form({2, 3});
+  ASSERT_EQ(second.size(), 2u);
+  EXPECT_EQ(second[2].round, first[0].round + 1);
+  auto end = c.end_of(first[0]);
+  ASSERT_TRUE(end);
+  EXPECT_EQ(end->rfind("lost 0 ", 0), 0u) << *end;
+}
+
+TEST(DynamicRendezvous, SparesKeepWaitingBehindAFullRoundThatLives) {
+  Cluster c({2, 2});
+  c.add_node().begin_join();
+  c.add_node().begin_join();
+  auto first = c.form({0, 1});
+  c.add_node().begin_join();
+  for (int i = 0; i < 120; ++i) {  // ten minutes of a running round
+    c.run_liveness({0, 1}, 5s);
+    EXPECT_FALSE(c.node(2).step());
+  }
+  EXPECT_FALSE(c.end_of(first[0])) << "a spare ended a live round";
+}
+
 }  // namespace
 }  // namespace ddp::rendezvous_detail

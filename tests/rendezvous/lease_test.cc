@@ -30,12 +30,19 @@ class FakeLeaseStore final : public LeaseStore {
  public:
   explicit FakeLeaseStore(const FakeTime& time) : time_(time) {}
 
-  void set(const std::string& key, const std::string& value) override { data_.set(key, value); }
+  void set(const std::string& key, const std::string& value) override {
+    note(key);
+    data_.set(key, value);
+  }
   using Store::get;
   std::string get(const std::string& key, Duration timeout) override { return data_.get(key, timeout); }
-  std::int64_t add(const std::string& key, std::int64_t delta) override { return data_.add(key, delta); }
+  std::int64_t add(const std::string& key, std::int64_t delta) override {
+    note(key);
+    return data_.add(key, delta);
+  }
   std::string compare_set(const std::string& key, const std::string& expected,
                           const std::string& desired) override {
+    note(key);
     return data_.compare_set(key, expected, desired);
   }
   using Store::wait;
@@ -43,6 +50,7 @@ class FakeLeaseStore final : public LeaseStore {
   bool check(const std::vector<std::string>& keys) override { return data_.check(keys); }
   bool delete_key(const std::string& key) override {
     std::lock_guard lock(mutex_);
+    written_.erase(key);
     const bool existed = data_.delete_key(key);
     if (existed) push_delete(key);
     return existed;
@@ -53,9 +61,13 @@ class FakeLeaseStore final : public LeaseStore {
     return data_.multi_get(keys, timeout);
   }
   void multi_set(const std::vector<std::string>& keys, const std::vector<std::string>& values) override {
+    for (const auto& key : keys) note(key);
     data_.multi_set(keys, values);
   }
-  void append(const std::string& key, const std::string& value) override { data_.append(key, value); }
+  void append(const std::string& key, const std::string& value) override {
+    note(key);
+    data_.append(key, value);
+  }
 
   LeaseId grant_lease(std::chrono::seconds ttl) override {
     std::lock_guard lock(mutex_);
@@ -89,6 +101,7 @@ class FakeLeaseStore final : public LeaseStore {
     auto it = leases_.find(id);
     if (it == leases_.end()) throw InvalidArgument("FakeLeaseStore", "no lease " + std::to_string(id));
     it->second.keys.insert(key);
+    written_.insert(key);
     data_.set(key, value);
   }
   std::int64_t take_ticket(const std::string& key) override {
@@ -103,6 +116,27 @@ class FakeLeaseStore final : public LeaseStore {
   void delete_tickets(const std::string& key) override {
     std::lock_guard lock(mutex_);
     tickets_.erase(key);
+  }
+  bool take_over(const std::string& key, const std::string& expected, const std::string& desired,
+                 const std::string& prefix) override {
+    std::lock_guard lock(mutex_);
+    if (key.rfind(prefix, 0) != 0) throw InvalidArgument("FakeLeaseStore", "key not below the prefix");
+    const bool exists = data_.check({key});
+    if (expected.empty() ? exists : !exists || data_.get(key, 0ms) != expected) return false;
+    for (const auto& other : std::set<std::string>(written_)) {
+      if (other != key && other.rfind(prefix, 0) == 0) delete_key(other);
+    }
+    for (auto it = tickets_.begin(); it != tickets_.end();) {
+      it = it->first.rfind(prefix, 0) == 0 ? tickets_.erase(it) : std::next(it);
+    }
+    note(key);
+    data_.set(key, desired);
+    return true;
+  }
+  // Keys written (set, added, ...) and not deleted since.
+  std::set<std::string> keys() const {
+    std::lock_guard lock(mutex_);
+    return written_;
   }
   std::int64_t revision() override {
     std::lock_guard lock(mutex_);
@@ -151,6 +185,11 @@ class FakeLeaseStore final : public LeaseStore {
     int id;
   };
 
+  void note(const std::string& key) {
+    std::lock_guard lock(mutex_);
+    written_.insert(key);
+  }
+
   void push_delete(const std::string& key) {
     StoreEvent event;
     event.kind = StoreEvent::Kind::kDelete;
@@ -172,6 +211,7 @@ class FakeLeaseStore final : public LeaseStore {
   std::map<int, Watch> watches_;
   int next_watch_ = 1;
   std::map<std::string, std::int64_t> tickets_;
+  std::set<std::string> written_;
   std::int64_t revision_ = 1;
 };
 
@@ -371,6 +411,27 @@ TEST(LeaseRendezvous, LeavingRevokesTheLeaseAndStopsWatching) {
   c.node(0).shutdown(5s);
   EXPECT_EQ(c.store().watches(), 1u);
   EXPECT_FALSE(c.store().check({alive_key(member)})) << "revoking the lease deleted the key";
+}
+
+TEST(LeaseRendezvous, ADeadJobsKeysAreCollectedWhenAnotherJobTakesItsRunIdOver) {
+  // Before: the new job took the run id (compare_set of the config) and the
+  // dead job's rounds stayed in etcd forever.
+  LeaseCluster c(2, 2);
+  c.add_node().begin_join();
+  c.add_node().begin_join();
+  auto first = c.form({0, 1});
+  ASSERT_EQ(first.size(), 2u);
+  const std::string round = first[0].round_prefix;
+  ASSERT_TRUE(c.store().check({round + "/closed", "rdzv/job/current"}));
+  c.run({}, 20s);  // both nodes die: their leases expire, their alive keys go
+  // A job with another node range (another signature) reuses the run id.
+  DynamicRendezvous& newcomer = c.add_node(1, 1 + 1 + 1);
+  newcomer.begin_join();
+  // Only the new job's keys: its claim, its keep-alive, its arrival in a
+  // first round of its own (no "current" left to continue from).
+  EXPECT_EQ(c.store().keys(), (std::set<std::string>{"rdzv/job/config", alive_key(newcomer.member()),
+                                                      "rdzv/job/round_0/rec_0"}));
+  EXPECT_EQ(c.store().get("rdzv/job/config", 0ms), "nnodes=1:3");
 }
 
 }  // namespace

@@ -217,6 +217,27 @@ TEST(EtcdStore, AMemberOfAnotherClusterIsAFailedEndpointNotAPlaceForKeys) {
   EXPECT_FALSE(others.check({"k"}));
 }
 
+TEST(EtcdStore, TakeOverDeletesAPrefixAndSetsTheKeyInOneStepOnlyWhenTheKeyHoldsWhatWasExpected) {
+  DDP_SKIP_WITHOUT_ETCD();
+  test::EtcdCluster cluster;
+  EtcdStore store(options_for(cluster));
+  store.set("rdzv/j/config", "old job");
+  store.set("rdzv/j/current", "3 2");
+  store.set("rdzv/j/round_3/closed", "x");
+  store.take_ticket("rdzv/j/round_4/arrivals");
+  store.set("rdzv/jx/other", "another run id");
+  EXPECT_FALSE(store.take_over("rdzv/j/config", "someone else", "new job", "rdzv/j/"));
+  EXPECT_TRUE(store.check({"rdzv/j/current", "rdzv/j/round_3/closed"})) << "a failed take-over deletes nothing";
+  EXPECT_TRUE(store.take_over("rdzv/j/config", "old job", "new job", "rdzv/j/"));
+  EXPECT_EQ(store.get("rdzv/j/config", 1s), "new job");
+  EXPECT_FALSE(store.check({"rdzv/j/current"}));
+  EXPECT_FALSE(store.check({"rdzv/j/round_3/closed"}));
+  EXPECT_EQ(store.tickets_taken("rdzv/j/round_4/arrivals"), 0);
+  EXPECT_EQ(store.get("rdzv/jx/other", 1s), "another run id") << "outside the prefix";
+  EXPECT_THROW(store.take_over("elsewhere", "", "x", "rdzv/j/"), InvalidArgument);
+  EXPECT_TRUE(store.take_over("rdzv/k/config", "", "first", "rdzv/k/")) << "absent, as expected";
+}
+
 // ---------------------------------------------------------------------------
 // Leases
 

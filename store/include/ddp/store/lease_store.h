@@ -72,6 +72,15 @@ class LeaseStore : public Store {
   // Deletes every ticket of `key` (the count starts again at 0).
   virtual void delete_tickets(const std::string& key) = 0;
 
+  // Atomically: when `key` holds `expected`, deletes every key that starts
+  // with `prefix` (but `key`) and sets `key` to `desired`, returning true;
+  // otherwise changes nothing and returns false. `key` must start with
+  // `prefix` (InvalidArgument otherwise). What a job does with a dead job's
+  // keys when it takes over its run id: nothing the new job writes after its
+  // claim can be caught in the deletion.
+  virtual bool take_over(const std::string& key, const std::string& expected,
+                         const std::string& desired, const std::string& prefix) = 0;
+
   // The store's current revision: a watch from revision()+1 misses no change
   // made after this call.
   virtual std::int64_t revision() = 0;

@@ -143,6 +143,10 @@ class EtcdStore final : public LeaseStore {
   std::int64_t tickets_taken(const std::string& key) override;
   // kv/deleterange of the keys below "<key>/".
   void delete_tickets(const std::string& key) override;
+  // One kv/txn: compare `key`'s value, delete [prefix, key) and (key, end of
+  // prefix), put `key` (etcd refuses a put and a delete of one key in a txn).
+  bool take_over(const std::string& key, const std::string& expected, const std::string& desired,
+                 const std::string& prefix) override;
   std::int64_t revision() override;
   std::unique_ptr<StoreWatch> watch_prefix(
       const std::string& key_prefix, std::int64_t from_revision,
