@@ -27,6 +27,23 @@ TYPED_TEST(StoreConformance, SetReplacesValue) {
   EXPECT_EQ(store.get("key"), "3");
 }
 
+TYPED_TEST(StoreConformance, TheDefaultTimeoutMayBeSetWhileCallsUseIt) {
+  // Every method is thread-safe, set_timeout too (before: a plain member
+  // written while other threads read it: a data race ThreadSanitizer reports).
+  auto& store = *this->store_;
+  store.set("present", "v");
+  std::atomic<bool> stop{false};
+  std::thread setter([&] {
+    for (int i = 0; !stop.load(); ++i) store.set_timeout(std::chrono::milliseconds(1000 + i % 7));
+  });
+  for (int i = 0; i < 200; ++i) {
+    EXPECT_EQ(store.get("present"), "v");  // uses timeout()
+    EXPECT_GE(store.timeout(), std::chrono::milliseconds(1000));
+  }
+  stop = true;
+  setter.join();
+}
+
 TYPED_TEST(StoreConformance, ValueSetByOneClientIsSeenByAnother) {
   auto writer = this->env_.client();
   auto reader = this->env_.client();
