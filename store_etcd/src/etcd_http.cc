@@ -68,6 +68,9 @@ class CertificateError : public AuthError {
   explicit CertificateError(const std::string& message) : AuthError("", message) {}
 };
 
+// What a connection buffers before the parser takes it (a read's worth).
+constexpr std::size_t kMaxUnparsed = 64 * 1024;
+
 // The token was refused as expired or invalid: authenticate again and retry.
 class TokenExpired : public std::exception {};
 
@@ -308,7 +311,9 @@ struct Connection::Impl {
   ssl::context* tls = nullptr;
   std::unique_ptr<beast::tcp_stream> plain;
   std::unique_ptr<beast::ssl_stream<beast::tcp_stream>> secure;
-  beast::flat_buffer buffer;
+  // Bytes read but not parsed yet. Bounded: Beast limits the header and the
+  // body, not a chunk header or a trailer, which a peer could make endless.
+  beast::flat_buffer buffer{kMaxUnparsed};
   std::optional<http::response_parser<http::string_body>> parser;
   std::size_t scanned = 0;  // bytes of the stream's body searched for '\n'
   int requests = 0;
@@ -357,10 +362,17 @@ struct Connection::Impl {
       if (ioc.stopped()) ioc.restart();
     }
     if (!result) {
-      abort();
+      // Abort until the operation has completed: a composed read (Beast's)
+      // may start a new socket read from its completion handler after a
+      // partial chunk header, which the first cancel never reached.
+      while (!result) {
+        abort();
+        ioc.restart();
+        ioc.run_one();
+      }
       ioc.restart();
-      ioc.run();
-      if (keep && result && !*result) return *result;
+      ioc.poll();
+      if (keep && !*result) return *result;
       return asio::error::timed_out;
     }
     return *result;
@@ -397,6 +409,9 @@ std::string failure_text(const error_code& ec, const Deadline& deadline) {
                                      const std::string& where, std::size_t limit, bool stale = false) {
   if (ec == http::error::body_limit) {
     throw BadReply(where, fmt::format("sent a reply body of more than {} bytes (max_reply_bytes)", limit));
+  }
+  if (ec == http::error::buffer_overflow) {
+    throw BadReply(where, fmt::format("sent a chunk header or trailer of more than {} bytes", kMaxUnparsed));
   }
   const bool from_parser = ec.category() == error_code(http::error::end_of_stream).category();
   const bool broken = !from_parser || ec == http::error::end_of_stream ||

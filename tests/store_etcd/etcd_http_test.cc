@@ -186,6 +186,41 @@ TEST(EtcdConnection, ASilentStreamOutlivesItsDeadline) {
   for (int i = 0; i < 3000; ++i) ASSERT_EQ(pair.connection->next_line(Deadline(5s))->size(), 1000u);
 }
 
+TEST(EtcdConnection, ADeadlineInsideAPartialChunkHeaderReturnsInTime) {
+  // Found by etcd_reply_fuzz: a cancel at the deadline missed the read that
+  // Beast's composed read had just restarted after "5" (a chunk size without
+  // its line end), and next_line waited for the peer forever.
+  Pair pair;
+  pair.send("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n");
+  ASSERT_EQ(pair.connection->post_stream("/v3/watch", "{}", "", Deadline(5s), nullptr, true), 200);
+  pair.send("5");
+  for (auto slice : {0ms, 1ms, 20ms}) {
+    const auto start = SteadyClock::now();
+    EXPECT_EQ(pair.connection->next_line(Deadline(slice)), std::nullopt);
+    EXPECT_LT(seconds_since(start), 2.0) << "a " << slice.count() << " ms deadline";
+  }
+  pair.send("\r\nab\ncd\r\n");
+  EXPECT_EQ(pair.connection->next_line(Deadline(5s)), "ab");
+}
+
+TEST(EtcdConnection, AnEndlessChunkHeaderIsABadReplyNotUnboundedMemory) {
+  // Beast bounds a reply's header and body, not a chunk header: a peer sending
+  // "1;x=" and then endless bytes without a line end grew the buffer by
+  // hundreds of MiB.
+  Pair pair;
+  pair.writer = std::thread([&] {
+    pair.send("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1;x=");
+    const std::string junk(1 << 16, 'x');
+    for (int i = 0; i < 64; ++i) pair.send(junk);  // 4 MiB of one chunk header
+  });
+  try {
+    pair.connection->post("/v3/kv/range", "{}", "", Deadline(5s), Deadline(10s));
+    FAIL() << "took an endless chunk header";
+  } catch (const BadReply& e) {
+    EXPECT_THAT(e.what(), HasSubstr("chunk header or trailer"));
+  }
+}
+
 // ---------------------------------------------------------------------------
 // Against real etcd members
 
