@@ -19,7 +19,7 @@ constexpr std::size_t kReadBufferMax = 256 * 1024;
 // one request at a time). Its input is still read, so that its leaving is seen
 // at once; past this much of it the connection is closed: a client cannot make
 // us buffer without bound, nor hide its EOF behind a full backlog.
-constexpr std::size_t kMaxBacklog = 64 * 1024;
+constexpr std::size_t kMaxBacklog = 16 * 1024;
 // The work one connection may do in one turn of the server's only thread: a
 // frame counts one, plus one per key it names. Past it, the rest of its
 // input waits for its next turn, behind every other connection: a client

@@ -69,7 +69,7 @@ constexpr double kRssGrowthBoundMib = 512;
 constexpr double kSafetyStopMib = 3072;
 // The parked-and-closed flood: this many cycles, started with the honest
 // clients (each cycle sends 1.5 MiB behind a parked get; the server reads
-// 64 KiB of it, says `store full` and closes). A server that never sees such a
+// 16 KiB of it, says `store full` and closes). A server that never sees such a
 // client leave keeps one session per cycle.
 constexpr std::uint64_t kFloodCycles = 40;
 // The empty-key requests: this many, started with the honest clients, half

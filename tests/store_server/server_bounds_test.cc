@@ -87,7 +87,7 @@ TEST(ServerBounds, AParkedClientThatLeavesQuietlyIsReleased) {
     get.key = "never-set";
     get.timeout_ms = protocol::kNoTimeout;
     raw.send(get);
-    raw.send_bytes(std::string(16 * 1024, 'x'));  // under the bound
+    raw.send_bytes(std::string(4 * 1024, 'x'));  // under the bound
   }
   EXPECT_TRUE(eventually([&] { return server->num_clients() == 0; }, 10s));
 }
