@@ -7,7 +7,9 @@
 // exists). Generous timeouts: a loaded 2-core machine.
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <deque>
 #include <fstream>
 #include <map>
@@ -218,6 +220,212 @@ TEST_F(EtcdJobTest, UnreachableOrWrongEndpointsFailWithinTheTimeoutNamingThem) {
     options.grpc_gateway = false;
     EtcdCluster etcd(options);
     EXPECT_NE(attempt(etcd.endpoints()).find("is not an etcd v3 HTTP gateway"), std::string::npos);
+  }
+  EXPECT_FALSE(fs::exists(dir_.path() / "env_0_0.json")) << "a worker started";
+}
+
+// ---------------------------------------------------------------------------
+// What a job leaves in etcd, and user authentication, seen with etcdctl.
+
+bool have_etcdctl() { return std::system("command -v etcdctl >/dev/null 2>&1") == 0; }
+
+struct Shell {
+  int code = -1;
+  std::string out;  // stdout and stderr
+};
+
+// etcdctl (API v3) against every member of `etcd`, with `args`.
+Shell etcdctl(const EtcdCluster& etcd, const std::string& args) {
+  const std::string command = "ETCDCTL_API=3 etcdctl --endpoints=" + etcd.urls() + " " + args + " 2>&1";
+  Shell shell;
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (pipe == nullptr) return shell;
+  char buffer[4096];
+  for (std::size_t n; (n = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0;) shell.out.append(buffer, n);
+  const int status = ::pclose(pipe);
+  shell.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return shell;
+}
+
+struct Lease {
+  std::string id;
+  long granted = -1;    // TTL(..s)
+  long remaining = -1;  // remaining(..s)
+  std::string text;     // etcdctl's line
+};
+
+// Every key in etcd and every lease (with its TTL), and etcdctl's text.
+struct EtcdContents {
+  std::vector<std::string> keys;
+  std::vector<Lease> leases;
+  std::string text;
+};
+
+EtcdContents etcd_contents(const EtcdCluster& etcd, const std::string& auth = "") {
+  EtcdContents contents;
+  const Shell keys = etcdctl(etcd, auth + " get '' --prefix --keys-only");
+  EXPECT_EQ(keys.code, 0) << keys.out;
+  for (const auto& line : lines_of(keys.out)) {
+    if (!line.empty()) contents.keys.push_back(line);
+  }
+  const Shell list = etcdctl(etcd, auth + " lease list");
+  EXPECT_EQ(list.code, 0) << list.out;
+  contents.text = "keys:\n";
+  for (const auto& key : contents.keys) contents.text += key + "\n";
+  contents.text += "leases:\n" + list.out;
+  for (const auto& line : lines_of(list.out)) {
+    if (line.empty() || line.rfind("found ", 0) == 0) continue;
+    Lease lease;
+    lease.id = line;
+    const Shell ttl = etcdctl(etcd, auth + " lease timetolive " + line + " --keys");
+    lease.text = ttl.out;
+    std::sscanf(ttl.out.c_str(), "lease %*s granted with TTL(%lds), remaining(%lds)", &lease.granted,
+                &lease.remaining);
+    contents.text += ttl.out;
+    contents.leases.push_back(lease);
+  }
+  return contents;
+}
+
+// A 2-node job that succeeds leaves no key and no lease in etcd. (Before:
+// each node left its client marker __ddp_clients/<id> behind, on a lease of
+// 2 x read_timeout + 60 s = 180 s.)
+TEST_F(EtcdJobTest, AJobThatSucceededLeavesNoKeyAndNoLeaseInEtcd) {
+  DDP_SKIP_WITHOUT_ETCD();
+  if (!have_etcdctl()) GTEST_SKIP() << "etcdctl is not installed";
+  EtcdCluster etcd;
+  finish();  // the workers announce themselves and exit at once
+  Child& a = start_agent(etcd.endpoints(), "2");
+  Child& b = start_agent(etcd.endpoints(), "2");
+  EXPECT_EQ(wait_child(a.pid, 90s), 0) << all_stderr();
+  EXPECT_EQ(wait_child(b.pid, 90s), 0) << all_stderr();
+  EXPECT_EQ(workers_with_world(2), 2) << all_stderr();
+  const EtcdContents left = etcd_contents(etcd);
+  EXPECT_TRUE(left.keys.empty()) << left.text;
+  EXPECT_TRUE(left.leases.empty()) << left.text;
+}
+
+// Both nodes of a running job are SIGKILLed (their workers die with them);
+// the same job (run id, program) run again forms once the dead nodes' leases
+// expire, finishes, and leaves nothing of the job in etcd: only the killed
+// clients' markers, on leases that expire by themselves. (Before: the rerun
+// waited as spares behind the dead round forever.)
+TEST_F(EtcdJobTest, ARerunOfAJobWhoseNodesWereAllKilledFormsAndLeavesOnlyExpiringLeases) {
+  DDP_SKIP_WITHOUT_ETCD();
+  if (!have_etcdctl()) GTEST_SKIP() << "etcdctl is not installed";
+  EtcdCluster etcd;
+  Child& a = start_agent(etcd.endpoints(), "2");
+  Child& b = start_agent(etcd.endpoints(), "2");
+  ASSERT_TRUE(wait_workers(2, 2)) << all_stderr();
+  const auto first = worker_pids();
+  ::kill(a.pid, SIGKILL);
+  ::kill(b.pid, SIGKILL);
+  EXPECT_EQ(wait_child(a.pid), 128 + SIGKILL);
+  EXPECT_EQ(wait_child(b.pid), 128 + SIGKILL);
+  for (pid_t pid : first) {
+    EXPECT_TRUE(eventually([&] { return process_dead(pid); }, 30s)) << "worker " << pid << " outlived its agent";
+  }
+  const EtcdContents crashed = etcd_contents(etcd);
+  std::printf("[ crashed  ] %zu keys, %zu leases:\n%s", crashed.keys.size(), crashed.leases.size(),
+              crashed.text.c_str());
+  EXPECT_NE(crashed.text.find("ddp/rdzv/etcdjob/"), std::string::npos)
+      << "the crashed job left none of its keys: the rerun tests nothing\n" << crashed.text;
+
+  finish();  // the rerun's workers exit at once
+  const auto rerun = std::chrono::steady_clock::now();
+  Child& c = start_agent(etcd.endpoints(), "2");
+  Child& d = start_agent(etcd.endpoints(), "2");
+  const auto deadline = rerun + 120s;
+  auto left_ms = [&] {
+    return std::max(1000ms, std::chrono::duration_cast<std::chrono::milliseconds>(
+                                deadline - std::chrono::steady_clock::now()));
+  };
+  EXPECT_EQ(wait_child(c.pid, left_ms()), 0) << all_stderr();
+  EXPECT_EQ(wait_child(d.pid, left_ms()), 0) << all_stderr();
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - rerun).count();
+  std::printf("[ timing   ] the rerun finished %.1f s after it started\n", took);
+  EXPECT_LT(took, 90.0);
+  EXPECT_EQ(workers_with_world(2, first), 2) << "the rerun's round did not form\n" << all_stderr();
+
+  const EtcdContents left = etcd_contents(etcd);
+  std::printf("[ left     ] %zu keys, %zu leases:\n%s", left.keys.size(), left.leases.size(), left.text.c_str());
+  for (const auto& key : left.keys) {
+    EXPECT_EQ(key.rfind("__ddp_clients/", 0), 0u) << "a key that is no killed client's marker\n" << left.text;
+  }
+  for (const auto& lease : left.leases) {
+    // A killed client's marker lease: granted 2 x read_timeout + 60 s, counting down.
+    EXPECT_GT(lease.granted, 0) << lease.text;
+    EXPECT_LE(lease.granted, 200) << lease.text;
+    EXPECT_GE(lease.remaining, 0) << lease.text;
+    EXPECT_LE(lease.remaining, lease.granted) << lease.text;
+    EXPECT_NE(lease.text.find("__ddp_clients/"), std::string::npos) << lease.text;
+  }
+  // Every key that is left is on one of those leases.
+  std::string attached;
+  for (const auto& lease : left.leases) attached += lease.text;
+  for (const auto& key : left.keys) EXPECT_NE(attached.find(key), std::string::npos) << key << "\n" << left.text;
+}
+
+// etcd with user authentication; the password file ends its line with
+// "\r\n" (written on Windows): the "\r" is not part of the password (before:
+// AuthError). Over plain http, ddprun warns that the password crosses the
+// network in clear text.
+TEST_F(EtcdJobTest, APasswordFileWithACrlfLineEndingAuthenticatesAndPlainHttpIsWarnedAbout) {
+  DDP_SKIP_WITHOUT_ETCD();
+  if (!have_etcdctl()) GTEST_SKIP() << "etcdctl is not installed";
+  EtcdCluster etcd;
+  ASSERT_EQ(etcdctl(etcd, "user add root:s3cret").code, 0);
+  ASSERT_EQ(etcdctl(etcd, "auth enable").code, 0);
+  const fs::path password = dir_.path() / "password";
+  auto attempt = [&](const std::string& content) {
+    std::ofstream(password, std::ios::binary | std::ios::trunc) << content;
+    return run({ddprun(), "--nnodes=1:2", "--nproc_per_node=1", "--rdzv_backend=etcd",
+                "--rdzv_endpoint=" + etcd.endpoints(), "--rdzv_id=auth",
+                "--rdzv_conf=username=root,password_file=" + password.string() +
+                    ",last_call_timeout=1,read_timeout=10",
+                "--no_python", worker(), "env", dir_.str()},
+               base_env(), dir_.path(), 90s);
+  };
+  const RunResult ok = attempt("s3cret\r\n");
+  EXPECT_EQ(ok.code, 0) << ok.err;
+  EXPECT_NE(ok.err.find("etcd user 'root' authenticates over plain http: its password crosses the "
+                        "network to "),
+            std::string::npos)
+      << ok.err;
+  EXPECT_NE(ok.err.find("in clear text"), std::string::npos) << ok.err;
+  const fs::path env = dir_.path() / "env_0_0.json";
+  ASSERT_TRUE(fs::exists(env)) << "no worker ran\n" << ok.err;
+  EXPECT_NE(read_text(env).find("\"WORLD_SIZE\": \"1\""), std::string::npos) << read_text(env);
+  const EtcdContents left = etcd_contents(etcd, "--user=root:s3cret");
+  EXPECT_TRUE(left.keys.empty()) << left.text;
+  EXPECT_TRUE(left.leases.empty()) << left.text;
+  // The file is what authenticates: another password in it is refused.
+  fs::remove(env);
+  const RunResult refused = attempt("wrong\r\n");
+  EXPECT_EQ(refused.code, 1) << refused.err;
+  EXPECT_FALSE(fs::exists(env)) << "a worker ran with a wrong password";
+}
+
+// An empty password file (or one whose first line is only "\r") is a
+// one-line usage error naming the flag, before any etcd is contacted.
+TEST_F(EtcdJobTest, AnEmptyPasswordFileIsAOneLineErrorNamingTheFlag) {
+  const fs::path password = dir_.path() / "password";
+  const std::string nobody = "127.0.0.1:" + std::to_string(free_port());
+  for (const std::string content : {"", "\r\n", "\n"}) {
+    std::ofstream(password, std::ios::binary | std::ios::trunc) << content;
+    const auto start = std::chrono::steady_clock::now();
+    const RunResult result =
+        run({ddprun(), "--nnodes=1:2", "--rdzv_backend=etcd", "--rdzv_endpoint=" + nobody,
+             "--rdzv_conf=username=root,password_file=" + password.string() + ",read_timeout=2",
+             "--no_python", worker(), "env", dir_.str()},
+            base_env(), dir_.path(), 60s);
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
+    EXPECT_EQ(result.code, 2) << result.err;
+    EXPECT_EQ(lines_of(result.err).size(), 1u) << result.err;
+    EXPECT_NE(result.err.find("--rdzv_conf password_file: '" + password.string() +
+                              "' holds no password"),
+              std::string::npos)
+        << result.err;
   }
   EXPECT_FALSE(fs::exists(dir_.path() / "env_0_0.json")) << "a worker started";
 }
