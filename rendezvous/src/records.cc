@@ -19,8 +19,9 @@ constexpr std::size_t kMaxRecordBytes = (kMaxMemberLength + 1) * static_cast<std
 // ProtocolError naming the record, the key and the value (cut short).
 class Fields {
  public:
-  Fields(const std::string& text, const char* record, const std::string& key)
-      : text_(text), record_(record), key_(key) {
+  Fields(const std::string& text, const char* record, const std::string& key,
+         const char* origin = kOrigin)
+      : text_(text), record_(record), key_(key), origin_(origin) {
     if (text.size() > kMaxRecordBytes) fail(fmt::format("{} bytes is too long", text.size()));
   }
 
@@ -41,6 +42,16 @@ class Fields {
     }
     if (value < low || value > high) {
       fail(fmt::format("{} {} is outside [{}, {}]", what, value, low, high));
+    }
+    return value;
+  }
+
+  std::uint64_t unsigned64(const char* what) {
+    const std::string token = word(what);
+    std::uint64_t value = 0;
+    auto [end, ec] = std::from_chars(token.data(), token.data() + token.size(), value);
+    if (ec != std::errc() || end != token.data() + token.size()) {
+      fail(fmt::format("{} '{}' is not an unsigned 64-bit integer", what, cut(token)));
     }
     return value;
   }
@@ -74,7 +85,7 @@ class Fields {
   }
 
   [[noreturn]] void fail(const std::string& why) const {
-    throw ProtocolError(kOrigin, fmt::format("malformed {} at '{}': {} (value '{}')", record_, key_, why,
+    throw ProtocolError(origin_, fmt::format("malformed {} at '{}': {} (value '{}')", record_, key_, why,
                                              cut(text_)));
   }
 
@@ -93,6 +104,7 @@ class Fields {
   const std::string& text_;
   const char* record_;
   const std::string& key_;
+  const char* origin_;
   std::size_t at_ = 0;
 };
 
@@ -122,6 +134,21 @@ Arrival parse_arrival(const std::string& text, const std::string& key) {
   a.addr = f.address("address");
   f.finish();
   return a;
+}
+
+std::string encode_static_node(const StaticNode& n) {
+  return fmt::format("{} {} {} {}", n.local_world_size, n.master_port, n.addr, n.nonce);
+}
+
+StaticNode parse_static_node(const std::string& text, const std::string& key) {
+  Fields f(text, "node record", key, "rendezvous");
+  StaticNode n;
+  n.local_world_size = f.small("local world size", 1, kMaxLocalWorldSize);
+  n.master_port = f.port("master port");
+  n.addr = f.address("address");
+  n.nonce = f.unsigned64("nonce");
+  f.finish();
+  return n;
 }
 
 std::string encode_decision(const Decision& d) {

@@ -1,5 +1,6 @@
-// The records the dynamic rendezvous keeps in the store, each as an
-// encode/parse pair (the round's end is in round.h). Store values are written
+// The records the rendezvous handlers keep in the store, each as an
+// encode/parse pair (the round's end is in round.h; rendezvous/PROTOCOL.md
+// has the whole key layout). Store values are written
 // by every node of the job and by anyone else who can reach the store, so a
 // parse trusts nothing: every field is range-checked (no count can make a node
 // build millions of keys, no sum can overflow), numbers are whole tokens
@@ -13,6 +14,8 @@
 //   members      R/members_<decider>                 "<member> <member> ..." in group-rank order
 //   current      rdzv/<run_id>/current               "<round> <nodes>"
 //   keep-alive   rdzv/<run_id>/alive/<member>        a counter ("17"), or on a LeaseStore the lease id
+//   static node  rdzv/<run_id>/<instance>/round_<r>/node_<g>
+//                                                    "<local world size> <master port> <addr> <nonce>"
 #pragma once
 
 #include <cstdint>
@@ -97,6 +100,19 @@ struct Current {
 };
 std::string encode_current(const Current& current);
 Current parse_current(const std::string& text, const std::string& key);
+
+// The static handler's record of the node with group rank g in a round.
+struct StaticNode {
+  int local_world_size = 1;
+  // The MASTER_PORT of the round's workers (group rank 0's record; 0 in the others).
+  std::uint16_t master_port = 0;
+  std::string addr;
+  // Random, so that two nodes claiming one rank never write the same value
+  // (the second one's compare_set then fails).
+  std::uint64_t nonce = 0;
+};
+std::string encode_static_node(const StaticNode& node);
+StaticNode parse_static_node(const std::string& text, const std::string& key);
 
 // A keep-alive key's value: a counter, or a lease id (a positive integer).
 std::int64_t parse_lease_id(const std::string& text, const std::string& key);

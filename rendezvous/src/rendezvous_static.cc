@@ -29,28 +29,7 @@
 namespace ddp {
 namespace {
 
-struct NodeRecord {
-  int local_world_size = 0;
-  std::uint16_t master_port = 0;
-  std::string addr;
-};
-
-std::string encode(const NodeRecord& record, std::uint64_t nonce) {
-  return std::to_string(record.local_world_size) + " " + std::to_string(record.master_port) +
-         " " + record.addr + " " + std::to_string(nonce);
-}
-
-NodeRecord decode(const std::string& text, const std::string& key) {
-  std::istringstream in(text);
-  NodeRecord record;
-  unsigned port = 0;
-  if (!(in >> record.local_world_size >> port >> record.addr) || port > 65535 ||
-      record.local_world_size < 1) {
-    throw ProtocolError("rendezvous", "malformed node record at '" + key + "': '" + text + "'");
-  }
-  record.master_port = static_cast<std::uint16_t>(port);
-  return record;
-}
+using rendezvous_detail::StaticNode;
 
 std::uint64_t random_nonce() {
   std::random_device device;
@@ -224,7 +203,7 @@ class RoundHandler : public RendezvousHandler {
     const int round = round_++;
     if (params_.max_nodes == 1) {  // nobody to meet: no store round trip at all
       if (instance_.empty()) instance_ = random_instance();
-      NodeRecord mine{params_.local_world_size, worker_master_port(), params_.local_addr};
+      StaticNode mine{params_.local_world_size, worker_master_port(), params_.local_addr};
       RendezvousInfo info = make_info(round, round_prefix(round), 0, {mine});
       info.instance = instance_;
       return info;
@@ -273,7 +252,7 @@ class RoundHandler : public RendezvousHandler {
   }
 
   RendezvousInfo make_info(int round, const std::string& prefix, int group_rank,
-                           const std::vector<NodeRecord>& records) const {
+                           const std::vector<StaticNode>& records) const {
     RendezvousInfo info;
     info.round = round;
     info.store_addr = store_.host;
@@ -284,7 +263,7 @@ class RoundHandler : public RendezvousHandler {
     info.worker_prefix = prefix + "/workers";
     info.world_size = 0;
     for (std::size_t rank = 0; rank < records.size(); ++rank) {
-      const NodeRecord& record = records[rank];
+      const StaticNode& record = records[rank];
       if (static_cast<int>(rank) < group_rank) info.base_rank += record.local_world_size;
       info.world_size += record.local_world_size;
       info.local_world_sizes.push_back(record.local_world_size);
@@ -491,10 +470,11 @@ class RoundHandler : public RendezvousHandler {
     const int group_rank = params_.node_rank;
     const int nodes = params_.max_nodes;
     Store& store = *this->store();
-    NodeRecord mine{params_.local_world_size, 0, params_.local_addr};
+    StaticNode mine{params_.local_world_size, 0, params_.local_addr};
     if (group_rank == 0) mine.master_port = worker_master_port();
     const std::string my_key = prefix + "/node_" + std::to_string(group_rank);
-    const std::string my_value = encode(mine, random_nonce());
+    mine.nonce = random_nonce();
+    const std::string my_value = rendezvous_detail::encode_static_node(mine);
     const std::string stored = store.compare_set(my_key, "", my_value);
     if (stored != my_value) {
       // In a forming instance of a crashed job the record is stale: only a
@@ -530,9 +510,9 @@ class RoundHandler : public RendezvousHandler {
     // may be among them: accept the round only from a live instance.
     while (!confirmed(store)) std::this_thread::sleep_for(poll_period());
 
-    std::vector<NodeRecord> records;
+    std::vector<StaticNode> records;
     for (int rank = 0; rank < nodes; ++rank) {
-      records.push_back(decode(values[static_cast<std::size_t>(rank)],
+      records.push_back(rendezvous_detail::parse_static_node(values[static_cast<std::size_t>(rank)],
                                keys[static_cast<std::size_t>(rank)]));
     }
     if (!started_) {

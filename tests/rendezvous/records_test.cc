@@ -51,6 +51,25 @@ TEST(Records, ArrivalRoundTripsAndOutOfRangeFieldsAreRefused) {
   }
 }
 
+TEST(Records, StaticNodeRoundTripsAndOutOfRangeFieldsAreRefused) {
+  StaticNode n;
+  n.local_world_size = 8;
+  n.master_port = 29500;
+  n.addr = "node-7.cluster";
+  n.nonce = 18446744073709551615ull;  // the whole unsigned range
+  const StaticNode back = parse_static_node(encode_static_node(n), "k");
+  EXPECT_EQ(back.local_world_size, 8);
+  EXPECT_EQ(back.master_port, 29500);
+  EXPECT_EQ(back.addr, n.addr);
+  EXPECT_EQ(back.nonce, n.nonce);
+  const std::string key = "rdzv/job/0123456789abcdef/round_0/node_1";
+  for (const std::string value :
+       {"0 0 h 1", "4097 0 h 1", "2147483648 0 h 1", "1 65536 h 1", "1 -1 h 1", "1 0 h", "1 0 h 1 extra",
+        "1 0 h -1", "1 0 h 18446744073709551616", "1x 0 h 1", "1 0 h\x01 1", "", "1 0 h 0x1"}) {
+    expect_refused([&] { parse_static_node(value, key); }, key, value);
+  }
+}
+
 TEST(Records, DecisionBoundsItsCountsSoNoSumOverflowsAndNoLoopRunsAway) {
   Decision d;
   d.decider = 2;

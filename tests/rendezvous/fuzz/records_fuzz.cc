@@ -1,4 +1,4 @@
-// libFuzzer target for the dynamic rendezvous' record codec
+// libFuzzer target for the rendezvous' record codec
 // (rendezvous/src/records.h) and the round's end (parse_round_end in
 // ddp/rendezvous/round.h): the values every node, and anyone else who can
 // reach the store, writes under rdzv/<run_id>/ (built by scripts/fuzz with
@@ -6,8 +6,8 @@
 //
 // Input: a selector byte, then the value's text (any bytes). The selector's low
 // three bits pick the parser:
-//   0 arrival   1 decision   2 assignment   3 members   4 current
-//   5 lease id  6 integer    7 round end
+//   0 arrival (bit 3 set: the static handler's node record)   1 decision
+//   2 assignment   3 members   4 current   5 lease id   6 integer   7 round end
 // An assignment is checked against a decision: when the text has a newline,
 // what comes before it is parsed as the decision (the fuzzer picks it) and the
 // rest is the assignment; otherwise, or when that decision is refused, one of a
@@ -60,6 +60,7 @@ const std::string kMembersKey = "rdzv/fuzz/round_7/members_0";
 const std::string kCurrentKey = "rdzv/fuzz/current";
 const std::string kAliveKey = "rdzv/fuzz/alive/0123456789abcdef";
 const std::string kIntegerKey = "rdzv/fuzz/round_7/counter";
+const std::string kStaticNodeKey = "rdzv/fuzz/0123456789abcdef/round_7/node_1";
 
 // Runs `parse`; returns false when it refused the value as it must (a
 // ProtocolError naming `key`); aborts on any other exception.
@@ -138,6 +139,21 @@ void fuzz_arrival(const std::string& text) {
   reparses([&] { back = parse_arrival(encoded, kArrivalKey); }, kArrivalKey);
   check(back == a, "arrival: round trip changed the value");
   check(encode_arrival(back) == encoded, "arrival: encoding is not a fixed point");
+}
+
+void fuzz_static_node(const std::string& text) {
+  StaticNode n;
+  if (!parses([&] { n = parse_static_node(text, kStaticNodeKey); }, kStaticNodeKey)) return;
+  check(n.local_world_size >= 1 && n.local_world_size <= kMaxLocalWorldSize,
+        "static node: local world size out of range");
+  check(is_address(n.addr), "static node: address is not an address");
+  const std::string encoded = encode_static_node(n);
+  StaticNode back;
+  reparses([&] { back = parse_static_node(encoded, kStaticNodeKey); }, kStaticNodeKey);
+  check(back.local_world_size == n.local_world_size && back.master_port == n.master_port &&
+            back.addr == n.addr && back.nonce == n.nonce,
+        "static node: round trip changed the value");
+  check(encode_static_node(back) == encoded, "static node: encoding is not a fixed point");
 }
 
 void fuzz_decision(const std::string& text) {
@@ -295,7 +311,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const unsigned selector = data[0];
   const std::string text(reinterpret_cast<const char*>(data) + 1, size - 1);
   switch (selector & 7) {
-    case 0: fuzz_arrival(text); break;
+    case 0:
+      if (selector & 8) {
+        fuzz_static_node(text);
+      } else {
+        fuzz_arrival(text);
+      }
+      break;
     case 1: fuzz_decision(text); break;
     case 2: fuzz_assignment(text, selector); break;
     case 3: fuzz_members(text); break;
