@@ -12,10 +12,10 @@
 #include <map>
 #include <mutex>
 #include <optional>
-#include <thread>
 
 #include "ddp/agent/failure_report.h"
 #include "safe_file.h"
+#include "ddp/common/background.h"
 #include "ddp/common/env_contract.h"
 #include "ddp/common/error.h"
 #include "ddp/common/logging.h"
@@ -58,7 +58,7 @@ class Agent::Impl {
       if (hurry_until_) {
         budget = std::max(std::chrono::milliseconds(0),
                           std::chrono::duration_cast<std::chrono::milliseconds>(*hurry_until_ -
-                                                                                Clock::now()));
+                                                                                now()));
       }
       rdzv_.shutdown(budget);
     }
@@ -66,6 +66,8 @@ class Agent::Impl {
   }
 
   int restart_count() const { return restart_count_; }
+
+  Clock::time_point now() const { return options_.runtime->now(); }
 
   bool reported_worker_failure() const { return reported_worker_failure_; }
 
@@ -182,7 +184,7 @@ class Agent::Impl {
     auto shared = std::make_shared<Shared>();
     RendezvousHandler* rdzv = &rdzv_;
     ProcessLauncher* launcher = &launcher_;
-    std::thread thread([shared, rdzv, launcher] {
+    BackgroundCall call([shared, rdzv, launcher] {
       RendezvousInfo info;
       std::exception_ptr error;
       try {
@@ -201,8 +203,7 @@ class Agent::Impl {
     for (;;) {
       LauncherEvent event = launcher_.next_event(Clock::time_point::max());
       if (event.kind == LauncherEvent::Kind::kSignal) {
-        thread.detach();
-        rendezvous_abandoned_ = true;
+        rendezvous_abandoned_ = true;  // `call` is abandoned, blocked in the handler
         std::fprintf(stderr, "ddprun: received %s while waiting for the other nodes; exiting\n",
                      signal_name(event.signo).c_str());
         return 128 + event.signo;
@@ -211,7 +212,9 @@ class Agent::Impl {
       std::lock_guard lock(shared->mutex);
       if (shared->done) break;  // other wakes (an old round's watcher) are spurious here
     }
-    thread.join();
+    // Its last act is to wake the launcher: joined, so that it never touches
+    // a launcher that is gone.
+    call.wait();
     if (shared->error) std::rethrow_exception(shared->error);
     out = shared->info;
     return std::nullopt;
@@ -236,7 +239,7 @@ class Agent::Impl {
   // first) and returns at once: the caller stops its workers meanwhile, then
   // calls finish_announcement().
   std::unique_ptr<PendingEnd> announce(const RoundEnd& end) {
-    announce_deadline_ = Clock::now() + options_.announce_timeout;
+    announce_deadline_ = now() + options_.announce_timeout;
     return rdzv_.end_round(info_, end);
   }
 
@@ -394,7 +397,7 @@ class Agent::Impl {
   Outcome fail_round(const RoundWatch& watch) {
     std::optional<int> signal;
     for (;;) {
-      LauncherEvent event = launcher_.next_event(Clock::now());
+      LauncherEvent event = launcher_.next_event(now());
       if (event.kind == LauncherEvent::Kind::kTimeout) break;
       if (event.kind == LauncherEvent::Kind::kSignal && !signal) signal = event.signo;
       if (event.kind != LauncherEvent::Kind::kExited) continue;
@@ -422,7 +425,7 @@ class Agent::Impl {
       logger_->warn("a worker failed and a node of the group is silent: waiting up to {} s for "
                     "the group's verdict", grace.count() / 1000.0);
       stop_workers(SIGTERM);
-      const Clock::time_point until = Clock::now() + grace;
+      const Clock::time_point until = now() + grace;
       while (!watch.ended()) {
         LauncherEvent event = launcher_.next_event(until);
         if (event.kind == LauncherEvent::Kind::kTimeout) break;
@@ -438,7 +441,7 @@ class Agent::Impl {
   Outcome on_signal(int signo) {
     logger_->warn("received {}: stopping the workers", signal_name(signo));
     auto note = announce(end_of(RoundEnd::Kind::kAbort, signo));
-    hurry_until_ = Clock::now() + options_.announce_timeout;
+    hurry_until_ = now() + options_.announce_timeout;
     stop_workers(signo);
     finish_announcement(note);
     return Outcome{Outcome::Kind::kSignal, info_.group_rank, signo};
@@ -475,7 +478,7 @@ class Agent::Impl {
   Outcome exit_barrier(const RoundWatch& watch) {
     if (info_.group_world_size <= 1) return Outcome{Outcome::Kind::kDone};
     try {
-      rdzv_.arrive_at_exit_barrier(info_, Clock::now() + options_.announce_timeout);
+      rdzv_.arrive_at_exit_barrier(info_, now() + options_.announce_timeout);
     } catch (const std::exception& e) {
       logger_->error("exit barrier: {}", e.what());
       return Outcome{Outcome::Kind::kBarrierTimeout};
@@ -499,7 +502,7 @@ class Agent::Impl {
         return Outcome{Outcome::Kind::kBarrierTimeout};
       }
       if (event.kind == LauncherEvent::Kind::kSignal) {
-        hurry_until_ = Clock::now() + options_.announce_timeout;
+        hurry_until_ = now() + options_.announce_timeout;
         auto note = announce(end_of(RoundEnd::Kind::kAbort, event.signo));
         finish_announcement(note);
         return Outcome{Outcome::Kind::kSignal, info_.group_rank, event.signo};
@@ -514,7 +517,7 @@ class Agent::Impl {
     for (auto& w : workers_) {
       if (w.running) launcher_.signal_group(w.pid, signo);
     }
-    Clock::time_point deadline = Clock::now() + options_.stop_grace;
+    Clock::time_point deadline = now() + options_.stop_grace;
     bool killed = false;
     while (running_count() > 0) {
       LauncherEvent event = launcher_.next_event(killed ? Clock::time_point::max() : deadline);

@@ -307,7 +307,7 @@ class PosixLauncher final : public ProcessLauncher {
       // are never reported as a timeout.
       int timeout_ms = -1;
       if (deadline != Clock::time_point::max()) {
-        auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now());
+        auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - real_runtime().now());
         timeout_ms = static_cast<int>(std::clamp<std::int64_t>(left.count(), 0, 1 << 30));
       }
       epoll_event events[16];
@@ -316,7 +316,7 @@ class PosixLauncher final : public ProcessLauncher {
         if (errno == EINTR) continue;
         throw InternalError("launcher", "epoll_wait: " + errno_text(errno));
       }
-      if (n == 0 && timeout_ms >= 0 && Clock::now() >= deadline) {
+      if (n == 0 && timeout_ms >= 0 && real_runtime().now() >= deadline) {
         LauncherEvent event;
         event.kind = LauncherEvent::Kind::kTimeout;
         return event;

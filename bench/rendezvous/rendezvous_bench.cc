@@ -458,7 +458,7 @@ void drive(const std::vector<Agent*>& mine, const std::string& r, int expected, 
         a.global = globals[j];
         ddp::RendezvousStore rs = target.connect();
         a.store = rs.store;
-        a.handler = std::make_unique<DynamicRendezvous>(params, std::move(rs), ddp::real_time(), backend);
+        a.handler = std::make_unique<DynamicRendezvous>(params, std::move(rs), ddp::real_runtime(), backend);
       }
     });
     write_all(res_fd, "R\n");

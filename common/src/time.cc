@@ -1,32 +1,38 @@
 #include "ddp/common/time.h"
 
 #include <algorithm>
+#include <thread>
 
 namespace ddp {
 
 namespace {
 
-class RealTime : public TimeSource {
+class RealRuntime : public Runtime {
  public:
   Clock::time_point now() const override { return Clock::now(); }
+  void sleep_for(Duration d) const override { std::this_thread::sleep_for(d); }
 };
 
 }  // namespace
 
-const TimeSource& real_time() {
-  static const RealTime* time = new RealTime();  // never destroyed: usable from exit paths
-  return *time;
+const Runtime& real_runtime() {
+  static const RealRuntime* runtime = new RealRuntime();  // never destroyed: usable from exit paths
+  return *runtime;
 }
 
 FakeTime::FakeTime() : ticks_((Clock::time_point() + std::chrono::hours(24 * 365)).time_since_epoch().count()) {}
 
 Clock::time_point FakeTime::now() const { return Clock::time_point(Clock::duration(ticks_.load())); }
 
+void FakeTime::sleep_for(Duration d) const {
+  if (d > Duration(0)) ticks_.fetch_add(std::chrono::duration_cast<Clock::duration>(d).count());
+}
+
 void FakeTime::advance(Duration by) {
   ticks_.fetch_add(std::chrono::duration_cast<Clock::duration>(by).count());
 }
 
-Deadline::Deadline(Duration timeout, const TimeSource& time) : time_(&time) {
+Deadline::Deadline(Duration timeout, const Runtime& time) : time_(&time) {
   auto now = time.now();
   // Saturate instead of overflowing for huge timeouts.
   if (timeout >= std::chrono::duration_cast<Duration>(Clock::time_point::max() - now)) {

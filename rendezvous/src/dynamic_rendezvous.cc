@@ -2,10 +2,8 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <future>
 #include <random>
 #include <sstream>
-#include <thread>
 
 #include "ddp/common/error.h"
 #include "round_control.h"
@@ -77,8 +75,8 @@ std::int64_t lease_ttl(const RendezvousParams& params) {
 }  // namespace
 
 DynamicRendezvous::DynamicRendezvous(const RendezvousParams& params, RendezvousStore store,
-                                     const TimeSource& time, std::string backend)
-    : params_(params), store_(std::move(store)), time_(time), backend_(std::move(backend)),
+                                     const Runtime& runtime, std::string backend)
+    : params_(params), store_(std::move(store)), time_(runtime), backend_(std::move(backend)),
       leases_(std::dynamic_pointer_cast<LeaseStore>(store_.store)),
       liveness_(std::make_shared<Liveness>()) {
   if (!store_.store && !store_.opener) throw InvalidArgument(kOrigin, "no store given");
@@ -258,9 +256,9 @@ bool DynamicRendezvous::job_alive() {
     return std::any_of(first.begin(), first.end(), [](const auto& v) { return v.has_value(); });
   }
   // Counters: alive when one moves within the time that declares a node dead.
-  const auto until = Clock::now() + params_.keep_alive_interval * params_.keep_alive_max_attempt;
-  while (Clock::now() < until) {
-    std::this_thread::sleep_for(tick_period(params_.keep_alive_interval));
+  const auto until = time_.now() + params_.keep_alive_interval * params_.keep_alive_max_attempt;
+  while (time_.now() < until) {
+    time_.sleep_for(tick_period(params_.keep_alive_interval));
     const auto now = read();
     for (std::size_t i = 0; i < keys.size(); ++i) {
       if (now[i] && now[i] != first[i]) return true;
@@ -616,10 +614,10 @@ std::chrono::milliseconds DynamicRendezvous::grace_for_membership_change(const R
     // Every other member's keep-alive must move within about one interval.
     const auto first = s.multi_get(keys, Duration(0));
     std::vector<bool> moved(keys.size(), false);
-    const auto until = Clock::now() + params_.keep_alive_interval + params_.keep_alive_interval / 2;
+    const auto until = time_.now() + params_.keep_alive_interval + params_.keep_alive_interval / 2;
     const auto period = tick_period(params_.keep_alive_interval);
-    while (Clock::now() < until) {
-      std::this_thread::sleep_for(period);
+    while (time_.now() < until) {
+      time_.sleep_for(period);
       const auto now = s.multi_get(keys, Duration(0));
       bool all = true;
       for (std::size_t i = 0; i < keys.size(); ++i) {
@@ -648,9 +646,9 @@ std::chrono::milliseconds DynamicRendezvous::lease_grace(const std::vector<std::
     if (lowest.back() < 0) return verdict;  // already gone: the watch reports it
   }
   std::vector<bool> refreshed(ids.size(), false);
-  const auto until = Clock::now() + params_.keep_alive_interval * 3 / 2 + std::chrono::seconds(1);
-  while (Clock::now() < until) {
-    std::this_thread::sleep_for(tick_period(params_.keep_alive_interval));
+  const auto until = time_.now() + params_.keep_alive_interval * 3 / 2 + std::chrono::seconds(1);
+  while (time_.now() < until) {
+    time_.sleep_for(tick_period(params_.keep_alive_interval));
     bool all = true;
     for (std::size_t i = 0; i < ids.size(); ++i) {
       if (refreshed[i]) continue;
@@ -797,49 +795,27 @@ void DynamicRendezvous::watch_for_death(const std::string& round_prefix, int ran
 }
 
 void DynamicRendezvous::start_liveness() {
-  if (liveness_thread_.joinable()) return;
-  auto l = liveness_;
+  if (liveness_worker_) return;
+  // Its own store handle: a TcpStore serializes calls, and the agent's may
+  // block in a rendezvous wait. Writes are due once per interval; the watched
+  // neighbour is read every tick (one key), so its death is seen at most
+  // 200 ms past its deadline.
   StoreOpener opener = store_.liveness_opener ? store_.liveness_opener : store_.opener;
-  std::shared_ptr<Store> shared = opener ? nullptr : store();
-  liveness_thread_ = std::thread([l, opener = std::move(opener), shared]() mutable {
-    try {
-      std::shared_ptr<Store> own = opener ? opener() : shared;
-      shared.reset();
-      // Writes are due once per interval; the watched neighbour is read every
-      // tick (one key), so its death is seen at most 200 ms past its deadline.
-      const auto period = tick_period(l->interval);
-      std::unique_lock lock(l->mutex);
-      while (!l->stopping) {
-        lock.unlock();
+  auto handle = std::make_shared<OwnStoreHandle>(opener ? nullptr : store(), std::move(opener));
+  liveness_worker_ = std::make_unique<BackgroundWorker>(
+      tick_period(liveness_->interval), [l = liveness_, handle] {
+        Store& own = handle->get();  // a store that cannot be opened ends the worker
         try {
-          tick(*l, *own);
+          tick(*l, own);
         } catch (const std::exception&) {
           // The store is unreachable for now: the round's watcher reports a
           // lost store; a keep-alive that could not be written is a missed one.
         }
-        lock.lock();
-        l->changed.wait_for(lock, period, [&] { return l->stopping; });
-      }
-    } catch (const std::exception&) {
-    }
-    std::lock_guard lock(l->mutex);
-    l->finished = true;
-    l->changed.notify_all();
-  });
+      });
 }
 
 void DynamicRendezvous::stop_liveness(std::chrono::milliseconds deadline) {
-  if (!liveness_thread_.joinable()) return;
-  std::unique_lock lock(liveness_->mutex);
-  liveness_->stopping = true;
-  liveness_->changed.notify_all();
-  const bool finished = liveness_->changed.wait_for(lock, deadline, [&] { return liveness_->finished; });
-  lock.unlock();
-  if (finished) {
-    liveness_thread_.join();
-  } else {
-    liveness_thread_.detach();  // blocked in a frozen store; owns all it touches
-  }
+  if (liveness_worker_) liveness_worker_->stop(deadline);
 }
 
 // ---- leaving ------------------------------------------------------------------------------------
@@ -847,15 +823,12 @@ void DynamicRendezvous::stop_liveness(std::chrono::milliseconds deadline) {
 void DynamicRendezvous::forget_round(int round) {
   // Off the decider's way (2N keys are deleted one by one): on a thread of its
   // own that owns its store handle; nobody waits for it.
+  // The store gone or refusing leaves nothing to delete, and nobody waits.
   StoreOpener opener = store_.opener;
   std::shared_ptr<Store> shared = opener ? nullptr : store();
-  std::thread([opener, shared, r = round_prefix(round)] {
-    try {
-      delete_round_keys(opener ? *opener() : *shared, r);
-    } catch (const std::exception&) {
-      // The store is gone or refused: nothing to delete, nobody waits.
-    }
-  }).detach();
+  BackgroundCall forget([opener, shared, r = round_prefix(round)] {
+    delete_round_keys(opener ? *opener() : *shared, r);
+  });
 }
 
 void DynamicRendezvous::delete_round_keys(Store& s, const std::string& r) {
@@ -880,12 +853,12 @@ void DynamicRendezvous::delete_round_keys(Store& s, const std::string& r) {
 }
 
 void DynamicRendezvous::shutdown(std::chrono::milliseconds deadline) {
-  const auto until = Clock::now() + deadline;
+  const auto until = time_.now() + deadline;
   stop_liveness(deadline);
   // A single node never touched the store. A node that never joined a round
   // (refused, timed out) only takes its keep-alive key away.
   if (params_.max_nodes == 1) return;
-  auto left = std::chrono::duration_cast<Duration>(until - Clock::now());
+  auto left = std::chrono::duration_cast<Duration>(until - time_.now());
   if (left <= Duration(0)) return;
   // On a thread of its own, which owns all it touches, so that a frozen store
   // cannot hold the exit past the deadline.
@@ -908,9 +881,7 @@ void DynamicRendezvous::shutdown(std::chrono::milliseconds deadline) {
   const std::string last = last_round_ >= 0 ? round_prefix(last_round_) : "";
   const std::string before = last_round_ >= 1 ? round_prefix(last_round_ - 1) : "";
   const int nodes = last_nodes_;
-  auto done = std::make_shared<std::promise<void>>();
-  auto future = done->get_future();
-  std::thread([store, leases, lease, prefix, alive, last, before, nodes, done]() mutable {
+  BackgroundCall cleanup([store, leases, lease, prefix, alive, last, before, nodes]() mutable {
     try {
       if (leases && lease != 0) {
         leases->revoke_lease(lease);  // its key goes with it
@@ -931,9 +902,8 @@ void DynamicRendezvous::shutdown(std::chrono::milliseconds deadline) {
       store.reset();  // the last reference, unless a round's end is still being written
     } catch (const std::exception&) {
     }
-    done->set_value();
-  }).detach();
-  future.wait_for(left);
+  });
+  cleanup.wait_for(left);
 }
 
 }  // namespace ddp::rendezvous_detail
@@ -943,7 +913,7 @@ namespace ddp {
 std::unique_ptr<RendezvousHandler> make_c10d_rendezvous(const RendezvousParams& params,
                                                         RendezvousStore store) {
   return std::make_unique<rendezvous_detail::DynamicRendezvous>(params, std::move(store),
-                                                                real_time(), "c10d");
+                                                                real_runtime(), "c10d");
 }
 
 std::unique_ptr<RendezvousHandler> make_etcd_rendezvous(const RendezvousParams& params,
@@ -952,7 +922,7 @@ std::unique_ptr<RendezvousHandler> make_etcd_rendezvous(const RendezvousParams& 
     throw InvalidArgument("etcd rendezvous", "needs a store with leases (an EtcdStore)");
   }
   return std::make_unique<rendezvous_detail::DynamicRendezvous>(params, std::move(store),
-                                                                real_time(), "etcd");
+                                                                real_runtime(), "etcd");
 }
 
 }  // namespace ddp

@@ -43,14 +43,13 @@
 // while any node of that job is alive, and takes the run id over otherwise.
 #pragma once
 
-#include <condition_variable>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
+#include "ddp/common/background.h"
 #include "ddp/rendezvous/rendezvous.h"
 #include "ddp/store/lease_store.h"
 #include "membership.h"
@@ -59,10 +58,10 @@ namespace ddp::rendezvous_detail {
 
 class DynamicRendezvous : public RendezvousHandler {
  public:
-  // `time` must outlive the handler; `backend` is what backend() returns.
+  // `runtime` must outlive the handler; `backend` is what backend() returns.
   // When `store.store` is a LeaseStore, liveness uses its leases.
   // Throws InvalidArgument for bad params.
-  DynamicRendezvous(const RendezvousParams& params, RendezvousStore store, const TimeSource& time,
+  DynamicRendezvous(const RendezvousParams& params, RendezvousStore store, const Runtime& runtime,
                     std::string backend = "c10d");
   ~DynamicRendezvous() override;
 
@@ -162,7 +161,7 @@ class DynamicRendezvous : public RendezvousHandler {
   void wait_for_change();
   void start_liveness();
   void stop_liveness(std::chrono::milliseconds deadline);
-  // Deletes round `round`'s keys on a detached thread.
+  // Deletes round `round`'s keys in the background; nobody waits for it.
   void forget_round(int round);
   // Deletes round R's keys (its workers' keys cannot be listed and stay).
   static void delete_round_keys(Store& store, const std::string& round_prefix);
@@ -170,7 +169,7 @@ class DynamicRendezvous : public RendezvousHandler {
 
   RendezvousParams params_;
   RendezvousStore store_;
-  const TimeSource& time_;
+  const Runtime& time_;
   std::string backend_;
   // Non-null when the store has leases (liveness by lease and DELETE events).
   std::shared_ptr<LeaseStore> leases_;
@@ -185,16 +184,13 @@ class DynamicRendezvous : public RendezvousHandler {
   std::optional<std::string> spare_end_;
   std::map<std::string, HeartbeatTracker> spare_watch_;
 
-  // Shared with the liveness thread, which holds no reference to the handler
-  // (a thread blocked in a frozen store past shutdown's deadline is detached).
+  // Shared with the liveness worker, which holds no reference to the handler
+  // (a worker blocked in a frozen store past shutdown's deadline is abandoned).
   struct Liveness {
     std::string prefix;
     Duration interval;
-    const TimeSource* time = nullptr;
+    const Runtime* time = nullptr;
     std::mutex mutex;
-    std::condition_variable changed;
-    bool stopping = false;
-    bool finished = false;
     std::string member;
     std::int64_t beats = 0;
     Clock::time_point next_write{};
@@ -210,7 +206,7 @@ class DynamicRendezvous : public RendezvousHandler {
   static void refresh_tick(Liveness& liveness, LeaseStore& store);
 
   std::shared_ptr<Liveness> liveness_;
-  std::thread liveness_thread_;
+  std::unique_ptr<BackgroundWorker> liveness_worker_;
 };
 
 }  // namespace ddp::rendezvous_detail

@@ -10,16 +10,14 @@
 #include <algorithm>
 #include <limits>
 #include <cerrno>
-#include <condition_variable>
 #include <cstdio>
 #include <cstring>
-#include <deque>
 #include <mutex>
 #include <optional>
 #include <random>
 #include <sstream>
-#include <thread>
 
+#include "ddp/common/background.h"
 #include "ddp/common/error.h"
 #include "ddp/common/time.h"
 #include "ddp/rendezvous/rendezvous.h"
@@ -53,111 +51,44 @@ std::vector<std::string> round_keys(const std::string& prefix, int nodes) {
 // instance's heartbeat counter and runs cleanup tasks (deleting keys) on a
 // store handle of its own, so that neither waits behind the agent's blocking
 // calls and the agent never waits for them. It holds no reference to the
-// handler: when a frozen store keeps it blocked past shutdown's deadline it is
-// detached and ends (or dies with the process) on its own.
+// handler: a BackgroundWorker, abandoned when a frozen store keeps it blocked
+// past shutdown's deadline.
 class Keeper {
  public:
   using Task = std::function<void(Store&)>;
 
   Keeper(std::shared_ptr<Store> store, StoreOpener opener, std::string heartbeat_key,
          std::chrono::milliseconds period)
-      : state_(std::make_shared<State>()) {
-    state_->heartbeat_key = std::move(heartbeat_key);
-    state_->period = period;
-    auto state = state_;
-    thread_ = std::thread([state, store = std::move(store), opener = std::move(opener)]() mutable {
-      try {
-        // A TcpStore serializes calls on its connection: the agent's handle may
-        // be blocked in a rendezvous wait for minutes, so beat on our own.
-        std::shared_ptr<Store> own = opener ? opener() : store;
-        store.reset();
-        run(*state, *own);
-      } catch (const std::exception&) {
-        // The store is unreachable: nothing to beat on. The instance then
-        // looks dead to newcomers, which is the truth as far as they can tell.
-      }
-      std::lock_guard lock(state->mutex);
-      state->finished = true;
-      state->changed.notify_all();
-    });
-  }
+      : handle_(std::make_shared<rendezvous_detail::OwnStoreHandle>(std::move(store),
+                                                                     std::move(opener))),
+        worker_(period, [handle = handle_, key = std::move(heartbeat_key)] {
+          // The store unreachable ends the worker: nothing to beat on. The
+          // instance then looks dead to newcomers, which is the truth as far
+          // as they can tell.
+          handle->get().add(key, 1);
+        }) {}
 
-  ~Keeper() { stop(std::chrono::milliseconds(0)); }
-
-  void post(Task task) {
-    std::lock_guard lock(state_->mutex);
-    state_->tasks.push_back(std::move(task));
-    state_->changed.notify_all();
-  }
-
-  void set_period(std::chrono::milliseconds period) {
-    std::lock_guard lock(state_->mutex);
-    state_->period = period;
-    state_->changed.notify_all();
-  }
+  void post(Task task) { worker_.post(bind(std::move(task))); }
+  void set_period(std::chrono::milliseconds period) { worker_.set_period(period); }
 
   // Stops beating, runs the tasks already posted and then `last` (if any) and
-  // ends the thread; waits at most `deadline` for that, then detaches. `last`
+  // ends the thread; waits at most `deadline` for that, then abandons it. `last`
   // is queued together with the stop so that no beat can follow it.
   void stop(std::chrono::milliseconds deadline, Task last = {}) {
-    if (!thread_.joinable()) return;
-    std::unique_lock lock(state_->mutex);
-    if (last) state_->tasks.push_back(std::move(last));
-    state_->stopping = true;
-    state_->changed.notify_all();
-    const bool finished =
-        state_->changed.wait_for(lock, deadline, [&] { return state_->finished; });
-    lock.unlock();
-    if (finished) {
-      thread_.join();
-    } else {
-      thread_.detach();
-    }
+    worker_.stop(deadline, last ? bind(std::move(last)) : BackgroundWorker::Task());
   }
 
  private:
-  struct State {
-    std::mutex mutex;
-    std::condition_variable changed;
-    std::deque<Task> tasks;
-    std::string heartbeat_key;
-    std::chrono::milliseconds period{1000};
-    bool stopping = false;
-    bool finished = false;
-  };
-
-  static void run(State& state, Store& store) {
-    auto next_beat = Clock::now();
-    std::unique_lock lock(state.mutex);
-    for (;;) {
-      state.changed.wait_until(lock, next_beat,
-                               [&] { return state.stopping || !state.tasks.empty(); });
-      if (!state.tasks.empty()) {
-        Task task = std::move(state.tasks.front());
-        state.tasks.pop_front();
-        lock.unlock();
-        try {
-          task(store);
-        } catch (const std::exception&) {
-          // Cleanup is best effort: keys left behind are harmless to a new
-          // instance, which never reads them.
-        }
-        lock.lock();
-        continue;
-      }
-      if (state.stopping) return;
-      if (Clock::now() >= next_beat) {
-        const std::string key = state.heartbeat_key;
-        lock.unlock();
-        store.add(key, 1);
-        lock.lock();
-        next_beat = Clock::now() + state.period;
-      }
-    }
+  // Cleanup is best effort: keys left behind are harmless to a new instance,
+  // which never reads them (the worker drops what a task throws).
+  BackgroundWorker::Task bind(Task task) {
+    return [handle = handle_, task = std::move(task)] { task(handle->get()); };
   }
 
-  std::shared_ptr<State> state_;
-  std::thread thread_;
+  // The worker's own store handle (a TcpStore serializes calls, and the
+  // agent's handle may block in a rendezvous wait for minutes).
+  std::shared_ptr<rendezvous_detail::OwnStoreHandle> handle_;
+  BackgroundWorker worker_;  // declared last: stopped first
 };
 
 // Thrown inside next_rendezvous when the forming instance being joined turns
@@ -166,8 +97,9 @@ struct InstanceDead {};
 
 class RoundHandler : public RendezvousHandler {
  public:
-  RoundHandler(const RendezvousParams& params, RendezvousStore store)
-      : params_(params), store_(std::move(store)) {
+  // `runtime` must outlive the handler.
+  RoundHandler(const RendezvousParams& params, RendezvousStore store, const Runtime& runtime)
+      : params_(params), store_(std::move(store)), runtime_(runtime) {
     const char* origin = this->origin();
     if (!store_.store && !store_.opener) throw InvalidArgument(origin, "no store given");
     if (params_.min_nodes < 1 || params_.max_nodes < params_.min_nodes) {
@@ -344,9 +276,9 @@ class RoundHandler : public RendezvousHandler {
   // key no longer names it (replaced or ended): the caller looks again.
   bool alive(Store& store, const std::string& instance) {
     const std::int64_t first = heartbeat_of(store, instance);
-    const auto give_up = Clock::now() + params_.instance_dead_after;
-    while (Clock::now() < give_up) {
-      std::this_thread::sleep_for(poll_period());
+    const auto give_up = runtime_.now() + params_.instance_dead_after;
+    while (runtime_.now() < give_up) {
+      runtime_.sleep_for(poll_period());
       if (heartbeat_of(store, instance) > first) return true;
       if (!store.check({instance_key()}) ||
           store.compare_set(instance_key(), instance, instance) != instance) {
@@ -394,7 +326,7 @@ class RoundHandler : public RendezvousHandler {
       // still beats (a job that crashed before its first round formed leaves
       // such an instance behind, with records pointing at dead nodes).
       instance_ = current;
-      joiner_ = Joiner{heartbeat_of(store, current), Clock::now(), false};
+      joiner_ = Joiner{heartbeat_of(store, current), runtime_.now(), false};
       return;
     }
   }
@@ -441,7 +373,7 @@ class RoundHandler : public RendezvousHandler {
       joiner_->confirmed = true;
       return true;
     }
-    if (Clock::now() - joiner_->since >= params_.instance_dead_after) throw InstanceDead{};
+    if (runtime_.now() - joiner_->since >= params_.instance_dead_after) throw InstanceDead{};
     return false;
   }
 
@@ -449,17 +381,17 @@ class RoundHandler : public RendezvousHandler {
   // is being joined the wait is cut into slices that check its heartbeat.
   template <typename Call>
   auto wait_watching(Store& store, std::chrono::milliseconds timeout, Call call) {
-    const auto deadline = Clock::now() + timeout;
+    const auto deadline = runtime_.now() + timeout;
     for (;;) {
       if (confirmed(store)) {
-        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - runtime_.now());
         return call(std::max(std::chrono::milliseconds(0), left));
       }
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - runtime_.now());
       try {
         return call(std::max(std::chrono::milliseconds(1), std::min(left, poll_period() * 5)));
       } catch (const TimeoutError&) {
-        if (Clock::now() >= deadline) throw;
+        if (runtime_.now() >= deadline) throw;
       }
     }
   }
@@ -479,7 +411,7 @@ class RoundHandler : public RendezvousHandler {
     if (stored != my_value) {
       // In a forming instance of a crashed job the record is stale: only a
       // live instance makes this a duplicate.
-      while (!confirmed(store)) std::this_thread::sleep_for(poll_period());
+      while (!confirmed(store)) runtime_.sleep_for(poll_period());
       throw InvalidArgument(origin(), "node rank " + std::to_string(group_rank) +
                                           " already joined round " + std::to_string(round) +
                                           " of run '" + params_.run_id +
@@ -508,7 +440,7 @@ class RoundHandler : public RendezvousHandler {
     }
     // Every record is there, but a record of a crashed job's forming instance
     // may be among them: accept the round only from a live instance.
-    while (!confirmed(store)) std::this_thread::sleep_for(poll_period());
+    while (!confirmed(store)) runtime_.sleep_for(poll_period());
 
     std::vector<StaticNode> records;
     for (int rank = 0; rank < nodes; ++rank) {
@@ -561,6 +493,7 @@ class RoundHandler : public RendezvousHandler {
 
   RendezvousParams params_;
   RendezvousStore store_;
+  const Runtime& runtime_;
   int round_ = 0;
   std::string instance_;
   bool started_ = false;
@@ -575,7 +508,7 @@ class RoundHandler : public RendezvousHandler {
 
 std::unique_ptr<RendezvousHandler> make_static_rendezvous(const RendezvousParams& params,
                                                           RendezvousStore store) {
-  return std::make_unique<RoundHandler>(params, std::move(store));
+  return std::make_unique<RoundHandler>(params, std::move(store), real_runtime());
 }
 
 

@@ -1,12 +1,11 @@
 #include "round_control.h"
 
 #include <atomic>
-#include <condition_variable>
-#include <mutex>
 #include <charconv>
-#include <thread>
+#include <mutex>
 #include <vector>
 
+#include "ddp/common/background.h"
 #include "ddp/common/error.h"
 #include "records.h"
 
@@ -128,62 +127,26 @@ class EndKeyWatch : public RoundWatch {
  public:
   EndKeyWatch(std::shared_ptr<Store> store, std::string key, std::function<void()> wake,
               std::string store_name)
-      : state_(std::make_shared<State>()) {
-    auto state = state_;
-    thread_ = std::thread([state, store = std::move(store), key = std::move(key),
-                           wake = std::move(wake), store_name = std::move(store_name)] {
-      RoundEnd end;
-      try {
-        // One call that waits and reads: the agent that sets the key may be
-        // the store's host and exit right after, so no second round trip.
-        std::string value;
-        for (;;) {
-          try {
-            value = store->get(key, std::chrono::hours(1));
-            break;
-          } catch (const TimeoutError&) {
-            if (state->cancelled) return;
+      : state_(std::make_shared<State>()),
+        call_([state = state_, store = std::move(store), key = std::move(key), wake = std::move(wake),
+               store_name = std::move(store_name)] {
+          std::optional<RoundEnd> end = wait_for_end(*state, *store, key, store_name);
+          if (!end) return;  // cancelled
+          {
+            std::lock_guard lock(state->mutex);
+            state->end = end;
           }
-        }
-        auto parsed = parse_round_end(value);
-        if (parsed) {
-          end = *parsed;
-        } else {
-          end.kind = RoundEnd::Kind::kStoreLost;
-          end.detail = "unreadable round end '" + value + "' at " + key + " in the store at " +
-                       store_name;
-        }
-      } catch (const std::exception& e) {
-        end.kind = RoundEnd::Kind::kStoreLost;
-        end.detail = "the store at " + store_name + " failed: " + e.what();
-      }
-      {
-        std::lock_guard lock(state->mutex);
-        state->end = end;
-      }
-      // Under its own mutex, which the destructor takes to cancel: once the
-      // destructor returned, no wake-up starts (one in progress finishes first).
-      std::lock_guard waking(state->waking);
-      if (!state->cancelled) wake();
-    });
-  }
+          // Under its own mutex, which the destructor takes to cancel: once the
+          // destructor returned, no wake-up starts (one in progress finishes first).
+          std::lock_guard waking(state->waking);
+          if (!state->cancelled) wake();
+        }) {}
 
   ~EndKeyWatch() override {
-    if (!thread_.joinable()) return;
-    bool done;
-    {
-      std::lock_guard lock(state_->mutex);
-      done = state_->end.has_value();
-    }
-    {
-      std::lock_guard waking(state_->waking);
-      state_->cancelled = true;
-    }
-    if (done) {
-      thread_.join();
-    } else {
-      thread_.detach();  // ends when the key appears or the store goes away
-    }
+    std::lock_guard waking(state_->waking);
+    state_->cancelled = true;
+    // call_'s destructor then joins a finished watch, or leaves one still
+    // waiting in the store to end when the key appears or the store goes away.
   }
 
   std::optional<RoundEnd> ended() const override {
@@ -198,56 +161,62 @@ class EndKeyWatch : public RoundWatch {
     std::mutex waking;  // held while calling wake(), and to set `cancelled`
     std::atomic<bool> cancelled{false};
   };
+
+  // Waits for the key (a timeout only renews the wait) and reads how the
+  // round ended; nullopt when the watch was cancelled meanwhile.
+  static std::optional<RoundEnd> wait_for_end(const State& state, Store& store,
+                                              const std::string& key,
+                                              const std::string& store_name) {
+    RoundEnd end;
+    try {
+      // One call that waits and reads: the agent that sets the key may be
+      // the store's host and exit right after, so no second round trip.
+      std::string value;
+      for (;;) {
+        try {
+          value = store.get(key, std::chrono::hours(1));
+          break;
+        } catch (const TimeoutError&) {
+          if (state.cancelled) return std::nullopt;
+        }
+      }
+      if (auto parsed = parse_round_end(value)) return *parsed;
+      end.kind = RoundEnd::Kind::kStoreLost;
+      end.detail = "unreadable round end '" + value + "' at " + key + " in the store at " + store_name;
+    } catch (const std::exception& e) {
+      end.kind = RoundEnd::Kind::kStoreLost;
+      end.detail = "the store at " + store_name + " failed: " + e.what();
+    }
+    return end;
+  }
+
   std::shared_ptr<State> state_;
-  std::thread thread_;
+  BackgroundCall call_;  // declared last: started once state_ exists
 };
 
 class EndKeyWrite : public PendingEnd {
  public:
   EndKeyWrite(std::shared_ptr<Store> store, std::string key, std::string value)
-      : state_(std::make_shared<State>()) {
-    auto state = state_;
-    thread_ = std::thread([state, store = std::move(store), key = std::move(key),
-                           value = std::move(value)] {
-      std::string error;
-      try {
-        store->compare_set(key, "", value);
-      } catch (const std::exception& e) {
-        error = e.what();
-      }
-      std::lock_guard lock(state->mutex);
-      state->error = std::move(error);
-      state->done = true;
-      state->changed.notify_all();
-    });
-  }
-
-  ~EndKeyWrite() override { wait_until(Clock::now()); }
+      : call_([store = std::move(store), key = std::move(key), value = std::move(value)] {
+          store->compare_set(key, "", value);
+        }) {}
 
   std::string wait_until(Clock::time_point deadline) override {
-    if (!thread_.joinable()) return result_;
-    std::unique_lock lock(state_->mutex);
-    const bool done = state_->changed.wait_until(lock, deadline, [&] { return state_->done; });
-    result_ = done ? state_->error : "the store did not answer in time; not waiting for it";
-    lock.unlock();
-    if (done) {
-      thread_.join();
-    } else {
-      thread_.detach();
+    if (!call_.wait_until(deadline)) return "the store did not answer in time; not waiting for it";
+    if (auto error = call_.error()) {
+      try {
+        std::rethrow_exception(error);
+      } catch (const std::exception& e) {
+        return e.what();
+      } catch (...) {
+        return "unknown error";
+      }
     }
-    return result_;
+    return "";
   }
 
  private:
-  struct State {
-    std::mutex mutex;
-    std::condition_variable changed;
-    bool done = false;
-    std::string error;
-  };
-  std::shared_ptr<State> state_;
-  std::thread thread_;
-  std::string result_;
+  BackgroundCall call_;
 };
 
 class InertWatch : public RoundWatch {

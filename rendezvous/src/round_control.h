@@ -31,6 +31,26 @@ std::unique_ptr<PendingEnd> set_end_key(std::shared_ptr<Store> store, std::strin
 void arrive_at_exit_barrier(const std::shared_ptr<Store>& store, const RendezvousInfo& info,
                             Clock::time_point deadline, const char* origin);
 
+// A store handle of a background thread's own, opened on that thread at its
+// first use (opening may block: a store host that is gone). A TcpStore
+// serializes calls on its one connection, so a thread that must not wait
+// behind the agent's blocking calls needs its own. Used by one thread only.
+class OwnStoreHandle {
+ public:
+  // `opener` null: `shared` is used as it is.
+  OwnStoreHandle(std::shared_ptr<Store> shared, StoreOpener opener)
+      : store_(opener ? nullptr : std::move(shared)), opener_(std::move(opener)) {}
+  // Opens on first use; throws what the opener throws.
+  Store& get() {
+    if (!store_) store_ = opener_();
+    return *store_;
+  }
+
+ private:
+  std::shared_ptr<Store> store_;
+  StoreOpener opener_;
+};
+
 // A watch that never ends (a round nobody else can end: a single node).
 std::unique_ptr<RoundWatch> inert_watch();
 // An end with nobody to tell: already done.

@@ -15,7 +15,7 @@
 // signal or a local failure it stops its own workers at once and tells the
 // others in parallel, on another thread, waiting for the store at most
 // AgentOptions::announce_timeout: a frozen or unreachable store never holds up
-// Ctrl-C. A call still blocked then is left on a detached thread, so the
+// Ctrl-C. A call still blocked then is abandoned (ddp::BackgroundCall), so the
 // process should end soon after run() returns (ddprun calls _exit). Before
 // returning, run() calls the handler's shutdown() (not when a rendezvous thread
 // was left blocked by a signal). Not thread-safe: one thread constructs the

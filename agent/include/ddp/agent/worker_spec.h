@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "ddp/common/time.h"
+
 namespace ddp::agent {
 
 // Which of a worker's streams -r/--redirects and -t/--tee apply to
@@ -70,6 +72,8 @@ struct AgentOptions {
   std::string hostname;
   // The environment workers inherit ("NAME=value" each); the agent adds its own.
   std::vector<std::string> base_env;
+  // Where the agent's deadlines are read from; must outlive the agent.
+  const Runtime* runtime = &real_runtime();
 };
 
 // Replaces "${local_rank}" in `arg` (torchrun's macro substitution).

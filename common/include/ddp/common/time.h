@@ -1,6 +1,7 @@
-// Time helpers: a clock seam (so heartbeat, last-call and join timeouts are
-// tested with a fake clock, not sleeps), deadlines, and exponential backoff
-// with jitter.
+// Time helpers: the runtime seam (the clock and sleeping, so that heartbeat,
+// last-call and join timeouts are tested with a fake clock, not sleeps),
+// deadlines, and exponential backoff with jitter. Background threads are
+// background.h's.
 #pragma once
 
 #include <atomic>
@@ -13,35 +14,42 @@ namespace ddp {
 using Clock = std::chrono::steady_clock;
 using Duration = std::chrono::milliseconds;
 
-// Where time comes from. Logic whose decisions depend on elapsed time takes a
-// TimeSource; production code passes real_time(), tests a FakeTime.
+// Where time comes from and how it passes. Logic whose decisions depend on
+// elapsed time takes a Runtime and never reads a clock or sleeps on its own;
+// production code passes real_runtime(), tests a FakeTime. Waits on a
+// condition variable or a socket are real time (they wake on events).
 // Implementations are thread-safe.
-class TimeSource {
+class Runtime {
  public:
-  virtual ~TimeSource() = default;
+  virtual ~Runtime() = default;
   virtual Clock::time_point now() const = 0;
+  // Blocks the calling thread for `d` of this runtime's time.
+  virtual void sleep_for(Duration d) const = 0;
 };
 
-// The steady clock. A process-wide object that is never destroyed.
-const TimeSource& real_time();
+// The steady clock and real sleeps. A process-wide object that is never destroyed.
+const Runtime& real_runtime();
 
-// A clock that moves only when told to. Starts at an arbitrary fixed point far
-// from the epoch (so "now - timeout" never underflows). Thread-safe.
-class FakeTime : public TimeSource {
+// A clock that moves only when told to: advance(), or sleep_for() on any
+// thread (a sleep returns at once, the clock moved by its length). Starts at an
+// arbitrary fixed point far from the epoch (so "now - timeout" never
+// underflows). Thread-safe.
+class FakeTime : public Runtime {
  public:
   FakeTime();
   Clock::time_point now() const override;
+  void sleep_for(Duration d) const override;
   void advance(Duration by);
 
  private:
-  std::atomic<Clock::rep> ticks_;
+  mutable std::atomic<Clock::rep> ticks_;
 };
 
 // A point in time after which an operation gives up. Deadline::never() never passes.
-// The TimeSource must outlive the deadline.
+// The Runtime must outlive the deadline.
 class Deadline {
  public:
-  explicit Deadline(Duration timeout, const TimeSource& time = real_time());
+  explicit Deadline(Duration timeout, const Runtime& time = real_runtime());
   static Deadline never();
 
   bool expired() const;
@@ -51,7 +59,7 @@ class Deadline {
 
  private:
   Deadline() = default;
-  const TimeSource* time_ = &real_time();
+  const Runtime* time_ = &real_runtime();
   Clock::time_point when_ = Clock::time_point::max();
 };
 
