@@ -16,7 +16,7 @@
 #
 # Workers use TCP between nodes (GLOO_SOCKET_IFNAME=eth0, DDP_SHM_DISABLE=1: the nodes
 # share this machine's /dev/shm, real nodes would not). Agents run with
-# --max_restarts=0: the README says a membership change does not consume restarts;
+# --max_restarts=0: docs/using.md ("Elastic runs") says a membership change does not consume restarts;
 # DDP_ELASTIC_MAX_RESTARTS=N runs them with N instead, to see past a failure that
 # spent one. DDP_ELASTIC_KEEP=1 keeps the logs and worker records.
 #
