@@ -107,14 +107,19 @@ struct RendezvousInfo {
   // nodes with a lower group rank).
   int base_rank = 0;
   int world_size = 1;
-  // Local world size of every node, by group rank.
+  // Local world size of every node, by group rank: filled by the static
+  // handler and for a single node; empty in a multi-node c10d or etcd round,
+  // whose decision gives each node only its own base rank.
   std::vector<int> local_world_sizes;
   // Where worker rank 0 may host PyTorch's store (env://).
   std::string master_addr;
   std::uint16_t master_port = 0;
-  // The job instance's nonce, the round's key prefix in the store
-  // ("rdzv/<run_id>/<instance>/round_<r>"), and the prefix workers get as
-  // DDP_STORE_PREFIX ("<round prefix>/workers").
+  // The job instance's nonce, the round's key prefix in the store, and the
+  // prefix workers get as DDP_STORE_PREFIX ("<round prefix>/workers"). Static:
+  // "rdzv/<run_id>/<instance>/round_<r>". c10d and etcd: `instance` is this
+  // node's member id and the prefix "rdzv/<run_id>/round_<r>" (for a single
+  // node, "..._<member>": it touches no store). rendezvous/PROTOCOL.md has
+  // every key.
   std::string instance;
   std::string round_prefix;
   std::string worker_prefix;
@@ -141,7 +146,7 @@ class RendezvousHandler {
   // outcome). Stops the heartbeat; the last agent of the last round to call it
   // deletes the job's remaining keys. Waits at most `deadline` for the store
   // (a frozen store must not hold up an exit); what has not finished by then
-  // is abandoned on a detached thread that owns its own store handle. Never
+  // is abandoned (ddp::BackgroundCall) with its own store handle. Never
   // throws. Must not be called while next_rendezvous() runs on another thread;
   // after it, next_rendezvous() must not be called again. A no-op for a
   // single-node job; when no round formed it only stops this node's
