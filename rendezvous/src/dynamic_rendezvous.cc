@@ -293,6 +293,13 @@ std::uint16_t DynamicRendezvous::worker_master_port() const {
   return params_.worker_master_port != 0 ? params_.worker_master_port : find_free_port();
 }
 
+bool DynamicRendezvous::may_decide(Clock::time_point now) const {
+  // A node past what a round considers (the counter inflated by anyone's
+  // add) is late for it: it never decides, whatever the time.
+  if (join_.index >= kMaxArrivals) return false;
+  return join_.index == 0 || now >= join_.fallback_at;
+}
+
 Clock::time_point DynamicRendezvous::fallback_after(Clock::time_point now) const {
   // Another node decides only long after arrival 0 should have (it died).
   return now + params_.last_call_timeout + params_.keep_alive_interval * params_.keep_alive_max_attempt;
@@ -325,7 +332,7 @@ std::optional<RendezvousInfo> DynamicRendezvous::step() {
     join_.deadline = now + params_.join_timeout;
     join_.fallback_at = fallback_after(now);
   }
-  if ((join_.index == 0 || now >= join_.fallback_at) && decide(join_)) {
+  if (may_decide(now) && decide(join_)) {
     if (auto closed = try_get(s, r + "/closed")) return on_closed(*closed);
   }
   if (now >= join_.deadline) {
@@ -568,13 +575,13 @@ void DynamicRendezvous::wait_for_change() {
                                        e.what());
     }
     return;
-  } else if ((join_.index == 0 || now >= join_.fallback_at) && !join_.missing.empty()) {
+  } else if (may_decide(now) && !join_.missing.empty()) {
     // The decider waits for a record whose index was taken, within its grace.
     auto first = std::min_element(join_.missing.begin(), join_.missing.end(),
                                   [](const auto& a, const auto& b) { return a.second < b.second; });
     key = rec_key(r, first->first);
     until = std::min(until, first->second + kRecordGrace);
-  } else if (join_.index == 0 || now >= join_.fallback_at) {
+  } else if (may_decide(now)) {
     // The decider waits for the arrival that can change its decision.
     const int have = static_cast<int>(join_.arrivals.size());
     // The first arrival that can change the decision: min or max nodes in a

@@ -141,6 +141,9 @@ class DynamicRendezvous : public RendezvousHandler {
   std::chrono::milliseconds lease_grace(const std::vector<std::string>& keys);
   // --worker master port, or a free one (this node may become group rank 0).
   std::uint16_t worker_master_port() const;
+  // Whether this node decides the round it joins at `now`: arrival 0 at
+  // once, another arrival the round considers from join_.fallback_at on.
+  bool may_decide(Clock::time_point now) const;
   // When a node other than arrival 0 decides a round it joined at `now`.
   Clock::time_point fallback_after(Clock::time_point now) const;
   bool decide(Join& join);

@@ -438,6 +438,34 @@ TEST(DynamicRendezvous, AHugeArrivalCountIsClampedNotNarrowedNorBuiltAsKeys) {
   }
 }
 
+TEST(DynamicRendezvous, ANodeArrivingPastWhatARoundConsidersNeverDecidesIt) {
+  // Before: a fallback decider whose arrival index was past kMaxArrivals (the
+  // counter inflated by anyone's add) published itself as the decider, a value
+  // every node's parse refuses: the round failed with a ProtocolError.
+  Cluster c({1, 2});
+  c.store().add("rdzv/job/round_0/arrivals", 1);  // a phantom at index 0
+  c.add_node().begin_join();                      // node 0: index 1
+  c.store().add("rdzv/job/round_0/arrivals", 70'000);
+  c.add_node().begin_join();  // node 1: index 70,002, past the 65,536 considered
+  c.time().advance(45s);      // both are fallback deciders now
+  // Node 1 alone looks: the phantom's grace, then last call (min 1 of max 2).
+  EXPECT_TRUE(c.form({1}).empty());
+  c.time().advance(6s);
+  EXPECT_TRUE(c.form({1}).empty());
+  c.time().advance(31s);
+  EXPECT_NO_THROW(c.form({1}));
+  EXPECT_FALSE(c.store().check({"rdzv/job/round_0/closed"}))
+      << "a node the round does not consider must not decide it";
+  // Node 0 decides, the same way, and forms alone.
+  EXPECT_TRUE(c.form({0}).empty());
+  c.time().advance(6s);
+  EXPECT_TRUE(c.form({0}).empty());
+  c.time().advance(31s);
+  auto infos = c.form({0});
+  ASSERT_EQ(infos.size(), 1u);
+  EXPECT_EQ(infos[0].group_world_size, 1);
+}
+
 TEST(DynamicRendezvous, AMalformedRecordIsAProtocolErrorNamingItsKey) {
   // Before: a local world size of 2^31-1 overflowed the world size (signed
   // overflow), and std::stoi failures surfaced as a bare "stoi".
