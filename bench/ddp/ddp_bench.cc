@@ -19,12 +19,9 @@
 //
 //   ddp_bench [--layers 784,1024,1024,1024,1024,10] [--batch 64] [--steps 30] [--bucket-cap-mb 4]
 //             [--repeat 3] [--run-timeout 180]
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/prctl.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -48,6 +45,7 @@
 #include "ddp/worker/ddp.h"
 #include "ddp/worker/init.h"
 #include "mlp.h"
+#include "net_util.h"
 #ifdef DDP_WITH_TORCH
 #include <torch/torch.h>
 
@@ -214,22 +212,6 @@ void run_worker(const Args& a) {
   ddp::destroy_process_group();
 }
 
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  socklen_t len = sizeof addr;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    ::close(fd);
-    throw std::runtime_error("cannot find a free port");
-  }
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
-
 // What one run of a configuration gave: rank 0's RESULT fields (empty when it
 // failed), and whether it was killed for overrunning its deadline.
 struct RunOutcome {
@@ -271,7 +253,7 @@ bool has_exited(pid_t pid) {
 // killed, so whatever the ranks started goes too, and is reported as timed out.
 RunOutcome run_pair(const std::vector<std::string>& argv, std::chrono::seconds deadline) {
   const auto give_up_at = Clock::now() + deadline;
-  const int port = free_port();
+  const int port = ddp::test::free_port();
   int pipe_fds[2];
   if (::pipe2(pipe_fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe failed");
   const pid_t parent = ::getpid();

@@ -31,8 +31,8 @@
 #include <vector>
 
 #include "../support/torchrun_fix.h"
-
-extern char** environ;
+#include "process_util.h"
+#include "temp_dir.h"
 
 namespace {
 
@@ -44,13 +44,13 @@ struct Sample {
   int code = -1;
 };
 
+// Not ddp::test::spawn(): the launcher's peak memory comes from wait4(), and
+// its output goes to /dev/null, not to files that would take part in the time.
 Sample run(const std::vector<std::string>& argv, const std::map<std::string, std::string>& extra_env) {
   std::vector<std::string> env_strings;
-  for (char** e = environ; *e; ++e) {
-    std::string var = *e;
-    if (!extra_env.count(var.substr(0, var.find('=')))) env_strings.push_back(var);
+  for (const auto& [k, v] : ddp::test::environment_with(extra_env)) {
+    env_strings.push_back(k + "=" + v);
   }
-  for (const auto& [k, v] : extra_env) env_strings.push_back(k + "=" + v);
   std::vector<char*> args, envp;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
@@ -122,8 +122,8 @@ Figures measure(const std::vector<std::string>& launcher, const std::map<std::st
 
   std::vector<double> latencies;
   for (int i = 0; i < restart_runs; ++i) {
-    std::string pattern = (fs::temp_directory_path() / "launch-bench-XXXXXX").string();
-    if (::mkdtemp(pattern.data()) == nullptr) return f;
+    const ddp::test::TempDir dir("launch-bench");
+    const std::string pattern = dir.str();
     std::vector<std::string> rargv = launcher;
     for (const char* a : {"--standalone", "--nproc_per_node=2", "--max_restarts=1", "--no_python"}) {
       rargv.push_back(a);
@@ -133,7 +133,6 @@ Figures measure(const std::vector<std::string>& launcher, const std::map<std::st
     Sample s = run(rargv, env);
     long long death = read_ns(fs::path(pattern) / "death");
     long long born = read_ns(fs::path(pattern) / "start_1_0");
-    fs::remove_all(pattern);
     if (s.code != 0 || death < 0 || born < 0) {
       std::fprintf(stderr, "launch_bench: restart run of %s failed (exit %d)\n", launcher.back().c_str(), s.code);
       return f;
@@ -152,13 +151,13 @@ Figures measure(const std::vector<std::string>& launcher, const std::map<std::st
 
 int main(int argc, char** argv) {
   const int runs = argc > 1 ? std::max(1, std::atoi(argv[1])) : 20;
-  const fs::path bin = fs::canonical("/proc/self/exe").parent_path();
+  const fs::path bin = ddp::test::exe_dir();
   const std::string ddprun = (bin / "ddprun").string();
   const std::string worker = (bin / "launch_bench_restart_worker").string();
 
   // sitecustomize.py that fixes torch 1.13's Std.from_str on Python 3.11.
-  std::string site = (fs::temp_directory_path() / "launch-bench-site-XXXXXX").string();
-  if (::mkdtemp(site.data()) == nullptr) return 1;
+  const ddp::test::TempDir site_dir("launch-bench-site");
+  const std::string site = site_dir.str();
   std::ofstream(fs::path(site) / "sitecustomize.py") << ddp::bench::kTorchrunSiteCustomize;
 
   std::printf("launch_bench: %d runs each (restart latency: %d runs ddprun, %d torchrun)\n", runs,
@@ -171,7 +170,6 @@ int main(int argc, char** argv) {
     t = measure({"/usr/bin/python3", "-m", "torch.distributed.run", "--monitor_interval", "0.1"},
                 {{"PYTHONPATH", site}}, worker, std::max(1, runs / 5), std::max(1, runs / 5));
   }
-  fs::remove_all(site);
   if (!d.ok) {
     std::fprintf(stderr, "launch_bench: ddprun runs failed\n");
     return 1;

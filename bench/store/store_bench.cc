@@ -25,10 +25,10 @@
 // large value and pipelines gets of it without ever reading a reply, one
 // thread connects, parks a get, sends 1.5 MiB behind it and closes, over and
 // over, and one client sends waits and multi_gets of millions of empty keys
-// (see attackers.h). It prints the honest clients' p99 latency in both phases,
-// what each attacker managed, whether the daemon let go of every attacker's
-// connection once they stopped, and the daemon's peak RSS (VmHWM), ending with
-// one line
+// (see tests/support/store_attackers.h). It prints the honest clients' p99
+// latency in both phases, what each attacker managed, whether the daemon let
+// go of every attacker's connection once they stopped, and the daemon's peak
+// RSS (VmHWM), ending with one line
 //   attack: quiet_p99_us=<a> attacked_p99_us=<b> ratio=<b/a> server_peak_rss_mib=<m>
 // A daemon whose RSS passes --attack-rss-cap-mib is killed (so that an unbounded
 // server cannot push the machine into swapping or the OOM killer) and the run
@@ -61,8 +61,9 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
-#include "../support/daemon_process.h"
-#include "attackers.h"
+#include "daemon_process.h"
+#include "process_util.h"
+#include "store_attackers.h"
 #include "ddp/store_server/store_server.h"
 #include "ddp/store/tcp_store.h"
 
@@ -501,7 +502,7 @@ std::string describe(HonestPhase& phase, double seconds) {
 int run_attack(const AttackSettings& a, const std::string& self_dir) {
   const std::string daemon_path = a.daemon.empty() ? self_dir + "/ddp-rendezvous" : a.daemon;
   std::vector<std::string> failures;
-  ddp::bench::DaemonProcess daemon(daemon_path);
+  ddp::test::DaemonProcess daemon(daemon_path);
   fmt::print("store_bench --attack: {} (pid {}, port {}), {} honest clients (set/get of 32 B values), "
              "{:.1f} s quiet then {:.1f} s under attack; RSS cap {:.0f} MiB; {} hardware thread(s), "
              "load average {}\n",
@@ -515,7 +516,7 @@ int run_attack(const AttackSettings& a, const std::string& self_dir) {
   std::atomic<bool> capped{false};
   std::atomic<double> sampled_peak_mib{0};
   std::mutex pipeliner_mutex;
-  ddp::attack::PipeliningClient* pipeliner = nullptr;  // guarded by pipeliner_mutex
+  ddp::test::attack::PipeliningClient* pipeliner = nullptr;  // guarded by pipeliner_mutex
   std::thread monitor([&] {
     while (monitoring.load()) {
       if (auto rss = daemon.status_mib("VmRSS")) {
@@ -546,18 +547,18 @@ int run_attack(const AttackSettings& a, const std::string& self_dir) {
   // The attack: set up first (connections opened, the large value stored), then
   // the honest load runs again while all of it is going on.
   const auto setup_begin = Clock::now();
-  ddp::attack::IdleConnections idle;
+  ddp::test::attack::IdleConnections idle;
   try {
     if (a.runs("idle")) idle.open(daemon.port(), a.idle);
   } catch (const std::exception& e) {
     failures.push_back(fmt::format("opening idle connections: {} (opened {})", e.what(), idle.size()));
   }
-  std::optional<ddp::attack::GarbageClient> garbage;
+  std::optional<ddp::test::attack::GarbageClient> garbage;
   if (a.runs("garbage")) garbage.emplace(daemon.port(), 10'000'000);
-  std::unique_ptr<ddp::attack::PipeliningClient> pipelining;
+  std::unique_ptr<ddp::test::attack::PipeliningClient> pipelining;
   try {
     if (a.runs("pipelining")) {
-      pipelining = std::make_unique<ddp::attack::PipeliningClient>(
+      pipelining = std::make_unique<ddp::test::attack::PipeliningClient>(
           daemon.port(), static_cast<std::size_t>(a.value_mib * 1024 * 1024));
       std::lock_guard lock(pipeliner_mutex);
       pipeliner = pipelining.get();
@@ -565,11 +566,13 @@ int run_attack(const AttackSettings& a, const std::string& self_dir) {
   } catch (const std::exception& e) {
     failures.push_back(e.what());
   }
-  std::optional<ddp::attack::ParkedFlood> flood;
+  std::optional<ddp::test::attack::ParkedFlood> flood;
   if (a.runs("flood")) flood.emplace(daemon.port());
-  std::unique_ptr<ddp::attack::EmptyKeyAmplifier> amplifier;
+  std::unique_ptr<ddp::test::attack::EmptyKeyAmplifier> amplifier;
   try {
-    if (a.runs("empty-keys")) amplifier = std::make_unique<ddp::attack::EmptyKeyAmplifier>(daemon.port());
+    if (a.runs("empty-keys")) {
+      amplifier = std::make_unique<ddp::test::attack::EmptyKeyAmplifier>(daemon.port());
+    }
   } catch (const std::exception& e) {
     failures.push_back(e.what());
   }
@@ -720,11 +723,7 @@ int main(int argc, char** argv) {
   raise_fd_limit();
   if (attack.enabled) {
     try {
-      char self[4096];
-      const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
-      if (n <= 0) throw std::runtime_error("cannot locate /proc/self/exe");
-      self[n] = '\0';
-      return run_attack(attack, std::filesystem::path(self).parent_path().string());
+      return run_attack(attack, ddp::test::exe_dir());
     } catch (const std::exception& e) {
       fmt::print(stderr, "store_bench --attack: {}\n", e.what());
       return 1;

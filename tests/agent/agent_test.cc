@@ -13,6 +13,8 @@
 
 #include "ddp/store/memory_store.h"
 #include "fake_launcher.h"
+#include "forwarding_store.h"
+#include "temp_dir.h"
 
 namespace ddp::agent::test {
 namespace {
@@ -22,12 +24,10 @@ namespace fs = std::filesystem;
 // A MemoryStore whose compare_set of a round's end key blocks, as on a store
 // host that is frozen (SIGSTOP) or cut off, until released (or 10 s pass, so
 // that an agent that waits for it fails its test instead of hanging it).
-class FrozenEndStore final : public Store {
+class FrozenEndStore final : public ::ddp::test::ForwardingStore {
  public:
-  void set(const std::string& key, const std::string& value) override { inner_.set(key, value); }
-  using Store::get;
-  std::string get(const std::string& key, Duration timeout) override { return inner_.get(key, timeout); }
-  std::int64_t add(const std::string& key, std::int64_t delta) override { return inner_.add(key, delta); }
+  FrozenEndStore() : ForwardingStore(std::make_shared<MemoryStore>()) {}
+
   std::string compare_set(const std::string& key, const std::string& expected,
                           const std::string& desired) override {
     if (key.ends_with("/end")) {
@@ -37,21 +37,8 @@ class FrozenEndStore final : public Store {
       --blocked_;
       blocked_cv_.notify_all();
     }
-    return inner_.compare_set(key, expected, desired);
+    return ForwardingStore::compare_set(key, expected, desired);
   }
-  using Store::wait;
-  void wait(const std::vector<std::string>& keys, Duration timeout) override { inner_.wait(keys, timeout); }
-  bool check(const std::vector<std::string>& keys) override { return inner_.check(keys); }
-  bool delete_key(const std::string& key) override { return inner_.delete_key(key); }
-  std::int64_t num_keys() override { return inner_.num_keys(); }
-  using Store::multi_get;
-  std::vector<std::string> multi_get(const std::vector<std::string>& keys, Duration timeout) override {
-    return inner_.multi_get(keys, timeout);
-  }
-  void multi_set(const std::vector<std::string>& keys, const std::vector<std::string>& values) override {
-    inner_.multi_set(keys, values);
-  }
-  void append(const std::string& key, const std::string& value) override { inner_.append(key, value); }
 
   int blocked() {
     std::lock_guard lock(mutex_);
@@ -66,7 +53,6 @@ class FrozenEndStore final : public Store {
   }
 
  private:
-  MemoryStore inner_;
   std::mutex mutex_;
   std::condition_variable released_cv_, blocked_cv_;
   bool released_ = false;
@@ -75,19 +61,12 @@ class FrozenEndStore final : public Store {
 
 class AgentTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    std::string pattern = (fs::temp_directory_path() / "ddp-agent-test-XXXXXX").string();
-    ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
-    dir_ = pattern;
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
   AgentOptions options(int nproc, int max_restarts, int node = 0) const {
     AgentOptions o;
     o.spec.local_world_size = nproc;
     o.spec.argv = {"/bin/worker", "--out=${local_rank}.txt"};
     o.spec.max_restarts = max_restarts;
-    o.run_log_dir = (dir_ / ("node" + std::to_string(node))).string();
+    o.run_log_dir = (dir_.path() / ("node" + std::to_string(node))).string();
     o.hostname = "testhost";
     o.stop_grace = std::chrono::milliseconds(2000);
     o.exit_barrier_timeout = std::chrono::seconds(5);
@@ -119,7 +98,7 @@ class AgentTest : public ::testing::Test {
     return std::stoi(launch.env.at("LOCAL_RANK"));
   }
 
-  fs::path dir_;
+  ::ddp::test::TempDir dir_{"ddp-agent-test"};
   std::shared_ptr<MemoryStore> store_ = std::make_shared<MemoryStore>();
 };
 
@@ -147,7 +126,7 @@ TEST_F(AgentTest, SucceedsAndGivesTheContractEnvironment) {
     EXPECT_EQ(env.at("KEEP"), "me");
     EXPECT_EQ(env.count("DDP_STORE_TOKEN"), 0u);
     EXPECT_EQ(env.at("TORCHELASTIC_ERROR_FILE"),
-              (dir_ / "node0" / "attempt_0" / std::to_string(r) / "error.json").string());
+              (dir_.path() / "node0" / "attempt_0" / std::to_string(r) / "error.json").string());
     EXPECT_EQ(launches[static_cast<std::size_t>(r)].spec.argv[1], "--out=" + std::to_string(r) + ".txt");
     EXPECT_EQ(launches[static_cast<std::size_t>(r)].spec.prefix, "[default" + std::to_string(r) + "]:");
   }

@@ -71,11 +71,7 @@ class ElasticTest : public ::testing::Test {
 
   void finish() { std::ofstream(dir_.path() / "finish") << "done\n"; }
 
-  std::string all_stderr() const {
-    std::string text;
-    for (const auto& agent : agents_) text += "--- " + agent.err.string() + "\n" + read_text(agent.err);
-    return text;
-  }
+  std::string all_stderr() const { return stderr_of(agents_); }
 
   TempDir dir_;
   std::uint16_t port_ = free_port();

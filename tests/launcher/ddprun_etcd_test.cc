@@ -34,15 +34,8 @@ std::string worker() { return bin_dir() + "/ddprun_test_worker"; }
 
 // The parent pid of `pid` (from /proc), or -1.
 pid_t parent_of(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string text((std::istreambuf_iterator<char>(in)), {});
-  auto close = text.rfind(')');
-  if (close == std::string::npos) return -1;
-  std::istringstream rest(text.substr(close + 2));
-  char state;
-  pid_t ppid = -1;
-  rest >> state >> ppid;
-  return ppid;
+  const auto stat = proc_stat(pid);
+  return stat ? stat->ppid : -1;
 }
 
 struct WorkerRecord {
@@ -109,11 +102,7 @@ class EtcdJobTest : public ::testing::Test {
 
   void finish() { std::ofstream(dir_.path() / "finish") << "done\n"; }
 
-  std::string all_stderr() const {
-    std::string text;
-    for (const auto& agent : agents_) text += "--- " + agent.err.string() + "\n" + read_text(agent.err);
-    return text;
-  }
+  std::string all_stderr() const { return stderr_of(agents_); }
 
   TempDir dir_;
   std::deque<Child> agents_;

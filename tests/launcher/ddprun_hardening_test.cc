@@ -103,11 +103,7 @@ class HardeningTest : public ::testing::Test {
 
   void finish() { std::ofstream(dir_.path() / "finish") << "done\n"; }
 
-  std::string all_stderr() const {
-    std::string text;
-    for (const auto& child : children_) text += "--- " + child.err.string() + "\n" + read_text(child.err);
-    return text;
-  }
+  std::string all_stderr() const { return stderr_of(children_); }
 
   TempDir dir_;
   std::deque<Child> children_;  // references stay valid as children are added

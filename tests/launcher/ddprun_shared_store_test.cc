@@ -81,11 +81,7 @@ class SharedStoreTest : public ::testing::Test {
     std::ofstream(dir_.path() / run_id / "finish") << "done\n";
   }
 
-  std::string all_stderr() const {
-    std::string text;
-    for (const auto& agent : agents_) text += "--- " + agent.err.string() + "\n" + read_text(agent.err);
-    return text;
-  }
+  std::string all_stderr() const { return stderr_of(agents_); }
 
   TempDir dir_;
   Child daemon_;

@@ -9,6 +9,7 @@
 #include <regex>
 #include <set>
 
+#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include "net_util.h"

@@ -32,6 +32,7 @@
 #include "ddp/store_etcd/etcd_store.h"
 #include "etcd_cluster.h"
 #include "hostile_etcd.h"
+#include "process_state.h"
 
 namespace ddp {
 namespace {
@@ -76,12 +77,7 @@ bool eventually(const std::function<bool()>& condition, Millis timeout) {
 
 // The process's resident memory (VmRSS), in bytes; 0 when unknown.
 std::int64_t resident_bytes() {
-  std::ifstream status("/proc/self/status");
-  std::string line;
-  while (std::getline(status, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::strtoll(line.c_str() + 6, nullptr, 10) * 1024;
-  }
-  return 0;
+  return static_cast<std::int64_t>(test::proc_status_kib(0, "VmRSS").value_or(0) * 1024);
 }
 
 // The peak of VmRSS over its lifetime, above what it was at the start,

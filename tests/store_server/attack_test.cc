@@ -10,8 +10,7 @@
 // server holds the honest clients' connections and no others.
 //
 // `store_bench --attack` runs the full-size version against the daemon; both use
-// the same attackers (bench/store/attackers.h, included by its path because the
-// benchmark and this test share it and neither owns the other).
+// the same attackers (tests/support/store_attackers.h).
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -24,24 +23,22 @@
 #include <thread>
 #include <vector>
 
-#include "../../bench/store/attackers.h"
 #include "ddp/common/error.h"
 #include "ddp/store_server/store_server.h"
 #include "ddp/store/tcp_store.h"
+#include "process_state.h"
+#include "store_attackers.h"
 
 namespace ddp {
 namespace {
 
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
+namespace attack = test::attack;
 
 // This process's resident memory in MiB (/proc/self/status, VmRSS).
 double rss_mib() {
-  std::ifstream status("/proc/self/status");
-  std::string line;
-  while (std::getline(status, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;  // kB
-  }
+  if (const auto kib = test::proc_status_kib(0, "VmRSS")) return *kib / 1024.0;
   ADD_FAILURE() << "no VmRSS line in /proc/self/status";
   return 0;
 }

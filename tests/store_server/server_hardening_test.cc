@@ -8,7 +8,6 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -21,10 +20,10 @@
 #include <thread>
 
 #include "ddp/common/error.h"
+#include "daemon_process.h"
 #include "net_util.h"
+#include "process_state.h"
 #include "server_test_util.h"
-
-extern char** environ;
 
 namespace ddp {
 namespace {
@@ -33,12 +32,7 @@ using namespace ddp::test;
 
 // The resident memory of this process, in bytes.
 std::uint64_t resident_bytes() {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
-  }
-  return 0;
+  return static_cast<std::uint64_t>(proc_status_kib(0, "VmRSS").value_or(0) * 1024);
 }
 
 // The exact input of the use-after-free: a first read of exactly 4096 bytes
@@ -327,6 +321,12 @@ TEST(Hardening, SoftOpenFileLimitIsRaisedToTheHardOne) {
 
 // ---- the daemon under the use-after-free input ----------------------------------------
 
+// The daemon (DaemonProcess) logs to a file: failures show its end, where a
+// sanitizer's report would be. It gets SIGKILL only if SIGTERM did not end it
+// within a minute (a sanitized build exits slowly).
+constexpr std::size_t kLogBytes = 64 << 10;
+constexpr auto kStopGrace = std::chrono::minutes(1);
+
 std::string daemon_path() {
   const char* bin = std::getenv("DDP_BUILD_BIN");
   std::filesystem::path dir = bin != nullptr
@@ -335,59 +335,8 @@ std::string daemon_path() {
   return (dir / "ddp-rendezvous").string();
 }
 
-// A ddp-rendezvous child on a free loopback port, stopped with SIGTERM.
-class Daemon {
- public:
-  explicit Daemon(std::vector<std::string> extra = {}) {
-    int out_pipe[2];
-    EXPECT_EQ(::pipe2(out_pipe, O_CLOEXEC), 0);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_adddup2(&actions, out_pipe[1], STDOUT_FILENO);
-    std::string path = daemon_path();
-    std::vector<std::string> args = {path, "--host", "127.0.0.1", "--port", "0"};
-    args.insert(args.end(), extra.begin(), extra.end());
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    EXPECT_EQ(::posix_spawn(&pid_, path.c_str(), &actions, nullptr, argv.data(), environ), 0)
-        << path;
-    posix_spawn_file_actions_destroy(&actions);
-    ::close(out_pipe[1]);
-    std::string line;
-    char c;
-    while (::read(out_pipe[0], &c, 1) == 1 && c != '\n') line.push_back(c);
-    ::close(out_pipe[0]);
-    EXPECT_FALSE(line.empty()) << "the daemon printed no port";
-    if (!line.empty()) port_ = static_cast<std::uint16_t>(std::stoi(line));
-  }
-  ~Daemon() {
-    if (pid_ > 0) {
-      ::kill(pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
-    }
-  }
-  std::uint16_t port() const { return port_; }
-  bool running() const {
-    int status = 0;
-    return ::waitpid(pid_, &status, WNOHANG) == 0;
-  }
-  // SIGTERM; the exit status.
-  int stop() {
-    int status = 0;
-    ::kill(pid_, SIGTERM);
-    ::waitpid(pid_, &status, 0);
-    pid_ = -1;
-    return status;
-  }
-
- private:
-  pid_t pid_ = -1;
-  std::uint16_t port_ = 0;
-};
-
 TEST(Hardening, DaemonSurvivesTheUseAfterFreeInput) {
-  Daemon daemon;
+  DaemonProcess daemon(daemon_path());
   ASSERT_NE(daemon.port(), 0);
   for (int round = 0; round < 3; ++round) {
     RawClient raw(daemon.port());
@@ -401,14 +350,17 @@ TEST(Hardening, DaemonSurvivesTheUseAfterFreeInput) {
     store.set("alive", "yes");
     EXPECT_EQ(store.get("alive", 1s), "yes");
   }
-  EXPECT_TRUE(daemon.running()) << "the daemon died (a sanitizer report?)";
-  const int status = daemon.stop();
+  EXPECT_TRUE(daemon.running()) << "the daemon died (a sanitizer report?): "
+                                << daemon.log_tail(kLogBytes);
+  daemon.stop(kStopGrace);
+  const int status = daemon.exit_status();
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
-      << "the daemon ended with status " << status << " (a sanitizer report exits non-zero)";
+      << "the daemon ended with status " << status << " (a sanitizer report exits non-zero): "
+      << daemon.log_tail(kLogBytes);
 }
 
 TEST(Hardening, DaemonMaxStoreFlagBoundsWhatItHolds) {
-  Daemon daemon({"--max-store-mib", "1"});
+  DaemonProcess daemon(daemon_path(), {"--max-store-mib", "1"});
   ASSERT_NE(daemon.port(), 0);
   TcpStore store(client_options(daemon.port()));
   store.set("half", std::string(512 << 10, 'h'));
@@ -418,7 +370,8 @@ TEST(Hardening, DaemonMaxStoreFlagBoundsWhatItHolds) {
   } catch (const InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find("store full"), std::string::npos) << e.what();
   }
-  EXPECT_EQ(daemon.stop(), 0);
+  daemon.stop(kStopGrace);
+  EXPECT_EQ(daemon.exit_status(), 0) << daemon.log_tail(kLogBytes);
 }
 
 }  // namespace

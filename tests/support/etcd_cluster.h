@@ -1,24 +1,30 @@
-// EtcdCluster: real etcd members (/usr/bin/etcd) on free loopback ports, for
-// tests and benchmarks. Header-only.
+// EtcdCluster: real etcd members (/usr/bin/etcd, or Options::binary) on free
+// loopback ports, for tests and benchmarks. Header-only.
 //
 //   DDP_SKIP_WITHOUT_ETCD();                 // in a TEST: skips when etcd is missing
 //   ddp::test::EtcdCluster cluster;          // 1 member; EtcdCluster(3) for three
 //   EtcdStoreOptions options;
-//   options.endpoints = cluster.client_endpoints();   // or parse_etcd_endpoints(cluster.endpoints())
+//   options.endpoints = cluster.client_endpoints();
+//   // (or parse_etcd_endpoints(cluster.endpoints()))
 //   ...
 //   cluster.kill(0);      // SIGKILL member 0 (and reap it)
 //   cluster.freeze(0);    // SIGSTOP member 0; cluster.thaw(0) sends SIGCONT
 //   cluster.stop(0);      // SIGTERM, then SIGKILL after 5 s
 //   cluster.restart(0);   // start it again on its ports and data; waits until it serves
+//   cluster.granted_ttls();   // the TTLs etcd granted to its live leases
 //
 // The constructor returns once every member serves clients (it waits up to
 // Options::start_timeout, 20 s by default) and throws std::runtime_error with
-// the tail of the member's log when one does not. Each member gets a fresh
-// data directory and log file under one temporary directory; the destructor
+// the tail of the member's log when one does not. A member serves once its
+// client port listens and its log says so or, without TLS, its /health says
+// true (a quiet --log-level hides the line). Each member gets a fresh data
+// directory and log file under one temporary directory; the destructor
 // SIGKILLs and reaps every member and removes that directory, so nothing is
 // left behind. Members also get SIGKILL when the thread that started them
 // exits (PR_SET_PDEATHSIG), so a crashed test leaves no etcd running: create
-// and restart members from a thread that outlives them (the test's own).
+// and restart members from a thread that outlives them (the test's own). A
+// process of the cluster's own removes the directory once the owner's process
+// and every member are gone, however they ended (a SIGKILLed benchmark too).
 // Not thread-safe: one thread drives a cluster.
 #pragma once
 
@@ -28,6 +34,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
@@ -42,7 +49,9 @@
 #include <vector>
 
 #include "ddp/store_etcd/etcd_store.h"
+#include "http_client.h"
 #include "net_util.h"
+#include "sys_error.h"
 #include "temp_dir.h"
 
 // Skips the current test when /usr/bin/etcd is missing.
@@ -62,6 +71,8 @@ class EtcdCluster {
 
   struct Options {
     int members = 1;
+    // The etcd program.
+    std::string binary = kBinary;
     // false: --enable-grpc-gateway=false (no /v3/ HTTP API).
     bool grpc_gateway = true;
     // Both set: clients speak https (--cert-file/--key-file).
@@ -78,6 +89,7 @@ class EtcdCluster {
 
   explicit EtcdCluster(Options options) : options_(std::move(options)), dir_("ddp-etcd") {
     if (options_.members < 1) throw std::invalid_argument("EtcdCluster: members must be >= 1");
+    start_janitor();
     // A port picked by binding port 0 may be taken before etcd binds it: try
     // again with new ports.
     for (int round = 0;; ++round) {
@@ -87,12 +99,18 @@ class EtcdCluster {
       } catch (const std::runtime_error& e) {
         const bool collision = std::string(e.what()).find("address already in use") != std::string::npos;
         kill_all();
-        if (!collision || round == 2) throw;
+        if (!collision || round == 2) {
+          end_janitor();
+          throw;
+        }
       }
     }
   }
 
-  ~EtcdCluster() { kill_all(); }
+  ~EtcdCluster() {
+    kill_all();
+    end_janitor();
+  }
   EtcdCluster(const EtcdCluster&) = delete;
   EtcdCluster& operator=(const EtcdCluster&) = delete;
 
@@ -123,6 +141,8 @@ class EtcdCluster {
   }
   std::uint16_t client_port(int i) const { return members_[i].client_port; }
   bool running(int i) const { return members_[i].pid > 0; }
+  // Member i's process id (-1 when it does not run).
+  pid_t pid(int i) const { return members_[i].pid; }
   const std::filesystem::path& dir() const { return dir_.path(); }
 
   // SIGKILL member i and reap it.
@@ -138,6 +158,29 @@ class EtcdCluster {
     if (running(i)) kill(i);
     launch(i, "existing");
     wait_ready({i});
+  }
+
+  // The TTLs etcd granted to its live leases (lease/leases, then
+  // lease/timetolive of each, over the first running member's /v3/ API: the
+  // gRPC gateway on, no TLS). Empty when etcd does not answer.
+  std::vector<std::int64_t> granted_ttls() const {
+    std::vector<std::int64_t> ttls;
+    int i = 0;
+    while (i < size() && !running(i)) ++i;
+    if (i == size()) return ttls;
+    const std::uint16_t port = members_[i].client_port;
+    const auto leases =
+        http_request(port, "POST", "/v3/lease/leases", "{}", std::chrono::seconds(2));
+    if (!leases) return ttls;
+    for (const auto& id : json_values(*leases, "ID")) {
+      const auto ttl = http_request(port, "POST", "/v3/lease/timetolive", "{\"ID\":\"" + id + "\"}",
+                                    std::chrono::seconds(2));
+      if (!ttl) continue;
+      for (const auto& granted : json_values(*ttl, "grantedTTL")) {
+        ttls.push_back(std::stoll(granted));
+      }
+    }
+    return ttls;
   }
 
   // The last `bytes` of member i's log.
@@ -196,7 +239,7 @@ class EtcdCluster {
       initial += other.name + "=http://127.0.0.1:" + std::to_string(other.peer_port);
     }
     std::vector<std::string> args = {
-        kBinary, "--name", m.name, "--data-dir", m.data_dir,
+        options_.binary, "--name", m.name, "--data-dir", m.data_dir,
         "--listen-client-urls", client, "--advertise-client-urls", client,
         "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
         "--initial-cluster", initial, "--initial-cluster-state", state,
@@ -234,9 +277,12 @@ class EtcdCluster {
       ::dup2(log, STDERR_FILENO);
       int null = ::open("/dev/null", O_RDONLY);
       if (null >= 0) ::dup2(null, STDIN_FILENO);
+      // The member holds the janitor's pipe open: the directory stays while it runs.
+      ::fcntl(janitor_fd_, F_SETFD, 0);
       sigset_t none;
       sigemptyset(&none);
       ::sigprocmask(SIG_SETMASK, &none, nullptr);
+      ::signal(SIGPIPE, SIG_DFL);  // an ignored SIGPIPE would survive the exec
       ::execv(argv[0], argv.data());
       _exit(127);
     }
@@ -250,7 +296,7 @@ class EtcdCluster {
     return std::string((std::istreambuf_iterator<char>(in)), {});
   }
 
-  // Waits until every member in `which` logged that it serves clients.
+  // Waits until every member in `which` serves clients (see the top of the file).
   void wait_ready(const std::vector<int>& which) {
     const auto deadline = std::chrono::steady_clock::now() + options_.start_timeout;
     std::vector<bool> ready(members_.size(), false);
@@ -264,20 +310,74 @@ class EtcdCluster {
           m.pid = -1;
           fail(i, "exited during start-up");
         }
-        std::string log = this_run_log(i);
-        ready[i] = log.find("ready to serve client requests") != std::string::npos &&
-                   port_listens(m.client_port);
+        ready[i] = port_listens(m.client_port) &&
+                   (this_run_log(i).find("ready to serve client requests") != std::string::npos ||
+                    (!tls() && healthy(m.client_port)));
         all = all && ready[i];
       }
       if (all) return;
       if (std::chrono::steady_clock::now() >= deadline) {
         for (int i : which) {
-          if (!ready[i]) fail(i, "did not serve clients within " +
-                                     std::to_string(options_.start_timeout.count()) + " s");
+          if (!ready[i]) {
+            fail(i, "did not serve clients within " +
+                        std::to_string(options_.start_timeout.count()) + " s");
+          }
         }
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
+  }
+
+  // Whether etcd on `port` says it is healthy (it answers once it serves).
+  static bool healthy(std::uint16_t port) {
+    const auto reply = http_request(port, "GET", "/health", "", std::chrono::seconds(1));
+    return reply && reply->find("\"health\":\"true\"") != std::string::npos;
+  }
+
+  // The janitor: a process of its own that removes dir_ once the pipe whose
+  // write end only this process and the members hold reaches its end (they
+  // are all gone, however they ended). It leaves this process's group and
+  // ignores the terminal's signals, so that a Ctrl-C that ends both does not
+  // end it first; it closes every other descriptor it got in the fork.
+  void start_janitor() {
+    int fds[2];
+    if (::pipe2(fds, O_CLOEXEC) != 0) throw sys_error("EtcdCluster: pipe");
+    const std::string dir = dir_.str();
+    const char* argv[] = {"/bin/rm", "-rf", "--", dir.c_str(), nullptr};
+    const int null = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      ::setpgid(0, 0);
+      for (int sig : {SIGINT, SIGHUP, SIGTERM, SIGQUIT}) ::signal(sig, SIG_IGN);
+      ::dup2(fds[0], STDIN_FILENO);
+      if (null >= 0) {
+        ::dup2(null, STDOUT_FILENO);
+        ::dup2(null, STDERR_FILENO);
+      }
+      ::close_range(3, ~0U, 0);
+      char c;
+      while (::read(STDIN_FILENO, &c, 1) < 0 && errno == EINTR) {
+      }
+      ::execv(argv[0], const_cast<char* const*>(argv));
+      _exit(127);
+    }
+    const int fork_errno = errno;
+    ::close(fds[0]);
+    if (null >= 0) ::close(null);
+    if (pid < 0) {
+      ::close(fds[1]);
+      errno = fork_errno;
+      throw sys_error("EtcdCluster: fork");
+    }
+    janitor_ = pid;
+    janitor_fd_ = fds[1];
+  }
+
+  // Once the members are gone and dir_ about to remove the directory itself.
+  void end_janitor() {
+    ::close(janitor_fd_);
+    ::kill(janitor_, SIGKILL);
+    ::waitpid(janitor_, nullptr, 0);
   }
 
   [[noreturn]] void fail(int i, const std::string& what) {
@@ -316,6 +416,8 @@ class EtcdCluster {
   TempDir dir_;
   std::vector<Member> members_;
   std::string token_;
+  pid_t janitor_ = -1;
+  int janitor_fd_ = -1;  // the write end of its pipe
 };
 
 }  // namespace ddp::test

@@ -9,6 +9,7 @@
 #include "ddp/store/prefix_store.h"
 #include "ddp/store_server/store_server.h"
 #include "ddp/store/tcp_store.h"
+#include "net_util.h"
 #include "process_util.h"
 
 namespace ddp::test {
@@ -16,13 +17,34 @@ namespace {
 
 using ::testing::HasSubstr;
 
-std::string smoke() { return (build_bin() / "ddp_worker_smoke").string(); }
+std::string smoke() { return bin_dir() + "/ddp_worker_smoke"; }
 
-std::vector<Result> run_env(int world, const std::string& mode,
-                            std::map<std::string, std::string> extra = {},
-                            std::chrono::seconds timeout = std::chrono::seconds(60)) {
+// Ranks (or launchers) started together, each in a process group of its own
+// with `env` set over this process's environment, waited for together (and
+// killed, groups and all, at the timeout or when the test ends first).
+class Procs {
+ public:
+  ~Procs() { kill_children(children_); }
+  void start(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env) {
+    SpawnOptions options;
+    options.own_group = true;
+    const std::string tag = "proc" + std::to_string(children_.size());
+    children_.push_back(spawn(argv, environment_with(env), dir_.path(), tag, options));
+  }
+  std::vector<RunResult> wait_all(std::chrono::seconds timeout) {
+    return test::wait_all(children_, timeout);
+  }
+
+ private:
+  TempDir dir_{"ddp-worker-test"};
+  std::vector<Child> children_;
+};
+
+std::vector<RunResult> run_env(int world, const std::string& mode,
+                               std::map<std::string, std::string> extra = {},
+                               std::chrono::seconds timeout = std::chrono::seconds(60)) {
   const int port = free_port();
-  std::vector<Spawned> procs;
+  Procs procs;
   for (int r = 0; r < world; ++r) {
     auto env = extra;
     env["MASTER_ADDR"] = "127.0.0.1";
@@ -31,24 +53,24 @@ std::vector<Result> run_env(int world, const std::string& mode,
     env["WORLD_SIZE"] = std::to_string(world);
     env["LOCAL_RANK"] = std::to_string(r);
     env.erase("DDP_STORE_ADDR");
-    procs.push_back(spawn({smoke(), mode}, env));
+    procs.start({smoke(), mode}, env);
   }
-  return wait_all(procs, timeout);
+  return procs.wait_all(timeout);
 }
 
 TEST(EnvInit, EveryCollectiveAcrossThreeProcesses) {
   auto results = run_env(3, "all", {{"DDP_TIMEOUT", "30"}});
   for (std::size_t r = 0; r < results.size(); ++r) {
-    EXPECT_EQ(results[r].exit_code, 0) << results[r].output;
-    EXPECT_THAT(results[r].output, HasSubstr("SMOKE OK rank " + std::to_string(r) + "/3"));
+    EXPECT_EQ(results[r].code, 0) << results[r].output();
+    EXPECT_THAT(results[r].output(), HasSubstr("SMOKE OK rank " + std::to_string(r) + "/3"));
   }
 }
 
 TEST(EnvInit, EveryCollectiveOverTcpWithSharedMemoryDisabled) {
   auto results = run_env(3, "all", {{"DDP_TIMEOUT", "30"}, {"DDP_SHM_DISABLE", "1"}});
   for (std::size_t r = 0; r < results.size(); ++r) {
-    EXPECT_EQ(results[r].exit_code, 0) << results[r].output;
-    EXPECT_THAT(results[r].output, HasSubstr("SMOKE OK rank " + std::to_string(r) + "/3"));
+    EXPECT_EQ(results[r].code, 0) << results[r].output();
+    EXPECT_THAT(results[r].output(), HasSubstr("SMOKE OK rank " + std::to_string(r) + "/3"));
   }
 }
 
@@ -58,64 +80,65 @@ TEST(EnvInit, EveryCollectiveOverTcpWithSharedMemoryDisabled) {
 TEST(EnvInit, RankOnAnotherHostsSharedMemoryMakesEveryRankFallBackToTcp) {
   if (::geteuid() != 0 || ::access("/usr/bin/unshare", X_OK) != 0) GTEST_SKIP() << "needs root and unshare";
   const int port = free_port();
-  std::vector<Spawned> procs;
+  Procs procs;
   for (int r = 0; r < 3; ++r) {
     std::map<std::string, std::string> env = {{"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(port)},
                                               {"RANK", std::to_string(r)}, {"WORLD_SIZE", "3"},
                                               {"LOCAL_RANK", "0"}, {"DDP_TIMEOUT", "30"}};
     if (r == 2) {
-      procs.push_back(spawn({"/usr/bin/unshare", "--mount", "--propagation", "private", "/bin/sh", "-c",
-                             "mount -t tmpfs tmpfs /dev/shm && exec \"$0\" all", smoke()},
-                            env));
+      procs.start({"/usr/bin/unshare", "--mount", "--propagation", "private", "/bin/sh", "-c",
+                   "mount -t tmpfs tmpfs /dev/shm && exec \"$0\" all", smoke()},
+                  env);
     } else {
-      procs.push_back(spawn({smoke(), "all"}, env));
+      procs.start({smoke(), "all"}, env);
     }
   }
-  auto results = wait_all(procs, std::chrono::seconds(60));
+  auto results = procs.wait_all(std::chrono::seconds(60));
   for (std::size_t r = 0; r < results.size(); ++r) {
-    EXPECT_EQ(results[r].exit_code, 0) << results[r].output;
-    EXPECT_THAT(results[r].output, HasSubstr("SMOKE OK rank " + std::to_string(r) + "/3"));
+    EXPECT_EQ(results[r].code, 0) << results[r].output();
+    EXPECT_THAT(results[r].output(), HasSubstr("SMOKE OK rank " + std::to_string(r) + "/3"));
   }
-  EXPECT_THAT(results[0].output, HasSubstr("no shared-memory all-reduce, all-reduce uses TCP (rank 2: shm_open"));
+  EXPECT_THAT(results[0].output(),
+              HasSubstr("no shared-memory all-reduce, all-reduce uses TCP (rank 2: shm_open"));
 }
 
 // The shared-memory all-reduce watches its peers' processes: a SIGKILLed rank
 // is reported within a second or so, not after the 120 s timeout.
 TEST(EnvInit, KilledPeerFailsTheSharedMemoryAllreduceQuickly) {
   auto results = run_env(3, "peer-dies", {{"DDP_TIMEOUT", "120"}}, std::chrono::seconds(60));
-  EXPECT_EQ(results[2].exit_code, -1) << results[2].output;  // killed by its own signal
+  EXPECT_EQ(results[2].code, 128 + SIGKILL) << results[2].output();  // killed by its own signal
   for (int r = 0; r < 2; ++r) {
-    EXPECT_EQ(results[r].exit_code, 0) << results[r].output;
-    EXPECT_THAT(results[r].output, HasSubstr("PEER DIED rank " + std::to_string(r)));
-    EXPECT_THAT(results[r].output, HasSubstr("rank 2 (pid "));
-    EXPECT_THAT(results[r].output, HasSubstr("exited during the shared-memory all-reduce"));
-    EXPECT_THAT(results[r].output, HasSubstr("SMOKE OK"));  // noticed within 10 s
+    EXPECT_EQ(results[r].code, 0) << results[r].output();
+    EXPECT_THAT(results[r].output(), HasSubstr("PEER DIED rank " + std::to_string(r)));
+    EXPECT_THAT(results[r].output(), HasSubstr("rank 2 (pid "));
+    EXPECT_THAT(results[r].output(), HasSubstr("exited during the shared-memory all-reduce"));
+    EXPECT_THAT(results[r].output(), HasSubstr("SMOKE OK"));  // noticed within 10 s
   }
 }
 
 TEST(EnvInit, RankThatNeverArrivesIsNamedInTheTimeout) {
   auto results = run_env(3, "missing", {{"DDP_TIMEOUT", "2"}});
   for (int r = 0; r < 2; ++r) {
-    EXPECT_EQ(results[r].exit_code, 0) << results[r].output;
-    EXPECT_THAT(results[r].output, HasSubstr("ranks that did not arrive: [2]"));
-    EXPECT_THAT(results[r].output, HasSubstr("seq 0"));
+    EXPECT_EQ(results[r].code, 0) << results[r].output();
+    EXPECT_THAT(results[r].output(), HasSubstr("ranks that did not arrive: [2]"));
+    EXPECT_THAT(results[r].output(), HasSubstr("seq 0"));
   }
 }
 
 TEST(EnvInit, SizeMismatchUnderDebugDetailIsAClearError) {
   auto results = run_env(3, "mismatch", {{"DDP_TIMEOUT", "20"}, {"DDP_DEBUG", "DETAIL"}});
   for (const auto& result : results) {
-    EXPECT_EQ(result.exit_code, 0) << result.output;
-    EXPECT_THAT(result.output, HasSubstr("ranks [1] called allreduce(seq=0, count=20"));
+    EXPECT_EQ(result.code, 0) << result.output();
+    EXPECT_THAT(result.output(), HasSubstr("ranks [1] called allreduce(seq=0, count=20"));
   }
 }
 
 TEST(EnvInit, MissingVariablesAreNamed) {
-  std::vector<Spawned> procs;
-  procs.push_back(spawn({smoke(), "all"}, {{"RANK", "0"}, {"WORLD_SIZE", "2"}}));
-  auto results = wait_all(procs, std::chrono::seconds(20));
-  EXPECT_EQ(results[0].exit_code, 2);
-  EXPECT_THAT(results[0].output, HasSubstr("MASTER_ADDR"));
+  Procs procs;
+  procs.start({smoke(), "all"}, {{"RANK", "0"}, {"WORLD_SIZE", "2"}});
+  auto results = procs.wait_all(std::chrono::seconds(20));
+  EXPECT_EQ(results[0].code, 2);
+  EXPECT_THAT(results[0].output(), HasSubstr("MASTER_ADDR"));
 }
 
 // Store-prefix isolation across restarts: the agent's store serves round k and
@@ -130,24 +153,24 @@ TEST(DdpStoreInit, StaleRoundCannotSeeTheNextRoundsKeys) {
                                                {"MASTER_ADDR", "127.0.0.1"},
                                                {"MASTER_PORT", "1"},  // must not be used
                                                {"WORLD_SIZE", "2"}};
-  std::vector<Spawned> procs;
+  Procs procs;
   for (int r = 0; r < 2; ++r) {
     auto env = common;
     env["RANK"] = std::to_string(r);
     env["DDP_STORE_PREFIX"] = "job/round_1";
     env["DDP_TIMEOUT"] = "30";
-    procs.push_back(spawn({smoke(), "all"}, env));
+    procs.start({smoke(), "all"}, env);
   }
   auto stale_env = common;
   stale_env["RANK"] = "1";
   stale_env["DDP_STORE_PREFIX"] = "job/round_0";
   stale_env["DDP_TIMEOUT"] = "3";
-  procs.push_back(spawn({smoke(), "all"}, stale_env));
-  auto results = wait_all(procs, std::chrono::seconds(60));
-  EXPECT_EQ(results[0].exit_code, 0) << results[0].output;
-  EXPECT_EQ(results[1].exit_code, 0) << results[1].output;
-  EXPECT_EQ(results[2].exit_code, 2) << results[2].output;
-  EXPECT_THAT(results[2].output, HasSubstr("SMOKE ERROR"));
+  procs.start({smoke(), "all"}, stale_env);
+  auto results = procs.wait_all(std::chrono::seconds(60));
+  EXPECT_EQ(results[0].code, 0) << results[0].output();
+  EXPECT_EQ(results[1].code, 0) << results[1].output();
+  EXPECT_EQ(results[2].code, 2) << results[2].output();
+  EXPECT_THAT(results[2].output(), HasSubstr("SMOKE ERROR"));
 
   TcpStoreOptions options;
   options.port = server.port();
@@ -165,17 +188,17 @@ TEST(DdpStoreInit, StaleRoundCannotSeeTheNextRoundsKeys) {
 class UnderDdprun : public ::testing::TestWithParam<int> {};
 
 TEST_P(UnderDdprun, EveryCollective) {
-  auto ddprun = build_bin() / "ddprun";
+  auto ddprun = fs::path(bin_dir()) / "ddprun";
   if (!std::filesystem::exists(ddprun)) GTEST_SKIP() << ddprun << " is not built";
   const int n = GetParam();
-  std::vector<Spawned> procs;
-  procs.push_back(spawn({ddprun.string(), "--standalone", "--nproc_per_node=" + std::to_string(n),
-                         smoke(), "all"},
-                        {{"DDP_TIMEOUT", "60"}}));
-  auto results = wait_all(procs, std::chrono::seconds(120));
-  EXPECT_EQ(results[0].exit_code, 0) << results[0].output;
+  Procs procs;
+  procs.start(
+      {ddprun.string(), "--standalone", "--nproc_per_node=" + std::to_string(n), smoke(), "all"},
+      {{"DDP_TIMEOUT", "60"}});
+  auto results = procs.wait_all(std::chrono::seconds(120));
+  EXPECT_EQ(results[0].code, 0) << results[0].output();
   for (int r = 0; r < n; ++r) {
-    EXPECT_THAT(results[0].output,
+    EXPECT_THAT(results[0].output(),
                 HasSubstr("SMOKE OK rank " + std::to_string(r) + "/" + std::to_string(n)));
   }
 }
@@ -183,14 +206,14 @@ TEST_P(UnderDdprun, EveryCollective) {
 INSTANTIATE_TEST_SUITE_P(Workers, UnderDdprun, ::testing::Values(2, 4));
 
 TEST(UnderDdprunFailures, MissingRankIsNamed) {
-  auto ddprun = build_bin() / "ddprun";
+  auto ddprun = fs::path(bin_dir()) / "ddprun";
   if (!std::filesystem::exists(ddprun)) GTEST_SKIP() << ddprun << " is not built";
-  std::vector<Spawned> procs;
-  procs.push_back(spawn({ddprun.string(), "--standalone", "--nproc_per_node=3", smoke(), "missing"},
-                        {{"DDP_TIMEOUT", "2"}}));
-  auto results = wait_all(procs, std::chrono::seconds(60));
-  EXPECT_EQ(results[0].exit_code, 0) << results[0].output;
-  EXPECT_THAT(results[0].output, HasSubstr("ranks that did not arrive: [2]"));
+  Procs procs;
+  procs.start({ddprun.string(), "--standalone", "--nproc_per_node=3", smoke(), "missing"},
+              {{"DDP_TIMEOUT", "2"}});
+  auto results = procs.wait_all(std::chrono::seconds(60));
+  EXPECT_EQ(results[0].code, 0) << results[0].output();
+  EXPECT_THAT(results[0].output(), HasSubstr("ranks that did not arrive: [2]"));
 }
 
 }  // namespace

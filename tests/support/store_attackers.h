@@ -1,6 +1,6 @@
-// Hostile clients of the store server, for `store_bench --attack` and the store
-// attack test (tests/store_server/attack_test.cc), which includes this file
-// by its relative path so that both run exactly the same attackers:
+// Hostile clients of the store server, for the store attack test
+// (tests/store_server/attack_test.cc) and `store_bench --attack`, so that both
+// run exactly the same attackers:
 //
 //   IdleConnections   many connections that never complete the handshake (half
 //                     of them send the first half of a hello) and never read.
@@ -26,6 +26,15 @@
 // exception, EmptyKeyAmplifier's frames of millions of keys, is checked against
 // the codec's encoding of a small one. Every socket is closed by the
 // destructors; the threads stop within tens of ms.
+//
+// Ownership: each attacker owns its sockets and threads (not copyable).
+// Blocking: the constructors connect (and some hand-shake) at once; the
+// attacks run on threads of their own until stop() or the destructor.
+// Thread-safety: an attacker's counters may be read from any thread; one
+// thread starts and stops it. Errors: the constructors and open() throw
+// std::runtime_error when they cannot connect or hand-shake; what goes wrong
+// during an attack is counted (its first error kept, where the attacker has a
+// first_error()), not thrown.
 #pragma once
 
 #include <fcntl.h>
@@ -49,32 +58,12 @@
 #include <vector>
 
 #include "ddp/store/protocol.h"
+#include "net_util.h"
+#include "sys_error.h"
 
-namespace ddp::attack {
+namespace ddp::test::attack {
 
 using Clock = std::chrono::steady_clock;
-
-inline std::runtime_error sys_error(const std::string& what) {
-  return std::runtime_error(what + ": " + std::strerror(errno));
-}
-
-// A blocking TCP connection to 127.0.0.1:port (close-on-exec); -1 with errno set
-// when it fails.
-inline int connect_loopback(std::uint16_t port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return -1;
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(port);
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0) {
-    const int saved = errno;
-    ::close(fd);
-    errno = saved;
-    return -1;
-  }
-  return fd;
-}
 
 // Sends all of `bytes` before `deadline` (the socket may be blocking or not);
 // false when the peer closed the connection, time ran out or `*stop` was set
@@ -671,4 +660,4 @@ class EmptyKeyAmplifier {
   std::thread thread_;
 };
 
-}  // namespace ddp::attack
+}  // namespace ddp::test::attack
