@@ -5,20 +5,20 @@
 
 #include <algorithm>
 #include <csignal>
-#include <exception>
 #include <cstdio>
 #include <ctime>
+#include <exception>
 #include <filesystem>
 #include <map>
 #include <mutex>
 #include <optional>
 
 #include "ddp/agent/failure_report.h"
-#include "safe_file.h"
 #include "ddp/common/background.h"
 #include "ddp/common/env_contract.h"
 #include "ddp/common/error.h"
 #include "ddp/common/logging.h"
+#include "safe_file.h"
 
 namespace ddp::agent {
 namespace {
@@ -56,9 +56,9 @@ class Agent::Impl {
     if (!rendezvous_abandoned_) {
       auto budget = options_.announce_timeout;
       if (hurry_until_) {
-        budget = std::max(std::chrono::milliseconds(0),
-                          std::chrono::duration_cast<std::chrono::milliseconds>(*hurry_until_ -
-                                                                                now()));
+        budget =
+            std::max(std::chrono::milliseconds(0),
+                     std::chrono::duration_cast<std::chrono::milliseconds>(*hurry_until_ - now()));
       }
       rdzv_.shutdown(budget);
     }
@@ -75,7 +75,14 @@ class Agent::Impl {
   struct Outcome {
     // kReform: the group's membership changed (a node lost or admitted): the
     // workers are restarted without consuming --max_restarts.
-    enum class Kind { kDone, kBarrierTimeout, kRestart, kReform, kAbort, kSignal } kind = Kind::kDone;
+    enum class Kind {
+      kDone,
+      kBarrierTimeout,
+      kRestart,
+      kReform,
+      kAbort,
+      kSignal
+    } kind = Kind::kDone;
     int node = -1;
     int value = 0;
   };
@@ -98,9 +105,9 @@ class Agent::Impl {
       if (reforming_) {
         reforming_ = false;
         note_membership("re-formed the group as round " + std::to_string(info.round) + ": " +
-                        std::to_string(info.group_world_size) + " nodes, WORLD_SIZE=" +
-                        std::to_string(info.world_size) + ", this node's group rank " +
-                        std::to_string(info.group_rank));
+                        std::to_string(info.group_world_size) +
+                        " nodes, WORLD_SIZE=" + std::to_string(info.world_size) +
+                        ", this node's group rank " + std::to_string(info.group_rank));
       }
       logger_->info("round {}: group rank {}/{}, ranks {}..{} of {}, master {}:{}", info.round,
                     info.group_rank, info.group_world_size, info.base_rank,
@@ -272,18 +279,21 @@ class Agent::Impl {
       fs::create_directories(options_.run_log_dir, ec);
       if (int err = detail::make_directories_no_symlinks(options_.run_log_dir,
                                                          attempt_subdir(local_rank))) {
-        throw InvalidArgument("agent", "cannot create log directory " + dir + ": " +
-                                           detail::open_error_text(err));
+        throw InvalidArgument(
+            "agent", "cannot create log directory " + dir + ": " + detail::open_error_text(err));
       }
       worker.error_file = dir + "/error.json";
       fs::remove(worker.error_file, ec);  // a stale file from an earlier run
 
       ProcessSpec process;
-      for (const auto& arg : spec.argv) process.argv.push_back(substitute_local_rank(arg, local_rank));
+      for (const auto& arg : spec.argv)
+        process.argv.push_back(substitute_local_rank(arg, local_rank));
       process.env = worker_env(worker);
       process.local_rank = local_rank;
-      process.prefix = format_line_prefix(spec.line_prefix_template, spec.role, local_rank, worker.rank);
-      const bool on_console = spec.console_ranks.empty() || spec.console_ranks.count(local_rank) > 0;
+      process.prefix =
+          format_line_prefix(spec.line_prefix_template, spec.role, local_rank, worker.rank);
+      const bool on_console =
+          spec.console_ranks.empty() || spec.console_ranks.count(local_rank) > 0;
       const Std redirect = spec.redirects.of(local_rank);
       const Std tee = spec.tee.of(local_rank);
       auto route = [&](Std bit, const char* name) {
@@ -325,7 +335,8 @@ class Agent::Impl {
     env[names::kRunId] = params.run_id;
     env[names::kUseAgentStore] = "False";
     env[names::kErrorFile] = worker.error_file;
-    if (env.find(names::kNcclAsyncErrorHandling) == env.end()) env[names::kNcclAsyncErrorHandling] = "1";
+    if (env.find(names::kNcclAsyncErrorHandling) == env.end())
+      env[names::kNcclAsyncErrorHandling] = "1";
     if (options_.set_omp_num_threads && env.find(names::kOmpNumThreads) == env.end()) {
       env[names::kOmpNumThreads] = "1";
     }
@@ -364,7 +375,8 @@ class Agent::Impl {
                                      worker.error_file, event.when));
     logger_->warn("worker rank {} (local rank {}, pid {}) failed with {}", worker.rank,
                   worker.local_rank, worker.pid,
-                  event.status < 0 ? signal_name(-event.status) : "exit code " + std::to_string(event.status));
+                  event.status < 0 ? signal_name(-event.status)
+                                   : "exit code " + std::to_string(event.status));
   }
 
   Outcome monitor(const RoundWatch& watch) {
@@ -422,8 +434,10 @@ class Agent::Impl {
     if (!watch.ended()) {
       const auto grace = rdzv_.grace_for_membership_change(info_);
       if (grace.count() <= 0) return std::nullopt;
-      logger_->warn("a worker failed and a node of the group is silent: waiting up to {} s for "
-                    "the group's verdict", grace.count() / 1000.0);
+      logger_->warn(
+          "a worker failed and a node of the group is silent: waiting up to {} s for "
+          "the group's verdict",
+          grace.count() / 1000.0);
       stop_workers(SIGTERM);
       const Clock::time_point until = now() + grace;
       while (!watch.ended()) {
@@ -527,7 +541,8 @@ class Agent::Impl {
                  event.kind == LauncherEvent::Kind::kSignal) {
         if (!killed) {
           logger_->warn("workers still running {} after {}: sending SIGKILL",
-                        event.kind == LauncherEvent::Kind::kTimeout ? "after the grace" : "and a second signal",
+                        event.kind == LauncherEvent::Kind::kTimeout ? "after the grace"
+                                                                    : "and a second signal",
                         signal_name(signo));
         }
         for (auto& w : workers_) {

@@ -152,7 +152,7 @@ ErrorFile read_error_file(const std::string& path, std::string& text) {
     text = path + ": " + detail::open_error_text(errno);
     return ErrorFile::kRefused;
   }
-  struct stat st{};
+  struct stat st {};
   ErrorFile result = ErrorFile::kRefused;
   if (::fstat(fd, &st) != 0) {
     text = path + ": fstat: " + std::strerror(errno);
@@ -259,10 +259,12 @@ ProcessFailure make_failure(int local_rank, int rank, int pid, int exit_code,
     failure.message = "Signal " + std::to_string(-exit_code) + " (" + signal_name(-exit_code) +
                       ") received by PID " + std::to_string(pid);
   } else {
-    failure.message = "To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html";
+    failure.message =
+        "To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html";
   }
   std::string text;
-  const ErrorFile read = error_file.empty() ? ErrorFile::kMissing : read_error_file(error_file, text);
+  const ErrorFile read =
+      error_file.empty() ? ErrorFile::kMissing : read_error_file(error_file, text);
   if (read == ErrorFile::kRefused) {
     failure.error_file = error_file;
     failure.message = "(unreadable error file: " + text + ")";
@@ -324,8 +326,8 @@ std::string format_report(const std::string& title_name,
   width = std::min<std::size_t>(width, 60);
   const std::string border(width, '=');
   const std::string section(width, '-');
-  return "\n" + border + "\n" + title + "\n" + section + "\nFailures:\n" + others + "\n" +
-         section + "\nRoot Cause (first observed failure):\n" + root_text + "\n" + border + "\n";
+  return "\n" + border + "\n" + title + "\n" + section + "\nFailures:\n" + others + "\n" + section +
+         "\nRoot Cause (first observed failure):\n" + root_text + "\n" + border + "\n";
 }
 
 }  // namespace ddp::agent

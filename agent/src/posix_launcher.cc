@@ -56,7 +56,7 @@ int open_log_file(const std::string& path, std::string& problem) {
     problem = detail::open_error_text(errno);
     return -1;
   }
-  struct stat st{};
+  struct stat st {};
   if (::fstat(fd, &st) != 0) {
     problem = "fstat: " + errno_text(errno);
   } else if (!S_ISREG(st.st_mode)) {
@@ -174,12 +174,12 @@ class PosixLauncher final : public ProcessLauncher {
     int err_pipe[2] = {-1, -1};
     int exec_pipe[2] = {-1, -1};
     auto cleanup = [&] {
-      for (int fd : {out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1], exec_pipe[0],
-                     exec_pipe[1], child.out.file_fd, child.err.file_fd}) {
+      for (int fd : {out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1], exec_pipe[0], exec_pipe[1],
+                     child.out.file_fd, child.err.file_fd}) {
         if (fd >= 0) ::close(fd);
       }
     };
-    auto open_stream = [&](const StreamRoute& route, int console, Stream& stream, int (&p)[2]) {
+    auto open_stream = [&](const StreamRoute& route, int console, Stream& stream, int(&p)[2]) {
       if (!route.file.empty()) {
         std::string problem;
         stream.file_fd = open_log_file(route.file, problem);
@@ -270,8 +270,8 @@ class PosixLauncher final : public ProcessLauncher {
     if (n == static_cast<ssize_t>(sizeof(exec_errno))) {
       ::waitpid(pid, nullptr, 0);
       cleanup();
-      throw InvalidArgument("launcher", std::string("cannot execute ") + program + ": " +
-                                            errno_text(exec_errno));
+      throw InvalidArgument(
+          "launcher", std::string("cannot execute ") + program + ": " + errno_text(exec_errno));
     }
     child.out.fd = out_pipe[0];
     child.err.fd = err_pipe[0];
@@ -467,7 +467,7 @@ std::unique_ptr<ProcessLauncher> make_posix_launcher(const std::vector<int>& han
 
 std::string resolve_program(const std::string& program, const std::string& path) {
   auto executable = [](const std::string& file) {
-    struct stat st{};
+    struct stat st {};
     return ::stat(file.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
            ::access(file.c_str(), X_OK) == 0;
   };
@@ -476,7 +476,8 @@ std::string resolve_program(const std::string& program, const std::string& path)
   std::size_t start = 0;
   for (;;) {
     std::size_t end = path.find(':', start);
-    std::string dir = path.substr(start, end == std::string::npos ? std::string::npos : end - start);
+    std::string dir =
+        path.substr(start, end == std::string::npos ? std::string::npos : end - start);
     if (dir.empty()) dir = ".";
     std::string candidate = dir + "/" + program;
     if (executable(candidate)) return candidate;

@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 #include "ddp/worker/init.h"
 
@@ -53,9 +53,12 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   ddp::InitOptions options;
-  if (algorithm == "ring") options.gloo.allreduce_algorithm = ddp::AllreduceAlgorithm::kRing;
-  else if (algorithm == "bcube") options.gloo.allreduce_algorithm = ddp::AllreduceAlgorithm::kBcube;
-  else if (algorithm == "direct") options.gloo.allreduce_algorithm = ddp::AllreduceAlgorithm::kDirect;
+  if (algorithm == "ring")
+    options.gloo.allreduce_algorithm = ddp::AllreduceAlgorithm::kRing;
+  else if (algorithm == "bcube")
+    options.gloo.allreduce_algorithm = ddp::AllreduceAlgorithm::kBcube;
+  else if (algorithm == "direct")
+    options.gloo.allreduce_algorithm = ddp::AllreduceAlgorithm::kDirect;
   else if (algorithm != "auto") {
     std::fprintf(stderr, "unknown --algorithm %s\n", algorithm.c_str());
     return 2;
@@ -69,7 +72,8 @@ int main(int argc, char** argv) {
   std::ofstream json;
   if (pg->rank() == 0 && !json_path.empty()) json.open(json_path);
   if (pg->rank() == 0) {
-    std::printf("# ddp gloo allreduce, float32 sum, %d ranks, algorithm %s\n", n, algorithm.c_str());
+    std::printf("# ddp gloo allreduce, float32 sum, %d ranks, algorithm %s\n", n,
+                algorithm.c_str());
     std::printf("%10s %8s %12s %12s %12s %12s\n", "size", "iters", "time_us", "median_us",
                 "algbw_GB/s", "busbw_GB/s");
   }
@@ -109,9 +113,11 @@ int main(int argc, char** argv) {
                   static_cast<long long>(iters), seconds * 1e6, median * 1e6, algbw, busbw);
       std::fflush(stdout);
       if (json.is_open()) {
-        json << fmt::format(R"({{"impl": "ddp", "bytes": {}, "iters": {}, "time_us": {:.2f}, "median_us": {:.2f}, "algbw": {:.4f}, "busbw": {:.4f}}})",
-                            bytes, iters, seconds * 1e6, median * 1e6, algbw, busbw)
-             << "\n";
+        json
+            << fmt::format(
+                   R"({{"impl": "ddp", "bytes": {}, "iters": {}, "time_us": {:.2f}, "median_us": {:.2f}, "algbw": {:.4f}, "busbw": {:.4f}}})",
+                   bytes, iters, seconds * 1e6, median * 1e6, algbw, busbw)
+            << "\n";
       }
     }
     if (bytes > max_bytes / 2) break;  // avoid overflow of the doubling at the top

@@ -30,8 +30,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
-#include <csignal>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <functional>
 #include <map>
@@ -79,7 +79,8 @@ std::vector<int> parse_layers(const std::string& s) {
 
 std::size_t param_count(const std::vector<int>& l) {
   std::size_t n = 0;
-  for (std::size_t i = 0; i + 1 < l.size(); ++i) n += static_cast<std::size_t>(l[i]) * l[i + 1] + l[i + 1];
+  for (std::size_t i = 0; i + 1 < l.size(); ++i)
+    n += static_cast<std::size_t>(l[i]) * l[i + 1] + l[i + 1];
   return n;
 }
 
@@ -114,7 +115,8 @@ struct StatSum {
   }
   std::string str() const {
     char buf[256];
-    std::snprintf(buf, sizeof buf, "reducer_comm_ms=%.3f reducer_exposed_ms=%.3f reducer_backward_ms=%.3f",
+    std::snprintf(buf, sizeof buf,
+                  "reducer_comm_ms=%.3f reducer_exposed_ms=%.3f reducer_backward_ms=%.3f",
                   n ? comm / n : 0.0, n ? exposed / n : 0.0, n ? backward / n : 0.0);
     return buf;
   }
@@ -124,7 +126,8 @@ ddp::ReducerOptions reducer_options(const Args& a, bool single_bucket) {
   ddp::ReducerOptions o;
   const double cap = single_bucket ? 1e6 : a.bucket_cap_mb;
   o.bucket_cap_bytes = static_cast<std::size_t>(cap * ddp::kMiB);
-  o.first_bucket_cap_bytes = single_bucket ? o.bucket_cap_bytes : std::min<std::size_t>(ddp::kMiB, o.bucket_cap_bytes);
+  o.first_bucket_cap_bytes =
+      single_bucket ? o.bucket_cap_bytes : std::min<std::size_t>(ddp::kMiB, o.bucket_cap_bytes);
   return o;
 }
 
@@ -161,15 +164,18 @@ void run_worker(const Args& a) {
       o.reducer = reducer_options(a, m == "cpp-single");
       ddp::DistributedDataParallel d(pg, params, {}, o);
       StatSum stats;
-      timed(a, *pg, [&] {
-        d.begin_forward();
-        model.forward_loss(x.data(), y.data(), a.batch);
-        d.begin_backward();
-        model.backward(1.0f, [&](std::size_t i) { d.grad_ready(i); });
-        d.finalize();
-        stats.add(d.stats().reducer);
-        model.sgd_step(0.01f, 0.0f, 0.0f);
-      }, [&] { return stats.str(); });
+      timed(
+          a, *pg,
+          [&] {
+            d.begin_forward();
+            model.forward_loss(x.data(), y.data(), a.batch);
+            d.begin_backward();
+            model.backward(1.0f, [&](std::size_t i) { d.grad_ready(i); });
+            d.finalize();
+            stats.add(d.stats().reducer);
+            model.sgd_step(0.01f, 0.0f, 0.0f);
+          },
+          [&] { return stats.str(); });
     }
 #ifdef DDP_WITH_TORCH
   } else if (m == "torch" || m == "torch-single" || m == "torch-local" || m == "torch-fp16" ||
@@ -198,12 +204,15 @@ void run_worker(const Args& a) {
       if (m == "torch-view") o.reducer.gradient_as_bucket_view = true;
       ddp::torch::DistributedDataParallel model(net, pg, o);
       StatSum stats;
-      timed(a, *pg, [&] {
-        opt.zero_grad();
-        torch::cross_entropy_loss(model.forward(x), y).backward();
-        stats.add(model.stats());
-        opt.step();
-      }, [&] { return stats.str(); });
+      timed(
+          a, *pg,
+          [&] {
+            opt.zero_grad();
+            torch::cross_entropy_loss(model.forward(x), y).backward();
+            stats.add(model.stats());
+            opt.step();
+          },
+          [&] { return stats.str(); });
     }
 #endif
   } else {
@@ -229,7 +238,8 @@ std::string describe(const std::vector<std::string>& argv) {
   }
   // The Python flags come after the common ones.
   for (std::size_t i = 1; i < argv.size(); ++i) {
-    if (argv[i] == "--local" || argv[i] == "--gradient-as-bucket-view" || argv[i] == "--fp16-hook") {
+    if (argv[i] == "--local" || argv[i] == "--gradient-as-bucket-view" ||
+        argv[i] == "--fp16-hook") {
       text += " " + argv[i];
     }
   }
@@ -300,7 +310,8 @@ RunOutcome run_pair(const std::vector<std::string>& argv, std::chrono::seconds d
   ::close(pipe_fds[1]);
   auto remaining_ms = [&] {
     return static_cast<int>(std::max<std::int64_t>(
-        0, std::chrono::duration_cast<std::chrono::milliseconds>(give_up_at - Clock::now()).count()));
+        0,
+        std::chrono::duration_cast<std::chrono::milliseconds>(give_up_at - Clock::now()).count()));
   };
   // Rank 0's output until it closes stdout (normally at exit) or time runs out.
   std::string out;
@@ -363,14 +374,17 @@ RunOutcome run_pair(const std::vector<std::string>& argv, std::chrono::seconds d
 // A configuration whose every run timed out is this one key; see succeeded().
 constexpr const char* kTimedOutKey = "timed_out_after_s";
 
-bool succeeded(const std::map<std::string, double>& r) { return !r.empty() && !r.count(kTimedOutKey); }
+bool succeeded(const std::map<std::string, double>& r) {
+  return !r.empty() && !r.count(kTimedOutKey);
+}
 
 int run_driver(const Args& a, const std::string& self) {
   const auto layers = parse_layers(a.layers);
-  const std::vector<std::string> common = {"--layers", a.layers, "--batch", std::to_string(a.batch),
-                                           "--steps", std::to_string(a.steps), "--warmup",
-                                           std::to_string(a.warmup), "--bucket-cap-mb",
-                                           std::to_string(a.bucket_cap_mb)};
+  const std::vector<std::string> common = {"--layers",        a.layers,
+                                           "--batch",         std::to_string(a.batch),
+                                           "--steps",         std::to_string(a.steps),
+                                           "--warmup",        std::to_string(a.warmup),
+                                           "--bucket-cap-mb", std::to_string(a.bucket_cap_mb)};
   // The machine may be shared: each configuration runs `repeat` times and the
   // fastest run counts (the least disturbed one).
   // A run that overran its deadline counts as failed; when every run of a
@@ -392,18 +406,22 @@ int run_driver(const Args& a, const std::string& self) {
     v.insert(v.end(), common.begin(), common.end());
     return best_of(v);
   };
-  std::printf("ddp_bench: 2 ranks on this machine, MLP %s (%.1f M params, %.1f MiB of gradients), "
-              "batch %d per rank, %d steps, bucket cap %.1f MiB, best of %d runs, %d s per run at most\n",
-              a.layers.c_str(), static_cast<double>(param_count(layers)) / 1e6,
-              static_cast<double>(param_count(layers)) * 4 / static_cast<double>(ddp::kMiB), a.batch,
-              a.steps, a.bucket_cap_mb, a.repeat, a.run_timeout_s);
+  std::printf(
+      "ddp_bench: 2 ranks on this machine, MLP %s (%.1f M params, %.1f MiB of gradients), "
+      "batch %d per rank, %d steps, bucket cap %.1f MiB, best of %d runs, %d s per run at most\n",
+      a.layers.c_str(), static_cast<double>(param_count(layers)) / 1e6,
+      static_cast<double>(param_count(layers)) * 4 / static_cast<double>(ddp::kMiB), a.batch,
+      a.steps, a.bucket_cap_mb, a.repeat, a.run_timeout_s);
   std::fflush(stdout);
   auto allreduce = mode("allreduce");
   auto python = [&](std::vector<std::string> flags) {
-    std::vector<std::string> v = {a.python, std::string(DDP_BENCH_DIR) + "/torch_ddp_bench.py", "--layers",
-                                  a.layers, "--batch", std::to_string(a.batch), "--steps",
-                                  std::to_string(a.steps), "--warmup", std::to_string(a.warmup),
-                                  "--bucket-cap-mb", std::to_string(a.bucket_cap_mb)};
+    std::vector<std::string> v = {
+        a.python,          std::string(DDP_BENCH_DIR) + "/torch_ddp_bench.py",
+        "--layers",        a.layers,
+        "--batch",         std::to_string(a.batch),
+        "--steps",         std::to_string(a.steps),
+        "--warmup",        std::to_string(a.warmup),
+        "--bucket-cap-mb", std::to_string(a.bucket_cap_mb)};
     v.insert(v.end(), flags.begin(), flags.end());
     return best_of(v);
   };
@@ -417,8 +435,9 @@ int run_driver(const Args& a, const std::string& self) {
   std::printf("\n%-46s %10s %9s %12s\n", "configuration", "samples/s", "step ms", "vs PyTorch");
   auto row = [](const char* name, Result& r, const Result& reference) {
     if (r.count(kTimedOutKey)) {
-      std::printf("%-46s %s\n", name,
-                  ("timed out after " + std::to_string(static_cast<int>(r[kTimedOutKey])) + " s").c_str());
+      std::printf(
+          "%-46s %s\n", name,
+          ("timed out after " + std::to_string(static_cast<int>(r[kTimedOutKey])) + " s").c_str());
     } else if (r.empty()) {
       std::printf("%-46s %10s %9s\n", name, "failed", "-");
     } else if (!succeeded(reference)) {
@@ -462,8 +481,10 @@ int run_driver(const Args& a, const std::string& self) {
     }
     return -1.0;
   };
-  std::printf("\nall-reduce hidden behind the backward pass (each DDP's own statistics, PyTorch's definition:\n"
-              "the part of the all-reduce span, first launch to last completion, before backward ended)\n");
+  std::printf(
+      "\nall-reduce hidden behind the backward pass (each DDP's own statistics, PyTorch's "
+      "definition:\n"
+      "the part of the all-reduce span, first launch to last completion, before backward ended)\n");
   auto hidden_row = [&](const char* name, Result& r) {
     if (!succeeded(r)) return;
     const double span = r.count("torch_comm_ms") ? r["torch_comm_ms"] : r["reducer_comm_ms"];
@@ -471,7 +492,8 @@ int run_driver(const Args& a, const std::string& self) {
     if (h < 0) {
       std::printf("%-46s (no statistics)\n", name);
     } else {
-      std::printf("%-46s span %6.2f ms, hidden %6.2f ms = %3.0f%%\n", name, span, h * span, 100 * h);
+      std::printf("%-46s span %6.2f ms, hidden %6.2f ms = %3.0f%%\n", name, span, h * span,
+                  100 * h);
     }
   };
   hidden_row("PyTorch DDP, buckets", pytorch);
@@ -499,22 +521,25 @@ int run_driver(const Args& a, const std::string& self) {
   added("plain C++, buckets", cpp, cpp_local);
   added("plain C++, one whole-model bucket", cpp_single, cpp_local);
   if (succeeded(allreduce)) {
-    std::printf("%-46s %6.2f ms\n", "(a blocking all-reduce of all gradients)", allreduce["step_ms"]);
+    std::printf("%-46s %6.2f ms\n", "(a blocking all-reduce of all gradients)",
+                allreduce["step_ms"]);
   }
 
   std::printf("\n");
   auto percent = [&](Result& r) {
     const double h = hidden(r);
-    return h < 0 ? std::string("n/a") : std::to_string(static_cast<int>(std::lround(100 * h))) + "%";
+    return h < 0 ? std::string("n/a")
+                 : std::to_string(static_cast<int>(std::lround(100 * h))) + "%";
   };
 #ifdef DDP_WITH_TORCH
   if (succeeded(torch_ddp) && succeeded(pytorch)) {
     std::printf("libtorch adapter / PyTorch DDP samples/s: %.2fx (target >= 1.2x)\n",
                 torch_ddp["samples_per_s"] / pytorch["samples_per_s"]);
   }
-  std::printf("all-reduce hidden, libtorch adapter: buckets %s, one whole-model bucket %s "
-              "(target >= 60%%); PyTorch DDP, buckets: %s\n",
-              percent(torch_ddp).c_str(), percent(torch_single).c_str(), percent(pytorch).c_str());
+  std::printf(
+      "all-reduce hidden, libtorch adapter: buckets %s, one whole-model bucket %s "
+      "(target >= 60%%); PyTorch DDP, buckets: %s\n",
+      percent(torch_ddp).c_str(), percent(torch_single).c_str(), percent(pytorch).c_str());
 #endif
   std::printf("all-reduce hidden, plain C++: buckets %s, one whole-model bucket %s\n",
               percent(cpp).c_str(), percent(cpp_single).c_str());
@@ -530,9 +555,11 @@ int main(int argc, char** argv) {
   app.add_option("--batch", a.batch, "samples per rank and step")->capture_default_str();
   app.add_option("--steps", a.steps, "timed steps")->capture_default_str();
   app.add_option("--warmup", a.warmup, "untimed steps first")->capture_default_str();
-  app.add_option("--bucket-cap-mb", a.bucket_cap_mb, "bucket cap (MiB) for both DDPs")->capture_default_str();
+  app.add_option("--bucket-cap-mb", a.bucket_cap_mb, "bucket cap (MiB) for both DDPs")
+      ->capture_default_str();
   app.add_option("--python", a.python, "Python with torch 1.13")->capture_default_str();
-  app.add_option("--repeat", a.repeat, "runs per configuration; the fastest counts")->capture_default_str();
+  app.add_option("--repeat", a.repeat, "runs per configuration; the fastest counts")
+      ->capture_default_str();
   app.add_option("--run-timeout", a.run_timeout_s,
                  "seconds one run of a configuration (2 ranks) may take; one still going then "
                  "is killed with everything it started and reported as timed out")

@@ -46,7 +46,8 @@ struct Sample {
 
 // Not ddp::test::spawn(): the launcher's peak memory comes from wait4(), and
 // its output goes to /dev/null, not to files that would take part in the time.
-Sample run(const std::vector<std::string>& argv, const std::map<std::string, std::string>& extra_env) {
+Sample run(const std::vector<std::string>& argv,
+           const std::map<std::string, std::string>& extra_env) {
   std::vector<std::string> env_strings;
   for (const auto& [k, v] : ddp::test::environment_with(extra_env)) {
     env_strings.push_back(k + "=" + v);
@@ -70,7 +71,8 @@ Sample run(const std::vector<std::string>& argv, const std::map<std::string, std
   rusage usage{};
   ::wait4(pid, &status, 0, &usage);
   Sample s;
-  s.wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  s.wall_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   s.maxrss_kib = usage.ru_maxrss;
   s.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return s;
@@ -91,7 +93,7 @@ long long read_ns(const fs::path& path) {
 
 struct Figures {
   bool ok = false;
-  double wall_ms = 0;     // median
+  double wall_ms = 0;  // median
   double wall_min_ms = 0;
   long maxrss_kib = 0;    // max over runs
   double restart_ms = 0;  // median
@@ -101,12 +103,14 @@ struct Figures {
   int restart_runs = 0;
 };
 
-Figures measure(const std::vector<std::string>& launcher, const std::map<std::string, std::string>& env,
-                const std::string& restart_worker, int runs, int restart_runs) {
+Figures measure(const std::vector<std::string>& launcher,
+                const std::map<std::string, std::string>& env, const std::string& restart_worker,
+                int runs, int restart_runs) {
   Figures f;
   std::vector<double> walls;
   std::vector<std::string> argv = launcher;
-  for (const char* a : {"--standalone", "--nproc_per_node=2", "--no_python", "true"}) argv.push_back(a);
+  for (const char* a : {"--standalone", "--nproc_per_node=2", "--no_python", "true"})
+    argv.push_back(a);
   for (int i = 0; i < runs; ++i) {
     Sample s = run(argv, env);
     if (s.code != 0) {
@@ -125,7 +129,8 @@ Figures measure(const std::vector<std::string>& launcher, const std::map<std::st
     const ddp::test::TempDir dir("launch-bench");
     const std::string pattern = dir.str();
     std::vector<std::string> rargv = launcher;
-    for (const char* a : {"--standalone", "--nproc_per_node=2", "--max_restarts=1", "--no_python"}) {
+    for (const char* a :
+         {"--standalone", "--nproc_per_node=2", "--max_restarts=1", "--no_python"}) {
       rargv.push_back(a);
     }
     rargv.push_back(restart_worker);
@@ -134,7 +139,8 @@ Figures measure(const std::vector<std::string>& launcher, const std::map<std::st
     long long death = read_ns(fs::path(pattern) / "death");
     long long born = read_ns(fs::path(pattern) / "start_1_0");
     if (s.code != 0 || death < 0 || born < 0) {
-      std::fprintf(stderr, "launch_bench: restart run of %s failed (exit %d)\n", launcher.back().c_str(), s.code);
+      std::fprintf(stderr, "launch_bench: restart run of %s failed (exit %d)\n",
+                   launcher.back().c_str(), s.code);
       return f;
     }
     latencies.push_back(static_cast<double>(born - death) / 1e6);
@@ -177,20 +183,24 @@ int main(int argc, char** argv) {
 
   auto ratio = [](double a, double b) { return b > 0 ? a / b : 0.0; };
   std::printf("\n%-44s %14s %14s %10s\n", "metric", "ddprun", "torchrun", "ratio");
-  std::printf("%-44s %14.1f %14s %9.0fx\n", "wall time, 2 no-op workers (median ms)", d.wall_ms,
-              t.ok ? std::to_string(t.wall_ms).substr(0, std::to_string(t.wall_ms).find('.') + 2).c_str() : "n/a",
-              ratio(t.wall_ms, d.wall_ms));
+  std::printf(
+      "%-44s %14.1f %14s %9.0fx\n", "wall time, 2 no-op workers (median ms)", d.wall_ms,
+      t.ok ? std::to_string(t.wall_ms).substr(0, std::to_string(t.wall_ms).find('.') + 2).c_str()
+           : "n/a",
+      ratio(t.wall_ms, d.wall_ms));
   std::printf("%-44s %14.1f %14s\n", "wall time (min ms)", d.wall_min_ms,
               t.ok ? std::to_string(static_cast<long>(t.wall_min_ms)).c_str() : "n/a");
-  std::printf("%-44s %14.1f %14.1f %9.1fx\n", "peak RSS of the launcher (MiB)", d.maxrss_kib / 1024.0,
-              t.maxrss_kib / 1024.0, ratio(static_cast<double>(t.maxrss_kib), static_cast<double>(d.maxrss_kib)));
+  std::printf("%-44s %14.1f %14.1f %9.1fx\n", "peak RSS of the launcher (MiB)",
+              d.maxrss_kib / 1024.0, t.maxrss_kib / 1024.0,
+              ratio(static_cast<double>(t.maxrss_kib), static_cast<double>(d.maxrss_kib)));
   std::printf("%-44s %14.2f %14.1f %9.0fx\n", "restart latency, death -> replacement (median ms)",
               d.restart_ms, t.restart_ms, ratio(t.restart_ms, d.restart_ms));
-  std::printf("%-44s %7.2f..%-6.2f %6.0f..%-7.0f\n", "restart latency (min..max ms)", d.restart_min_ms,
-              d.restart_max_ms, t.restart_min_ms, t.restart_max_ms);
-  std::printf("\ntargets: wall >= 50x less than torchrun: %s; agent peak <= 10 MiB: %s; "
-              "median restart <= 20 ms: %s\n",
-              t.ok ? (ratio(t.wall_ms, d.wall_ms) >= 50 ? "met" : "MISSED") : "n/a (no torch)",
-              d.maxrss_kib <= 10 * 1024 ? "met" : "MISSED", d.restart_ms <= 20 ? "met" : "MISSED");
+  std::printf("%-44s %7.2f..%-6.2f %6.0f..%-7.0f\n", "restart latency (min..max ms)",
+              d.restart_min_ms, d.restart_max_ms, t.restart_min_ms, t.restart_max_ms);
+  std::printf(
+      "\ntargets: wall >= 50x less than torchrun: %s; agent peak <= 10 MiB: %s; "
+      "median restart <= 20 ms: %s\n",
+      t.ok ? (ratio(t.wall_ms, d.wall_ms) >= 50 ? "met" : "MISSED") : "n/a (no torch)",
+      d.maxrss_kib <= 10 * 1024 ? "met" : "MISSED", d.restart_ms <= 20 ? "met" : "MISSED");
   return 0;
 }

@@ -43,16 +43,18 @@ int count_files(const fs::path& dir, const std::string& prefix) {
 
 }  // namespace
 
-std::optional<NodeLoss> run_node_loss(const std::string& ddprun, const std::string& conf, double dead_after_s,
-                                      const test::EtcdCluster* etcd, std::string* why) {
+std::optional<NodeLoss> run_node_loss(const std::string& ddprun, const std::string& conf,
+                                      double dead_after_s, const test::EtcdCluster* etcd,
+                                      std::string* why) {
   test::TempDir dir("rdzv-bench-loss");
   const fs::path workers = dir.path() / "w";
   fs::create_directories(workers);
   const fs::path script = dir.path() / "worker.sh";
-  std::ofstream(script) << "#!/bin/sh\n"
-                           "# rendezvous_bench's node-loss worker: announce, then run until $1/finish exists\n"
-                           ": > \"$1/w${WORLD_SIZE}_a${TORCHELASTIC_RESTART_COUNT}_r${RANK}_p${PPID}_$$\"\n"
-                           "while [ ! -e \"$1/finish\" ]; do sleep 0.1; done\n";
+  std::ofstream(script)
+      << "#!/bin/sh\n"
+         "# rendezvous_bench's node-loss worker: announce, then run until $1/finish exists\n"
+         ": > \"$1/w${WORLD_SIZE}_a${TORCHELASTIC_RESTART_COUNT}_r${RANK}_p${PPID}_$$\"\n"
+         "while [ ! -e \"$1/finish\" ]; do sleep 0.1; done\n";
   const std::uint16_t port = etcd ? 0 : test::free_port();
   std::vector<std::string> argv{ddprun, "--nnodes=2:3", "--nproc_per_node=1"};
   if (etcd) {
@@ -62,13 +64,15 @@ std::optional<NodeLoss> run_node_loss(const std::string& ddprun, const std::stri
       argv.push_back(a);
     }
   } else {
-    for (const std::string& a : {std::string("--rdzv_backend=c10d"), fmt::format("--rdzv_endpoint=127.0.0.1:{}", port),
-                                 std::string("--rdzv_id=nodeloss")}) {
+    for (const std::string& a :
+         {std::string("--rdzv_backend=c10d"), fmt::format("--rdzv_endpoint=127.0.0.1:{}", port),
+          std::string("--rdzv_id=nodeloss")}) {
       argv.push_back(a);
     }
   }
   if (!conf.empty()) argv.push_back("--rdzv_conf=" + conf);
-  for (const std::string& a : {std::string("--no_python"), std::string("/bin/sh"), script.string(), workers.string()}) {
+  for (const std::string& a :
+       {std::string("--no_python"), std::string("/bin/sh"), script.string(), workers.string()}) {
     argv.push_back(a);
   }
   const auto env = test::environment_with();
@@ -111,14 +115,16 @@ std::optional<NodeLoss> run_node_loss(const std::string& ddprun, const std::stri
     for (const auto& entry : fs::directory_iterator(workers, ec)) {
       const std::string f = entry.path().filename().string();
       if (f.rfind("w3_", 0) == 0 && f.find(fmt::format("_p{}_", victim.pid)) != std::string::npos) {
-        fmt::print(stderr, "  node_loss{}: SIGKILL the agent whose worker is {}\n", etcd ? " store=etcd" : "", f);
+        fmt::print(stderr, "  node_loss{}: SIGKILL the agent whose worker is {}\n",
+                   etcd ? " store=etcd" : "", f);
       }
     }
   }
   const auto killed = Clock::now();
   ::kill(victim.pid, SIGKILL);
   std::optional<Clock::time_point> detected, running;
-  const auto limit = std::chrono::milliseconds(static_cast<std::int64_t>(dead_after_s * 1000 * 3)) + 60s;
+  const auto limit =
+      std::chrono::milliseconds(static_cast<std::int64_t>(dead_after_s * 1000 * 3)) + 60s;
   eventually(
       [&] {
         if (!detected) {
@@ -145,8 +151,9 @@ std::optional<NodeLoss> run_node_loss(const std::string& ddprun, const std::stri
   for (int i = 0; i < 2; ++i) {
     const test::Child& c = agents[static_cast<std::size_t>(i)];
     if (!all || !c.ok()) {
-      fmt::print(stderr, "  node_loss: note: surviving agent {} did not exit 0 after finishing ({}):\n{}\n", i,
-                 c.exit_text(), tail(test::read_text(c.err)));
+      fmt::print(stderr,
+                 "  node_loss: note: surviving agent {} did not exit 0 after finishing ({}):\n{}\n",
+                 i, c.exit_text(), tail(test::read_text(c.err)));
     }
   }
   result.detect_s = seconds(*detected - killed);

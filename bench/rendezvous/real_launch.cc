@@ -26,15 +26,16 @@ constexpr test::SpawnOptions kAgent{.own_group = true, .die_with_parent = true};
 }  // namespace
 
 std::optional<double> run_real(int n, const std::vector<std::string>& launcher,
-                               const std::map<std::string, std::string>& extra_env, const std::string& name,
-                               double timeout_s, std::string* why) {
+                               const std::map<std::string, std::string>& extra_env,
+                               const std::string& name, double timeout_s, std::string* why) {
   test::TempDir dir("rdzv-bench-real");
   const std::uint16_t port = test::free_port();
   std::vector<std::string> argv = launcher;
   for (const std::string& a :
-       {fmt::format("--nnodes={}", n), std::string("--nproc_per_node=1"), std::string("--rdzv_backend=c10d"),
-        fmt::format("--rdzv_endpoint=127.0.0.1:{}", port), fmt::format("--rdzv_id={}{}", name, n),
-        std::string("--no_python"), std::string("/bin/true")}) {
+       {fmt::format("--nnodes={}", n), std::string("--nproc_per_node=1"),
+        std::string("--rdzv_backend=c10d"), fmt::format("--rdzv_endpoint=127.0.0.1:{}", port),
+        fmt::format("--rdzv_id={}{}", name, n), std::string("--no_python"),
+        std::string("/bin/true")}) {
     argv.push_back(a);
   }
   const auto env = test::environment_with(extra_env);

@@ -97,9 +97,9 @@
 #include <thread>
 #include <vector>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <CLI/CLI.hpp>
 
 #include "../support/torchrun_fix.h"
 #include "etcd_cluster.h"
@@ -153,21 +153,28 @@ int main(int argc, char** argv) {
   SimSettings sim;
   double real_timeout_s = 300;
   int real_runs = 1;
-  std::string daemon_path, ddprun_path, torchrun_path = "/usr/bin/torchrun", python = "/usr/bin/python3";
-  CLI::App app{"rendezvous_bench: the c10d rendezvous at scale (simulated agents), real ddprun agents next to "
-               "torchrun, and node-loss detection (see the top of bench/rendezvous/rendezvous_bench.cc)"};
-  auto* agents_opt = app.add_option("--agents", agent_counts, "simulated agent counts, comma-separated (0: none)")
-                         ->delimiter(',')
-                         ->check(CLI::Range(0, 100000));
+  std::string daemon_path, ddprun_path, torchrun_path = "/usr/bin/torchrun",
+                                        python = "/usr/bin/python3";
+  CLI::App app{
+      "rendezvous_bench: the c10d rendezvous at scale (simulated agents), real ddprun agents next "
+      "to "
+      "torchrun, and node-loss detection (see the top of bench/rendezvous/rendezvous_bench.cc)"};
+  auto* agents_opt =
+      app.add_option("--agents", agent_counts, "simulated agent counts, comma-separated (0: none)")
+          ->delimiter(',')
+          ->check(CLI::Range(0, 100000));
   auto* etcd_opt = app.add_option("--etcd-agents", etcd_counts,
                                   "simulated agent counts on etcd, comma-separated (0: none)")
                        ->delimiter(',')
                        ->check(CLI::Range(0, 100000));
-  app.add_flag("--no-etcd", no_etcd, "no etcd lines (neither simulated agents nor node loss on etcd)");
-  app.add_option("--etcd", etcd_path, "the etcd binary the etcd lines start")->capture_default_str();
-  auto* real_opt = app.add_option("--real", real_counts, "real agent counts, comma-separated (0: none)")
-                       ->delimiter(',')
-                       ->check(CLI::Range(0, 1000));
+  app.add_flag("--no-etcd", no_etcd,
+               "no etcd lines (neither simulated agents nor node loss on etcd)");
+  app.add_option("--etcd", etcd_path, "the etcd binary the etcd lines start")
+      ->capture_default_str();
+  auto* real_opt =
+      app.add_option("--real", real_counts, "real agent counts, comma-separated (0: none)")
+          ->delimiter(',')
+          ->check(CLI::Range(0, 1000));
   auto* loss_opt = app.add_option("--node-loss", node_loss, "measure node-loss detection (on/off)")
                        ->check(CLI::IsMember({"on", "off"}))
                        ->capture_default_str();
@@ -180,10 +187,12 @@ int main(int argc, char** argv) {
   app.add_option("--threads", sim.threads, "threads per process driving the simulated agents")
       ->check(CLI::Range(1, 256))
       ->capture_default_str();
-  app.add_option("--timeout", sim.timeout_s, "seconds a simulated round may take before the run fails")
+  app.add_option("--timeout", sim.timeout_s,
+                 "seconds a simulated round may take before the run fails")
       ->check(CLI::Range(1.0, 3600.0))
       ->capture_default_str();
-  app.add_option("--real-runs", real_runs, "runs of each launcher per real agent count (the median is shown)")
+  app.add_option("--real-runs", real_runs,
+                 "runs of each launcher per real agent count (the median is shown)")
       ->check(CLI::Range(1, 100))
       ->capture_default_str();
   app.add_option("--real-timeout", real_timeout_s, "seconds the real agents of one run may take")
@@ -212,17 +221,21 @@ int main(int argc, char** argv) {
   if (ddprun_path.empty()) ddprun_path = bin + "/ddprun";
   std::string load;
   std::getline(std::ifstream("/proc/loadavg") >> std::ws, load);
-  fmt::print(stderr, "rendezvous_bench: {} hardware thread(s), load average {}, open-file limit {}, {} agent "
-                     "process(es) x {} thread(s)\n",
-             std::thread::hardware_concurrency(), load.substr(0, load.find(' ', load.find(' ', load.find(' ') + 1) + 1)),
-             static_cast<unsigned long long>(fds), sim.processes, sim.threads);
+  fmt::print(
+      stderr,
+      "rendezvous_bench: {} hardware thread(s), load average {}, open-file limit {}, {} agent "
+      "process(es) x {} thread(s)\n",
+      std::thread::hardware_concurrency(),
+      load.substr(0, load.find(' ', load.find(' ', load.find(' ') + 1) + 1)),
+      static_cast<unsigned long long>(fds), sim.processes, sim.threads);
   int failures = 0;
   // etcd: why its lines are skipped ("": they are not).
   std::string no_etcd_why;
   if (no_etcd) {
     no_etcd_why = "--no-etcd";
   } else if (::access(etcd_path.c_str(), X_OK) != 0) {
-    no_etcd_why = fmt::format("{} is missing or not executable (install etcd, or name it with --etcd)", etcd_path);
+    no_etcd_why = fmt::format(
+        "{} is missing or not executable (install etcd, or name it with --etcd)", etcd_path);
   }
   if (!no_etcd_why.empty() && !no_etcd) {
     fmt::print(stderr, "rendezvous_bench: the store=etcd lines are skipped: {}\n", no_etcd_why);
@@ -230,13 +243,16 @@ int main(int argc, char** argv) {
 
   // 1. Simulated agents: for each N, the built-in store's line, then etcd's.
   std::vector<int> all_counts = agent_counts;
-  if (no_etcd_why.empty()) all_counts.insert(all_counts.end(), etcd_counts.begin(), etcd_counts.end());
+  if (no_etcd_why.empty())
+    all_counts.insert(all_counts.end(), etcd_counts.begin(), etcd_counts.end());
   std::sort(all_counts.begin(), all_counts.end());
   all_counts.erase(std::unique(all_counts.begin(), all_counts.end()), all_counts.end());
   std::optional<double> etcd_512_s;
   for (int n : all_counts) {
-    const bool builtin = std::find(agent_counts.begin(), agent_counts.end(), n) != agent_counts.end();
-    const bool on_etcd = no_etcd_why.empty() && std::find(etcd_counts.begin(), etcd_counts.end(), n) != etcd_counts.end();
+    const bool builtin =
+        std::find(agent_counts.begin(), agent_counts.end(), n) != agent_counts.end();
+    const bool on_etcd = no_etcd_why.empty() &&
+                         std::find(etcd_counts.begin(), etcd_counts.end(), n) != etcd_counts.end();
     // The built-in store's line (the daemon, one TcpStore per agent).
     auto builtin_line = [&] {
       if (n < 2) {
@@ -244,18 +260,21 @@ int main(int argc, char** argv) {
         return;
       }
       if (static_cast<rlim_t>(n) + 64 > fds) {
-        fmt::print(stderr, "rendezvous agents={}: skipped: the daemon needs {} descriptors, the limit is {}\n", n,
-                   n + 64, static_cast<unsigned long long>(fds));
+        fmt::print(
+            stderr,
+            "rendezvous agents={}: skipped: the daemon needs {} descriptors, the limit is {}\n", n,
+            n + 64, static_cast<unsigned long long>(fds));
         return;
       }
       if (n + 1000 > ephemeral_ports()) {
-        fmt::print(stderr, "rendezvous agents={}: skipped: only {} ephemeral ports on this host\n", n,
-                   ephemeral_ports());
+        fmt::print(stderr, "rendezvous agents={}: skipped: only {} ephemeral ports on this host\n",
+                   n, ephemeral_ports());
         return;
       }
       try {
         const SimResult r = run_simulated_builtin(n, sim, daemon_path);
-        fmt::print("rendezvous agents={} round_s={:.4f} reform_s={:.4f}\n", n, r.round_s, r.reform_s);
+        fmt::print("rendezvous agents={} round_s={:.4f} reform_s={:.4f}\n", n, r.round_s,
+                   r.reform_s);
         std::fflush(stdout);
       } catch (const std::exception& e) {
         ++failures;
@@ -265,19 +284,23 @@ int main(int argc, char** argv) {
     if (builtin) builtin_line();
     if (!on_etcd) continue;
     if (n < 2) {
-      fmt::print(stderr, "rendezvous agents={} store=etcd: skipped: a round needs at least 2 agents\n", n);
+      fmt::print(stderr,
+                 "rendezvous agents={} store=etcd: skipped: a round needs at least 2 agents\n", n);
       continue;
     }
     // etcd holds an agent's unary connection, its death watch and the blocking
     // waits of the drivers; an agent process as many for its agents.
     if (static_cast<rlim_t>(2 * n) + 256 > fds) {
-      fmt::print(stderr, "rendezvous agents={} store=etcd: skipped: etcd needs about {} descriptors, the limit is {}\n",
+      fmt::print(stderr,
+                 "rendezvous agents={} store=etcd: skipped: etcd needs about {} descriptors, the "
+                 "limit is {}\n",
                  n, 2 * n + 256, static_cast<unsigned long long>(fds));
       continue;
     }
     if (2 * n + 1000 > ephemeral_ports()) {
-      fmt::print(stderr, "rendezvous agents={} store=etcd: skipped: only {} ephemeral ports on this host\n", n,
-                 ephemeral_ports());
+      fmt::print(stderr,
+                 "rendezvous agents={} store=etcd: skipped: only {} ephemeral ports on this host\n",
+                 n, ephemeral_ports());
       continue;
     }
     try {
@@ -305,13 +328,15 @@ int main(int argc, char** argv) {
       site.emplace("rdzv-bench-site");
       std::ofstream(site->path() / "sitecustomize.py") << ddp::bench::kTorchrunSiteCustomize;
     } else {
-      fmt::print(stderr, "real agents: {} (or torch under {}) is missing: torchrun_s=n/a\n", torchrun_path, python);
+      fmt::print(stderr, "real agents: {} (or torch under {}) is missing: torchrun_s=n/a\n",
+                 torchrun_path, python);
     }
     for (int n : real_counts) {
       std::string why;
       std::string ddprun_s = "failed", torchrun_s = have_torchrun ? "failed" : "n/a";
       // The median of --real-runs runs, or nullopt when one failed.
-      auto measure = [&](const std::vector<std::string>& launcher, const std::map<std::string, std::string>& env,
+      auto measure = [&](const std::vector<std::string>& launcher,
+                         const std::map<std::string, std::string>& env,
                          const std::string& name) -> std::optional<double> {
         std::vector<double> times;
         for (int run = 0; run < real_runs; ++run) {
@@ -355,8 +380,8 @@ int main(int argc, char** argv) {
       std::string why;
       try {
         if (auto r = run_node_loss(ddprun_path, s.conf, s.dead_after_s, nullptr, &why)) {
-          fmt::print("node_loss dead_after_s={:g} detect_s={:.3f} running_s={:.3f}\n", s.dead_after_s, r->detect_s,
-                     r->running_s);
+          fmt::print("node_loss dead_after_s={:g} detect_s={:.3f} running_s={:.3f}\n",
+                     s.dead_after_s, r->detect_s, r->running_s);
           std::fflush(stdout);
           continue;
         }
@@ -371,20 +396,29 @@ int main(int argc, char** argv) {
       std::string why;
       try {
         ddp::test::EtcdCluster etcd(bench_etcd(etcd_path));
-        if (auto r = run_node_loss(ddprun_path, "keep_alive_interval=0.5,keep_alive_max_attempt=2", 1.0, &etcd, &why)) {
-          fmt::print("node_loss store=etcd detect_s={:.3f} running_s={:.3f}\n", r->detect_s, r->running_s);
+        if (auto r = run_node_loss(ddprun_path, "keep_alive_interval=0.5,keep_alive_max_attempt=2",
+                                   1.0, &etcd, &why)) {
+          fmt::print("node_loss store=etcd detect_s={:.3f} running_s={:.3f}\n", r->detect_s,
+                     r->running_s);
           std::fflush(stdout);
           if (r->granted_ttls.empty()) {
-            fmt::print(stderr, "  node_loss store=etcd: could not learn the leases' TTL from etcd; target: survivors "
-                               "running within the lease TTL + 0.5 s: not judged (running_s {:.3f})\n",
+            fmt::print(stderr,
+                       "  node_loss store=etcd: could not learn the leases' TTL from etcd; target: "
+                       "survivors "
+                       "running within the lease TTL + 0.5 s: not judged (running_s {:.3f})\n",
                        r->running_s);
           } else {
             const auto ttl = *std::max_element(r->granted_ttls.begin(), r->granted_ttls.end());
-            fmt::print(stderr, "  node_loss store=etcd: etcd granted the {} agents' leases TTL(s) of {} s (asked: 1 s)\n",
+            fmt::print(stderr,
+                       "  node_loss store=etcd: etcd granted the {} agents' leases TTL(s) of {} s "
+                       "(asked: 1 s)\n",
                        r->granted_ttls.size(), fmt::join(r->granted_ttls, ", "));
-            fmt::print(stderr, "target: survivors running within the lease TTL + 0.5 s = {:.1f} s of the death: {} "
-                               "({:.3f} s)\n",
-                       static_cast<double>(ttl) + 0.5, r->running_s <= static_cast<double>(ttl) + 0.5 ? "met" : "NOT met",
+            fmt::print(stderr,
+                       "target: survivors running within the lease TTL + 0.5 s = {:.1f} s of the "
+                       "death: {} "
+                       "({:.3f} s)\n",
+                       static_cast<double>(ttl) + 0.5,
+                       r->running_s <= static_cast<double>(ttl) + 0.5 ? "met" : "NOT met",
                        r->running_s);
           }
         } else {

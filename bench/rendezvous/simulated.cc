@@ -57,7 +57,8 @@ std::int64_t to_ns(Clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
 }
 Clock::time_point from_ns(std::int64_t ns) {
-  return Clock::time_point(std::chrono::duration_cast<Clock::duration>(std::chrono::nanoseconds(ns)));
+  return Clock::time_point(
+      std::chrono::duration_cast<Clock::duration>(std::chrono::nanoseconds(ns)));
 }
 
 std::chrono::milliseconds left_until(Clock::time_point deadline, std::chrono::milliseconds cap) {
@@ -122,10 +123,12 @@ class LineReader {
   std::string next(Clock::time_point deadline, const std::string& from) {
     for (;;) {
       if (auto line = take()) return *line;
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
       if (left.count() <= 0) throw std::runtime_error("no answer from " + from + " in time");
       pollfd pfd{fd_, POLLIN, 0};
-      const int ready = ::poll(&pfd, 1, static_cast<int>(std::min<std::int64_t>(left.count(), 1000)));
+      const int ready =
+          ::poll(&pfd, 1, static_cast<int>(std::min<std::int64_t>(left.count(), 1000)));
       if (ready < 0 && errno != EINTR) throw sys_error("poll");
       if (ready > 0 && !fill()) throw std::runtime_error(from + " closed its pipe");
     }
@@ -235,7 +238,8 @@ void drive(const std::vector<Agent*>& mine, const std::string& r, int expected, 
   // Arrival 0 decides; its record names its member.
   const std::string rec0_key = r + "/rec_0";
   const std::string decider =
-      ddp::rendezvous_detail::parse_arrival(mine[0]->store->get(rec0_key, left_until(deadline, 60s)), rec0_key)
+      ddp::rendezvous_detail::parse_arrival(
+          mine[0]->store->get(rec0_key, left_until(deadline, 60s)), rec0_key)
           .member;
   std::vector<Agent*> pending;
   for (Agent* a : mine) {
@@ -269,10 +273,12 @@ void drive(const std::vector<Agent*>& mine, const std::string& r, int expected, 
     pending.swap(still);
     if (pending.empty()) break;
     if (closed) {
-      throw std::runtime_error(fmt::format("agent {} has no info though {}/closed is set", pending[0]->global, r));
+      throw std::runtime_error(
+          fmt::format("agent {} has no info though {}/closed is set", pending[0]->global, r));
     }
     if (Clock::now() >= deadline) {
-      throw std::runtime_error(fmt::format("{} of this thread's agents did not form {} in time", pending.size(), r));
+      throw std::runtime_error(
+          fmt::format("{} of this thread's agents did not form {} in time", pending.size(), r));
     }
     try {
       pending[0]->store->wait({r + "/closed"}, left_until(deadline, 100ms));
@@ -305,12 +311,14 @@ void drive(const std::vector<Agent*>& mine, const std::string& r, int expected, 
     params.keep_alive_interval = target.keep_alive_interval;
     const std::string backend = target.name.empty() ? "c10d" : target.name;
     crew.run([&](int t) {
-      for (std::size_t j = static_cast<std::size_t>(t); j < agents.size(); j += static_cast<std::size_t>(threads)) {
+      for (std::size_t j = static_cast<std::size_t>(t); j < agents.size();
+           j += static_cast<std::size_t>(threads)) {
         Agent& a = agents[j];
         a.global = globals[j];
         ddp::RendezvousStore rs = target.connect();
         a.store = rs.store;
-        a.handler = std::make_unique<DynamicRendezvous>(params, std::move(rs), ddp::real_runtime(), backend);
+        a.handler = std::make_unique<DynamicRendezvous>(params, std::move(rs), ddp::real_runtime(),
+                                                        backend);
       }
     });
     write_all(res_fd, "R\n");
@@ -326,7 +334,8 @@ void drive(const std::vector<Agent*>& mine, const std::string& r, int expected, 
         int dead = -1;
         in >> dead;
         // Dies without leaving: no shutdown(), its connection just closes.
-        agents.erase(std::remove_if(agents.begin(), agents.end(), [&](const Agent& a) { return a.global == dead; }),
+        agents.erase(std::remove_if(agents.begin(), agents.end(),
+                                    [&](const Agent& a) { return a.global == dead; }),
                      agents.end());
         write_all(res_fd, "R\n");
         continue;
@@ -335,11 +344,14 @@ void drive(const std::vector<Agent*>& mine, const std::string& r, int expected, 
       std::string r;
       int expected = 0;
       in >> r >> expected;
-      const auto deadline = Clock::now() + std::chrono::milliseconds(static_cast<std::int64_t>(s.timeout_s * 1000));
-      std::vector<Clock::time_point> ends(static_cast<std::size_t>(threads), Clock::time_point::min());
+      const auto deadline =
+          Clock::now() + std::chrono::milliseconds(static_cast<std::int64_t>(s.timeout_s * 1000));
+      std::vector<Clock::time_point> ends(static_cast<std::size_t>(threads),
+                                          Clock::time_point::min());
       crew.run([&](int t) {
         std::vector<Agent*> mine;
-        for (std::size_t j = static_cast<std::size_t>(t); j < agents.size(); j += static_cast<std::size_t>(threads)) {
+        for (std::size_t j = static_cast<std::size_t>(t); j < agents.size();
+             j += static_cast<std::size_t>(threads)) {
           mine.push_back(&agents[j]);
         }
         drive(mine, r, expected, r.ends_with("/round_0"), deadline);
@@ -348,8 +360,9 @@ void drive(const std::vector<Agent*>& mine, const std::string& r, int expected, 
       std::string out;
       for (Agent& a : agents) {
         const auto& i = *a.info;
-        out += fmt::format("I {} {} {} {} {} {} {} {} {}\n", a.global, i.round, i.group_rank, i.group_world_size,
-                           i.world_size, i.base_rank, i.master_addr, i.master_port, i.instance);
+        out += fmt::format("I {} {} {} {} {} {} {} {} {}\n", a.global, i.round, i.group_rank,
+                           i.group_world_size, i.world_size, i.base_rank, i.master_addr,
+                           i.master_port, i.instance);
         a.info.reset();
       }
       out += fmt::format("D {}\n", to_ns(*std::max_element(ends.begin(), ends.end())));
@@ -447,15 +460,20 @@ class AgentProcesses {
         }
       }
       if (waiting.empty()) return;
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-      if (left.count() <= 0) throw std::runtime_error(fmt::format("{} agent process(es) did not answer in time", waiting.size()));
-      const int ready = ::poll(fds.data(), fds.size(), static_cast<int>(std::min<std::int64_t>(left.count(), 1000)));
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      if (left.count() <= 0)
+        throw std::runtime_error(
+            fmt::format("{} agent process(es) did not answer in time", waiting.size()));
+      const int ready = ::poll(fds.data(), fds.size(),
+                               static_cast<int>(std::min<std::int64_t>(left.count(), 1000)));
       if (ready < 0 && errno != EINTR) throw sys_error("poll");
       for (std::size_t i = 0; ready > 0 && i < fds.size(); ++i) {
         if (fds[i].revents == 0) continue;
         if (!waiting[i]->results->fill()) {
           // Lines it sent before dying are still worth reading (an "E").
-          while (auto line = waiting[i]->results->take()) handle(*line, until, *waiting[i], infos, end);
+          while (auto line = waiting[i]->results->take())
+            handle(*line, until, *waiting[i], infos, end);
           throw std::runtime_error(fmt::format("agent process {} died", waiting[i]->pid));
         }
       }
@@ -470,13 +488,14 @@ class AgentProcesses {
     std::istringstream in(line);
     std::string verb;
     in >> verb;
-    if (verb == "E") throw std::runtime_error(fmt::format("agent process {}: {}", p.pid, line.substr(2)));
+    if (verb == "E")
+      throw std::runtime_error(fmt::format("agent process {}: {}", p.pid, line.substr(2)));
     if (verb == "I" && infos) {
       int global = -1;
       SimInfo info;
       std::string addr, port;
-      in >> global >> info.round >> info.group_rank >> info.group_world_size >> info.world_size >> info.base_rank >>
-          addr >> port >> info.member;
+      in >> global >> info.round >> info.group_rank >> info.group_world_size >> info.world_size >>
+          info.base_rank >> addr >> port >> info.member;
       info.master = addr + ":" + port;
       if (!infos->emplace(global, info).second) {
         throw std::runtime_error(fmt::format("agent {} reported twice", global));
@@ -491,28 +510,33 @@ class AgentProcesses {
 };
 
 // Throws unless `infos` are one consistent round of `nodes` agents.
-void check_round(const std::map<int, SimInfo>& infos, int nodes, int round, const std::string& absent) {
+void check_round(const std::map<int, SimInfo>& infos, int nodes, int round,
+                 const std::string& absent) {
   if (static_cast<int>(infos.size()) != nodes) {
     throw std::runtime_error(fmt::format("{} agents reported, expected {}", infos.size(), nodes));
   }
   std::vector<int> owner(static_cast<std::size_t>(nodes), -1);
   const std::string& master = infos.begin()->second.master;
   for (const auto& [global, i] : infos) {
-    if (i.round != round || i.group_world_size != nodes || i.world_size != nodes || i.master != master ||
-        i.group_rank < 0 || i.group_rank >= nodes || i.base_rank != i.group_rank) {
-      throw std::runtime_error(fmt::format(
-          "agent {} got round {} group rank {} of {} (world {}, base rank {}, master {}); expected round {} of "
-          "{} nodes, master {}",
-          global, i.round, i.group_rank, i.group_world_size, i.world_size, i.base_rank, i.master, round, nodes,
-          master));
+    if (i.round != round || i.group_world_size != nodes || i.world_size != nodes ||
+        i.master != master || i.group_rank < 0 || i.group_rank >= nodes ||
+        i.base_rank != i.group_rank) {
+      throw std::runtime_error(
+          fmt::format("agent {} got round {} group rank {} of {} (world {}, base rank {}, master "
+                      "{}); expected round {} of "
+                      "{} nodes, master {}",
+                      global, i.round, i.group_rank, i.group_world_size, i.world_size, i.base_rank,
+                      i.master, round, nodes, master));
     }
     if (owner[static_cast<std::size_t>(i.group_rank)] >= 0) {
       throw std::runtime_error(fmt::format("agents {} and {} both got group rank {}",
-                                           owner[static_cast<std::size_t>(i.group_rank)], global, i.group_rank));
+                                           owner[static_cast<std::size_t>(i.group_rank)], global,
+                                           i.group_rank));
     }
     owner[static_cast<std::size_t>(i.group_rank)] = global;
     if (!absent.empty() && i.member == absent) {
-      throw std::runtime_error(fmt::format("agent {} (the dead one) is in round {}", global, round));
+      throw std::runtime_error(
+          fmt::format("agent {} (the dead one) is in round {}", global, round));
     }
   }
 }
@@ -564,14 +588,15 @@ SimResult run_simulated(int n, const SimSettings& s, const SimStore& target) {
     check_round(infos, n, 0, "");
     const double cpu1 = target.cpu_s();
     if (!target.reform) {
-      fmt::print(stderr, "  agents={} store={}: checked; {} used {:.2f} s of CPU in the round\n", n, target.name,
-                 target.name, cpu1 - cpu0);
+      fmt::print(stderr, "  agents={} store={}: checked; {} used {:.2f} s of CPU in the round\n", n,
+                 target.name, target.name, cpu1 - cpu0);
       agents.quit(30s);
       return result;
     }
 
     // One agent dies; its watcher ends the round; the survivors re-form.
-    const auto dead = std::find_if(infos.begin(), infos.end(), [&](const auto& e) { return e.second.group_rank == n / 2; });
+    const auto dead = std::find_if(infos.begin(), infos.end(),
+                                   [&](const auto& e) { return e.second.group_rank == n / 2; });
     const int dead_global = dead->first;
     ddp::RoundEnd lost;
     lost.kind = ddp::RoundEnd::Kind::kNodeLost;
@@ -587,8 +612,11 @@ SimResult run_simulated(int n, const SimSettings& s, const SimStore& target) {
     agents.collect("D", restart + timeout + 10s, &infos, &end);
     result.reform_s = seconds(end - restart);
     check_round(infos, n - 1, 1, lost.member);
-    fmt::print(stderr, "  agents={}: checked; the daemon used {:.2f} s of CPU in the first round, {:.2f} s in the "
-                       "re-formed one\n", n, cpu1 - cpu0, target.cpu_s() - cpu1);
+    fmt::print(
+        stderr,
+        "  agents={}: checked; the daemon used {:.2f} s of CPU in the first round, {:.2f} s in the "
+        "re-formed one\n",
+        n, cpu1 - cpu0, target.cpu_s() - cpu1);
     agents.quit(30s);
     return result;
   } catch (const std::exception& e) {

@@ -42,10 +42,10 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <exception>
 #include <filesystem>
 #include <fstream>
@@ -58,14 +58,14 @@
 #include <thread>
 #include <vector>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 #include "daemon_process.h"
+#include "ddp/store/tcp_store.h"
+#include "ddp/store_server/store_server.h"
 #include "process_util.h"
 #include "store_attackers.h"
-#include "ddp/store_server/store_server.h"
-#include "ddp/store/tcp_store.h"
 
 #if DDP_STORE_BENCH_WITH_C10D
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -264,8 +264,8 @@ Figures run_workloads(const std::function<std::unique_ptr<BenchBackend>()>& make
     // mix
     std::vector<std::vector<std::int64_t>> latencies(threads);
     std::vector<std::int64_t> done(threads, 0);
-    const auto duration = std::chrono::duration_cast<Clock::duration>(
-        std::chrono::duration<double>(s.seconds));
+    const auto duration =
+        std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s.seconds));
     const std::int64_t quota = s.ops > 0 ? (s.ops + threads - 1) / threads : INT64_MAX;
     double mix_s = run_threads(threads, [&](int t) {
       auto& lat = latencies[t];
@@ -282,9 +282,15 @@ Figures run_workloads(const std::function<std::unique_ptr<BenchBackend>()>& make
         const auto& key = keys[i][static_cast<std::size_t>(round % kKeysPerClient)];
         auto begin = now;
         switch (round % 3) {
-          case 0: clients[i]->set(key, value); break;
-          case 1: sink += clients[i]->get(key); break;
-          default: sink += static_cast<std::size_t>(clients[i]->add(counters[i], 1)); break;
+          case 0:
+            clients[i]->set(key, value);
+            break;
+          case 1:
+            sink += clients[i]->get(key);
+            break;
+          default:
+            sink += static_cast<std::size_t>(clients[i]->add(counters[i], 1));
+            break;
         }
         now = Clock::now();
         lat.push_back(std::chrono::duration_cast<std::chrono::nanoseconds>(now - begin).count());
@@ -409,7 +415,6 @@ void raise_fd_limit() {
   }
 }
 
-
 // --- The store under attack (--attack) ---------------------------------------
 
 struct AttackSettings {
@@ -428,7 +433,6 @@ struct AttackSettings {
   }
 };
 
-
 // One phase of the honest load: every client in its own thread does set then
 // get of its own small keys, timing each operation.
 struct HonestPhase {
@@ -441,7 +445,8 @@ HonestPhase honest_phase(std::vector<std::unique_ptr<ddp::TcpStore>>& clients, d
   const int n = static_cast<int>(clients.size());
   std::vector<std::vector<std::int64_t>> latencies(static_cast<std::size_t>(n));
   std::vector<std::string> errors(static_cast<std::size_t>(n));
-  const auto duration = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+  const auto duration =
+      std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
   const std::string value(32, 'v');
   run_threads(n, [&](int i) {
     auto& lat = latencies[static_cast<std::size_t>(i)];
@@ -470,7 +475,8 @@ HonestPhase honest_phase(std::vector<std::unique_ptr<ddp::TcpStore>>& clients, d
     const auto& lat = latencies[static_cast<std::size_t>(i)];
     phase.latencies_ns.insert(phase.latencies_ns.end(), lat.begin(), lat.end());
     if (!errors[static_cast<std::size_t>(i)].empty()) {
-      if (phase.errors++ == 0) phase.first_error = fmt::format("client {}: {}", i, errors[static_cast<std::size_t>(i)]);
+      if (phase.errors++ == 0)
+        phase.first_error = fmt::format("client {}: {}", i, errors[static_cast<std::size_t>(i)]);
     }
   }
   std::sort(phase.latencies_ns.begin(), phase.latencies_ns.end());
@@ -492,22 +498,24 @@ std::optional<std::size_t> open_descriptors(pid_t pid) {
 }
 
 std::string describe(HonestPhase& phase, double seconds) {
-  return fmt::format("{} ops ({:.0f}/s), p50 {:.1f} us, p99 {:.1f} us, max {:.1f} us, {} client(s) failed{}",
-                     phase.latencies_ns.size(), static_cast<double>(phase.latencies_ns.size()) / seconds,
-                     percentile(phase.latencies_ns, 0.50), percentile(phase.latencies_ns, 0.99),
-                     percentile(phase.latencies_ns, 1.0), phase.errors,
-                     phase.errors ? " (first: " + phase.first_error + ")" : "");
+  return fmt::format(
+      "{} ops ({:.0f}/s), p50 {:.1f} us, p99 {:.1f} us, max {:.1f} us, {} client(s) failed{}",
+      phase.latencies_ns.size(), static_cast<double>(phase.latencies_ns.size()) / seconds,
+      percentile(phase.latencies_ns, 0.50), percentile(phase.latencies_ns, 0.99),
+      percentile(phase.latencies_ns, 1.0), phase.errors,
+      phase.errors ? " (first: " + phase.first_error + ")" : "");
 }
 
 int run_attack(const AttackSettings& a, const std::string& self_dir) {
   const std::string daemon_path = a.daemon.empty() ? self_dir + "/ddp-rendezvous" : a.daemon;
   std::vector<std::string> failures;
   ddp::test::DaemonProcess daemon(daemon_path);
-  fmt::print("store_bench --attack: {} (pid {}, port {}), {} honest clients (set/get of 32 B values), "
-             "{:.1f} s quiet then {:.1f} s under attack; RSS cap {:.0f} MiB; {} hardware thread(s), "
-             "load average {}\n",
-             daemon_path, daemon.pid(), daemon.port(), a.honest, a.seconds, a.seconds, a.rss_cap_mib,
-             std::thread::hardware_concurrency(), load_average());
+  fmt::print(
+      "store_bench --attack: {} (pid {}, port {}), {} honest clients (set/get of 32 B values), "
+      "{:.1f} s quiet then {:.1f} s under attack; RSS cap {:.0f} MiB; {} hardware thread(s), "
+      "load average {}\n",
+      daemon_path, daemon.pid(), daemon.port(), a.honest, a.seconds, a.seconds, a.rss_cap_mib,
+      std::thread::hardware_concurrency(), load_average());
   std::fflush(stdout);
 
   // The daemon's RSS, sampled often: the peak is also read from VmHWM at the
@@ -551,7 +559,8 @@ int run_attack(const AttackSettings& a, const std::string& self_dir) {
   try {
     if (a.runs("idle")) idle.open(daemon.port(), a.idle);
   } catch (const std::exception& e) {
-    failures.push_back(fmt::format("opening idle connections: {} (opened {})", e.what(), idle.size()));
+    failures.push_back(
+        fmt::format("opening idle connections: {} (opened {})", e.what(), idle.size()));
   }
   std::optional<ddp::test::attack::GarbageClient> garbage;
   if (a.runs("garbage")) garbage.emplace(daemon.port(), 10'000'000);
@@ -597,11 +606,13 @@ int run_attack(const AttackSettings& a, const std::string& self_dir) {
   // all (parked-and-closed sessions included), keeping only the honest ones.
   const auto left_begin = Clock::now();
   auto left_fds = open_descriptors(daemon.pid());
-  while (quiet_fds && left_fds && *left_fds > *quiet_fds && Clock::now() - left_begin < 5s && !capped.load()) {
+  while (quiet_fds && left_fds && *left_fds > *quiet_fds && Clock::now() - left_begin < 5s &&
+         !capped.load()) {
     std::this_thread::sleep_for(10ms);
     left_fds = open_descriptors(daemon.pid());
   }
-  const double left_ms = std::chrono::duration<double, std::milli>(Clock::now() - left_begin).count();
+  const double left_ms =
+      std::chrono::duration<double, std::milli>(Clock::now() - left_begin).count();
   clients.clear();
   monitoring.store(false);
   monitor.join();
@@ -609,50 +620,65 @@ int run_attack(const AttackSettings& a, const std::string& self_dir) {
   const std::string ended = daemon.stop();
 
   fmt::print("attacked:   {}\n", describe(attacked, a.seconds));
-  fmt::print("  attack set up in {:.2f} s: {} idle connections ({} closed by the server by the end); "
-             "garbage client: {} connections, {:.1f} MiB sent; pipelining client: a {:.1f} MiB value, "
-             "{} gets sent unread ({:.1f} GiB of replies asked for)\n",
-             setup_s, idle_opened, idle_closed, garbage ? garbage->connections() : 0,
-             static_cast<double>(garbage ? garbage->bytes_sent() : 0) / (1 << 20),
-             static_cast<double>(value_bytes) / (1 << 20), gets,
-             static_cast<double>(gets) * static_cast<double>(value_bytes) / (1ull << 30));
+  fmt::print(
+      "  attack set up in {:.2f} s: {} idle connections ({} closed by the server by the end); "
+      "garbage client: {} connections, {:.1f} MiB sent; pipelining client: a {:.1f} MiB value, "
+      "{} gets sent unread ({:.1f} GiB of replies asked for)\n",
+      setup_s, idle_opened, idle_closed, garbage ? garbage->connections() : 0,
+      static_cast<double>(garbage ? garbage->bytes_sent() : 0) / (1 << 20),
+      static_cast<double>(value_bytes) / (1 << 20), gets,
+      static_cast<double>(gets) * static_cast<double>(value_bytes) / (1ull << 30));
   if (flood) {
-    fmt::print("  parked-and-closed flood: {} cycles (connect, parked get, 1.5 MiB behind it, close; {} cut short "
-               "by the server closing first), {} failed handshake(s){}\n",
-               flood->cycles(), flood->cut_short(), flood->failed_handshakes(),
-               flood->first_error().empty() ? "" : " (first: " + flood->first_error() + ")");
+    fmt::print(
+        "  parked-and-closed flood: {} cycles (connect, parked get, 1.5 MiB behind it, close; {} "
+        "cut short "
+        "by the server closing first), {} failed handshake(s){}\n",
+        flood->cycles(), flood->cut_short(), flood->failed_handshakes(),
+        flood->first_error().empty() ? "" : " (first: " + flood->first_error() + ")");
   }
   if (amplifier) {
-    fmt::print("  empty-key amplification: {} requests answered ({} waits/multi_gets of {:.1f} MiB of empty keys "
-               "refused, {} of {} empty keys timed out), worst reply {:.1f} ms ({:.1f} MiB) and {:.1f} ms "
-               "({} keys), {} unexpected, {} connection(s) lost{}\n",
-               amplifier->answered(), amplifier->refused(),
-               static_cast<double>(amplifier->many_bytes()) / (1 << 20), amplifier->timed_out(),
-               ddp::protocol::kMaxKeysPerRequest, amplifier->worst_many_ms(),
-               static_cast<double>(amplifier->many_bytes()) / (1 << 20), amplifier->worst_limit_ms(),
-               ddp::protocol::kMaxKeysPerRequest, amplifier->unexpected(), amplifier->lost(),
-               amplifier->first_error().empty() ? "" : " (first: " + amplifier->first_error() + ")");
+    fmt::print(
+        "  empty-key amplification: {} requests answered ({} waits/multi_gets of {:.1f} MiB of "
+        "empty keys "
+        "refused, {} of {} empty keys timed out), worst reply {:.1f} ms ({:.1f} MiB) and {:.1f} ms "
+        "({} keys), {} unexpected, {} connection(s) lost{}\n",
+        amplifier->answered(), amplifier->refused(),
+        static_cast<double>(amplifier->many_bytes()) / (1 << 20), amplifier->timed_out(),
+        ddp::protocol::kMaxKeysPerRequest, amplifier->worst_many_ms(),
+        static_cast<double>(amplifier->many_bytes()) / (1 << 20), amplifier->worst_limit_ms(),
+        ddp::protocol::kMaxKeysPerRequest, amplifier->unexpected(), amplifier->lost(),
+        amplifier->first_error().empty() ? "" : " (first: " + amplifier->first_error() + ")");
   }
-  const auto fds = [](const std::optional<std::size_t>& n) { return n ? std::to_string(*n) : std::string("n/a"); };
-  fmt::print("daemon descriptors: {} after the quiet phase, {} at the end of the attack, {} {:.0f} ms after the "
-             "attackers closed theirs\n",
-             fds(quiet_fds), fds(attacked_fds), fds(left_fds), left_ms);
+  const auto fds = [](const std::optional<std::size_t>& n) {
+    return n ? std::to_string(*n) : std::string("n/a");
+  };
+  fmt::print(
+      "daemon descriptors: {} after the quiet phase, {} at the end of the attack, {} {:.0f} ms "
+      "after the "
+      "attackers closed theirs\n",
+      fds(quiet_fds), fds(attacked_fds), fds(left_fds), left_ms);
   if (quiet_fds && left_fds && *left_fds > *quiet_fds && !capped.load()) {
-    failures.push_back(fmt::format("the daemon still held {} more descriptor(s) 5 s after every attacker closed its "
-                                   "connections (sessions not released)",
-                                   *left_fds - *quiet_fds));
+    failures.push_back(fmt::format(
+        "the daemon still held {} more descriptor(s) 5 s after every attacker closed its "
+        "connections (sessions not released)",
+        *left_fds - *quiet_fds));
   }
   if (amplifier && amplifier->unexpected() > 0) {
     failures.push_back("unexpected replies to the empty-key requests: " + amplifier->first_error());
   }
   const double peak = std::max(hwm.value_or(0.0), sampled_peak_mib.load());
-  fmt::print("server RSS: {:.1f} MiB after the quiet phase, peak {:.1f} MiB (VmHWM{}); the daemon {} at the end\n",
-             quiet_rss.value_or(0.0), peak, hwm ? "" : " unreadable: sampled", ended);
+  fmt::print(
+      "server RSS: {:.1f} MiB after the quiet phase, peak {:.1f} MiB (VmHWM{}); the daemon {} at "
+      "the end\n",
+      quiet_rss.value_or(0.0), peak, hwm ? "" : " unreadable: sampled", ended);
   if (capped.load()) {
-    failures.push_back(fmt::format("the daemon's RSS passed the {:.0f} MiB cap and it was killed", a.rss_cap_mib));
+    failures.push_back(
+        fmt::format("the daemon's RSS passed the {:.0f} MiB cap and it was killed", a.rss_cap_mib));
   }
-  if (quiet.errors > 0) failures.push_back("honest clients failed in the quiet phase: " + quiet.first_error);
-  if (attacked.errors > 0) failures.push_back("honest clients failed under attack: " + attacked.first_error);
+  if (quiet.errors > 0)
+    failures.push_back("honest clients failed in the quiet phase: " + quiet.first_error);
+  if (attacked.errors > 0)
+    failures.push_back("honest clients failed under attack: " + attacked.first_error);
   if (!failures.empty()) {
     for (const auto& f : failures) fmt::print("FAILED: {}\n", f);
     fmt::print("daemon log (last lines):\n{}\n", log);
@@ -660,9 +686,10 @@ int run_attack(const AttackSettings& a, const std::string& self_dir) {
   const double quiet_p99 = percentile(quiet.latencies_ns, 0.99);
   const bool attacked_ok = attacked.errors == 0 && !attacked.latencies_ns.empty() && !capped.load();
   const double attacked_p99 = percentile(attacked.latencies_ns, 0.99);
-  fmt::print("attack: quiet_p99_us={:.1f} attacked_p99_us={} ratio={} server_peak_rss_mib={:.1f}\n", quiet_p99,
-             attacked_ok ? fmt::format("{:.1f}", attacked_p99) : "failed",
-             attacked_ok && quiet_p99 > 0 ? fmt::format("{:.2f}", attacked_p99 / quiet_p99) : "n/a", peak);
+  fmt::print("attack: quiet_p99_us={:.1f} attacked_p99_us={} ratio={} server_peak_rss_mib={:.1f}\n",
+             quiet_p99, attacked_ok ? fmt::format("{:.1f}", attacked_p99) : "failed",
+             attacked_ok && quiet_p99 > 0 ? fmt::format("{:.2f}", attacked_p99 / quiet_p99) : "n/a",
+             peak);
   return failures.empty() ? 0 : 1;
 }
 }  // namespace
@@ -675,15 +702,15 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 100000));
   app.add_option("--threads", s.threads, "driver threads; each owns clients/threads clients")
       ->check(CLI::Range(1, 1024));
-  app.add_option("--seconds", s.seconds, "duration of each mix run")->check(CLI::Range(0.01, 3600.0));
+  app.add_option("--seconds", s.seconds, "duration of each mix run")
+      ->check(CLI::Range(0.01, 3600.0));
   app.add_option("--ops", s.ops, "stop each mix run after this many operations (0: time only)")
       ->check(CLI::Range(std::int64_t{0}, INT64_MAX));
   app.add_option("--value-size", s.value_size, "bytes per value in the mix")
       ->check(CLI::Range(0, 64 << 20));
   app.add_option("--barrier-rounds", s.barrier_rounds, "barrier rounds (the median is shown)")
       ->check(CLI::Range(1, 1000));
-  app.add_option("--repeat", s.repeat,
-                 "runs per store and client count, interleaved ddp/c10d")
+  app.add_option("--repeat", s.repeat, "runs per store and client count, interleaved ddp/c10d")
       ->check(CLI::Range(1, 100));
   app.add_flag("--skip-c10d", s.skip_c10d, "do not run c10d's TCPStore");
   app.add_flag("--skip-ddp", s.skip_ddp, "do not run ddp's store (to profile c10d alone)");
@@ -693,7 +720,8 @@ int main(int argc, char** argv) {
   AttackSettings attack;
   app.add_flag("--attack", attack.enabled,
                "run the store under attack instead (see the top of store_bench.cc)");
-  app.add_option("--attack-seconds", attack.seconds, "length of the quiet and of the attacked phase")
+  app.add_option("--attack-seconds", attack.seconds,
+                 "length of the quiet and of the attacked phase")
       ->capture_default_str()
       ->check(CLI::Range(0.1, 3600.0));
   app.add_option("--attack-honest", attack.honest, "honest client threads")
@@ -702,15 +730,17 @@ int main(int argc, char** argv) {
   app.add_option("--attack-idle", attack.idle, "idle half-open connections")
       ->capture_default_str()
       ->check(CLI::Range(0, 1000000));
-  app.add_option("--attack-value-mib", attack.value_mib,
-                 "size of the value the pipelining client gets (lowered to the server's max value size)")
+  app.add_option(
+         "--attack-value-mib", attack.value_mib,
+         "size of the value the pipelining client gets (lowered to the server's max value size)")
       ->capture_default_str()
       ->check(CLI::Range(0.001, 4096.0));
   app.add_option("--attack-rss-cap-mib", attack.rss_cap_mib,
                  "the daemon is killed (and the run fails) when its RSS passes this")
       ->capture_default_str()
       ->check(CLI::Range(16.0, 1e7));
-  app.add_option("--daemon", attack.daemon, "the ddp-rendezvous binary (default: next to this one)");
+  app.add_option("--daemon", attack.daemon,
+                 "the ddp-rendezvous binary (default: next to this one)");
   app.add_option("--attack-without", attack.without,
                  "attackers left out, comma-separated (to see what each one costs)")
       ->delimiter(',')
@@ -734,11 +764,11 @@ int main(int argc, char** argv) {
 #else
   const bool with_c10d = false;
 #endif
-  fmt::print("store_bench: {} driver thread(s), mix {:.2f} s{} per run, {} B values, {} barrier "
-             "round(s), {} of {} run(s), {} hardware thread(s)\n",
-             s.threads, s.seconds, s.ops > 0 ? fmt::format(" or {} ops", s.ops) : "",
-             s.value_size, s.barrier_rounds, s.best ? "best" : "median", s.repeat,
-             std::thread::hardware_concurrency());
+  fmt::print(
+      "store_bench: {} driver thread(s), mix {:.2f} s{} per run, {} B values, {} barrier "
+      "round(s), {} of {} run(s), {} hardware thread(s)\n",
+      s.threads, s.seconds, s.ops > 0 ? fmt::format(" or {} ops", s.ops) : "", s.value_size,
+      s.barrier_rounds, s.best ? "best" : "median", s.repeat, std::thread::hardware_concurrency());
   fmt::print("load average at start: {}\n", load_average());
   fmt::print("c10d column: {}\n\n",
              with_c10d ? "torch 1.13 c10d::TCPStore (libtorch-dev), server in this process"
@@ -771,10 +801,8 @@ int main(int argc, char** argv) {
     Figures c10d = summarize(c10d_runs, s.best);
     print_row(fmt::format("mix ops/s, {} clients", n), ddp.ops_per_s, c10d.ops_per_s, "{:.0f}",
               "higher");
-    print_row(fmt::format("mix p50 us, {} clients", n), ddp.p50_us, c10d.p50_us, "{:.1f}",
-              "lower");
-    print_row(fmt::format("mix p99 us, {} clients", n), ddp.p99_us, c10d.p99_us, "{:.1f}",
-              "lower");
+    print_row(fmt::format("mix p50 us, {} clients", n), ddp.p50_us, c10d.p50_us, "{:.1f}", "lower");
+    print_row(fmt::format("mix p99 us, {} clients", n), ddp.p99_us, c10d.p99_us, "{:.1f}", "lower");
     print_row(fmt::format("mix p99.9 us, {} clients", n), ddp.p999_us, c10d.p999_us, "{:.1f}",
               "lower");
     print_row(fmt::format("mix mean us, {} clients", n), ddp.mean_us, c10d.mean_us, "{:.1f}",

@@ -14,7 +14,8 @@ inline constexpr const char* kTorchrunSiteCustomize =
     "            return cls(int(vm))\n"
     "        if re.match(_api._MAPPING_REGEX, vm):\n"
     "            return {int(i): cls(int(v)) for i, v in (m.split(':') for m in vm.split(','))}\n"
-    "        raise ValueError(f'{vm} does not match: <{_api._VALUE_REGEX}> or <{_api._MAPPING_REGEX}>')\n"
+    "        raise ValueError(f'{vm} does not match: <{_api._VALUE_REGEX}> or "
+    "<{_api._MAPPING_REGEX}>')\n"
     "    _api.Std.from_str = classmethod(_from_str)\n"
     "except Exception:\n"
     "    pass\n";

@@ -35,10 +35,9 @@ std::int64_t parse_int(const std::string& text, const std::string& what) {
 std::chrono::milliseconds parse_seconds(const std::string& text, const std::string& what) {
   char* end = nullptr;
   double seconds = std::strtod(text.c_str(), &end);
-  if (text.empty() || end != text.c_str() + text.size() || !std::isfinite(seconds) ||
-      seconds < 0) {
-    throw InvalidArgument("", what + ": expected a non-negative number of seconds, got '" +
-                                  text + "'");
+  if (text.empty() || end != text.c_str() + text.size() || !std::isfinite(seconds) || seconds < 0) {
+    throw InvalidArgument("",
+                          what + ": expected a non-negative number of seconds, got '" + text + "'");
   }
   return std::chrono::milliseconds(static_cast<std::int64_t>(std::llround(seconds * 1000.0)));
 }

@@ -4,14 +4,22 @@ namespace ddp {
 
 std::string_view to_string(ErrorKind kind) {
   switch (kind) {
-    case ErrorKind::kInvalidArgument: return "InvalidArgument";
-    case ErrorKind::kTimeout: return "TimeoutError";
-    case ErrorKind::kNetwork: return "NetworkError";
-    case ErrorKind::kProtocol: return "ProtocolError";
-    case ErrorKind::kAuth: return "AuthError";
-    case ErrorKind::kBackend: return "BackendError";
-    case ErrorKind::kShutdown: return "ShutdownError";
-    case ErrorKind::kInternal: return "InternalError";
+    case ErrorKind::kInvalidArgument:
+      return "InvalidArgument";
+    case ErrorKind::kTimeout:
+      return "TimeoutError";
+    case ErrorKind::kNetwork:
+      return "NetworkError";
+    case ErrorKind::kProtocol:
+      return "ProtocolError";
+    case ErrorKind::kAuth:
+      return "AuthError";
+    case ErrorKind::kBackend:
+      return "BackendError";
+    case ErrorKind::kShutdown:
+      return "ShutdownError";
+    case ErrorKind::kInternal:
+      return "InternalError";
   }
   return "Error";
 }
@@ -27,14 +35,22 @@ Error::Error(ErrorKind kind, std::string origin, const std::string& message)
 
 void throw_error(ErrorKind kind, std::string origin, const std::string& message) {
   switch (kind) {
-    case ErrorKind::kInvalidArgument: throw InvalidArgument(std::move(origin), message);
-    case ErrorKind::kTimeout: throw TimeoutError(std::move(origin), message);
-    case ErrorKind::kNetwork: throw NetworkError(std::move(origin), message);
-    case ErrorKind::kProtocol: throw ProtocolError(std::move(origin), message);
-    case ErrorKind::kAuth: throw AuthError(std::move(origin), message);
-    case ErrorKind::kBackend: throw BackendError(std::move(origin), message);
-    case ErrorKind::kShutdown: throw ShutdownError(std::move(origin), message);
-    case ErrorKind::kInternal: break;
+    case ErrorKind::kInvalidArgument:
+      throw InvalidArgument(std::move(origin), message);
+    case ErrorKind::kTimeout:
+      throw TimeoutError(std::move(origin), message);
+    case ErrorKind::kNetwork:
+      throw NetworkError(std::move(origin), message);
+    case ErrorKind::kProtocol:
+      throw ProtocolError(std::move(origin), message);
+    case ErrorKind::kAuth:
+      throw AuthError(std::move(origin), message);
+    case ErrorKind::kBackend:
+      throw BackendError(std::move(origin), message);
+    case ErrorKind::kShutdown:
+      throw ShutdownError(std::move(origin), message);
+    case ErrorKind::kInternal:
+      break;
   }
   throw InternalError(std::move(origin), message);
 }

@@ -20,9 +20,12 @@ const Runtime& real_runtime() {
   return *runtime;
 }
 
-FakeTime::FakeTime() : ticks_((Clock::time_point() + std::chrono::hours(24 * 365)).time_since_epoch().count()) {}
+FakeTime::FakeTime()
+    : ticks_((Clock::time_point() + std::chrono::hours(24 * 365)).time_since_epoch().count()) {}
 
-Clock::time_point FakeTime::now() const { return Clock::time_point(Clock::duration(ticks_.load())); }
+Clock::time_point FakeTime::now() const {
+  return Clock::time_point(Clock::duration(ticks_.load()));
+}
 
 void FakeTime::sleep_for(Duration d) const {
   if (d > Duration(0)) ticks_.fetch_add(std::chrono::duration_cast<Clock::duration>(d).count());
@@ -53,9 +56,7 @@ Duration Deadline::remaining() const {
 }
 
 Backoff::Backoff(Duration initial, Duration max)
-    : initial_(initial),
-      max_(max),
-      current_(initial),
+    : initial_(initial), max_(max), current_(initial),
       rng_(static_cast<std::uint32_t>(Clock::now().time_since_epoch().count())) {}
 
 Duration Backoff::next() {

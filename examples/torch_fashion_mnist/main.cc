@@ -21,8 +21,10 @@ namespace {
 
 struct CnnImpl : torch::nn::Module {
   CnnImpl() {
-    conv1 = register_module("conv1", torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 8, 3).padding(1)));
-    conv2 = register_module("conv2", torch::nn::Conv2d(torch::nn::Conv2dOptions(8, 16, 3).padding(1)));
+    conv1 =
+        register_module("conv1", torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 8, 3).padding(1)));
+    conv2 =
+        register_module("conv2", torch::nn::Conv2d(torch::nn::Conv2dOptions(8, 16, 3).padding(1)));
     fc1 = register_module("fc1", torch::nn::Linear(16 * 7 * 7, 64));
     fc2 = register_module("fc2", torch::nn::Linear(64, 10));
   }
@@ -64,7 +66,8 @@ int run(const Flags& flags) {
   const auto train = ddp::examples::load_fashion_mnist(flags.data_dir, "train", flags.train_limit);
   const auto test = ddp::examples::load_fashion_mnist(flags.data_dir, "t10k", flags.test_limit);
   auto as_images = [](const ddp::examples::Dataset& d) {
-    return torch::from_blob(const_cast<float*>(d.images.data()), {static_cast<long>(d.size), 1, 28, 28});
+    return torch::from_blob(const_cast<float*>(d.images.data()),
+                            {static_cast<long>(d.size), 1, 28, 28});
   };
   auto as_labels = [](const ddp::examples::Dataset& d) {
     return torch::from_blob(const_cast<std::uint8_t*>(d.labels.data()), {static_cast<long>(d.size)},
@@ -102,13 +105,16 @@ int run(const Flags& flags) {
       loss.backward();  // buckets are all-reduced during this call
       optimizer.step();
       if (lead && ((s + 1) % static_cast<std::size_t>(flags.log_every) == 0 || s + 1 == steps)) {
-        const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - tw).count();
+        const double secs =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - tw).count();
         const std::size_t done = ((s + 1) % static_cast<std::size_t>(flags.log_every)) == 0
                                      ? static_cast<std::size_t>(flags.log_every)
                                      : (s + 1) % static_cast<std::size_t>(flags.log_every);
-        std::printf("epoch %d/%d step %zu/%zu loss %.4f %.0f samples/s\n", epoch + 1, flags.epochs, s + 1,
-                    steps, loss.item<float>(),
-                    static_cast<double>(done * static_cast<std::size_t>(flags.batch_size * pg->size())) / secs);
+        std::printf(
+            "epoch %d/%d step %zu/%zu loss %.4f %.0f samples/s\n", epoch + 1, flags.epochs, s + 1,
+            steps, loss.item<float>(),
+            static_cast<double>(done * static_cast<std::size_t>(flags.batch_size * pg->size())) /
+                secs);
         std::fflush(stdout);
         tw = std::chrono::steady_clock::now();
       }
@@ -119,8 +125,8 @@ int run(const Flags& flags) {
     const long n = static_cast<long>(test.size);
     const long begin = n * pg->rank() / pg->size(), end = n * (pg->rank() + 1) / pg->size();
     auto pred = model.forward(test_x.narrow(0, begin, end - begin)).argmax(1);
-    std::vector<std::int64_t> counts = {pred.eq(test_y.narrow(0, begin, end - begin)).sum().item<std::int64_t>(),
-                                        end - begin};
+    std::vector<std::int64_t> counts = {
+        pred.eq(test_y.narrow(0, begin, end - begin)).sum().item<std::int64_t>(), end - begin};
     pg->allreduce(ddp::Buffer::of(counts))->wait();
     accuracy = 100.0 * static_cast<double>(counts[0]) / static_cast<double>(counts[1]);
     if (lead) {
@@ -140,13 +146,18 @@ int main(int argc, char** argv) {
   CLI::App app{"Fashion-MNIST CNN with libtorch and ddp::torch::DistributedDataParallel"};
   app.add_option("--data-dir", f.data_dir, "folder with the gzip IDX files")->capture_default_str();
   app.add_option("--epochs", f.epochs, "epochs")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--batch-size", f.batch_size, "samples per rank and step")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--batch-size", f.batch_size, "samples per rank and step")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   app.add_option("--lr", f.lr, "learning rate (SGD, momentum 0.9)")->capture_default_str();
   app.add_option("--train-limit", f.train_limit, "use only the first N training samples (0: all)");
   app.add_option("--test-limit", f.test_limit, "use only the first N test samples (0: all)");
-  app.add_option("--comm-hook", f.comm_hook, "allreduce, fp16 or bf16")->check(CLI::IsMember({"allreduce", "fp16", "bf16"}));
-  app.add_option("--bucket-cap-mb", f.bucket_cap_mb, "bucket cap in MiB")->check(CLI::PositiveNumber);
-  app.add_option("--log-every", f.log_every, "progress line every N steps")->check(CLI::PositiveNumber);
+  app.add_option("--comm-hook", f.comm_hook, "allreduce, fp16 or bf16")
+      ->check(CLI::IsMember({"allreduce", "fp16", "bf16"}));
+  app.add_option("--bucket-cap-mb", f.bucket_cap_mb, "bucket cap in MiB")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--log-every", f.log_every, "progress line every N steps")
+      ->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
   try {
     return run(f);

@@ -41,7 +41,9 @@ void write_all(int fd, const void* data, std::size_t n, const std::string& path)
   }
 }
 
-void put_u64(std::string& out, std::uint64_t v) { out.append(reinterpret_cast<const char*>(&v), 8); }
+void put_u64(std::string& out, std::uint64_t v) {
+  out.append(reinterpret_cast<const char*>(&v), 8);
+}
 void put_text(std::string& out, const std::string& text) {
   put_u64(out, text.size());
   out += text;
@@ -75,7 +77,8 @@ std::pair<std::string, std::string> split_path(const std::string& path) {
 
 // Whether `path` still names the file open as `fd` (nobody unlinked or replaced it).
 bool still_named(int fd, const std::string& path) {
-  struct stat open_st {}, path_st {};
+  struct stat open_st {
+  }, path_st{};
   if (::fstat(fd, &open_st) != 0 || ::lstat(path.c_str(), &path_st) != 0) return false;
   return open_st.st_dev == path_st.st_dev && open_st.st_ino == path_st.st_ino;
 }
@@ -143,7 +146,9 @@ void save_checkpoint(const std::string& path, const Checkpoint& ckpt) {
 std::optional<Checkpoint> load_checkpoint(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return std::nullopt;
-  auto fail = [&](const char* what) { return std::runtime_error(path + ": corrupt checkpoint (" + what + ")"); };
+  auto fail = [&](const char* what) {
+    return std::runtime_error(path + ": corrupt checkpoint (" + what + ")");
+  };
   char magic[8];
   if (!in.read(magic, 8)) throw fail("truncated");
   const bool v1 = std::memcmp(magic, kMagicV1, 8) == 0;
@@ -171,7 +176,8 @@ std::optional<Checkpoint> load_checkpoint(const std::string& path) {
     for (std::uint64_t i = 0; i < n; ++i) {
       std::string name = get_text();
       std::string value = get_text();
-      if (!c.settings.emplace(std::move(name), std::move(value)).second) throw fail("a setting given twice");
+      if (!c.settings.emplace(std::move(name), std::move(value)).second)
+        throw fail("a setting given twice");
     }
   }
   const std::uint64_t n = get();
@@ -180,7 +186,8 @@ std::optional<Checkpoint> load_checkpoint(const std::string& path) {
     const std::uint64_t count = get();
     if (count > kMaxTensorElements) throw fail("tensor too large");
     std::vector<float> t(count);
-    if (!in.read(reinterpret_cast<char*>(t.data()), static_cast<std::streamsize>(count * sizeof(float)))) {
+    if (!in.read(reinterpret_cast<char*>(t.data()),
+                 static_cast<std::streamsize>(count * sizeof(float)))) {
       throw fail("truncated tensor");
     }
     c.tensors.push_back(std::move(t));
@@ -199,7 +206,8 @@ std::vector<std::string> remove_stale_temporaries(const std::string& path) {
   }
   std::vector<std::string> candidates;
   while (const dirent* entry = ::readdir(listing)) {
-    if (is_temporary_of(entry->d_name, base)) candidates.push_back((dir == "/" ? "" : dir) + "/" + entry->d_name);
+    if (is_temporary_of(entry->d_name, base))
+      candidates.push_back((dir == "/" ? "" : dir) + "/" + entry->d_name);
   }
   ::closedir(listing);
   for (const auto& candidate : candidates) {

@@ -34,10 +34,11 @@ namespace ddp::examples {
 using Settings = std::map<std::string, std::string>;
 
 struct Checkpoint {
-  std::uint64_t epoch = 0;        // the epoch to continue
-  std::uint64_t step = 0;         // steps of that epoch already done
-  std::uint64_t global_step = 0;  // steps done in the whole run (the learning-rate schedule's input)
-  std::uint64_t world_size = 0;   // the sampler position is only valid for the same world size
+  std::uint64_t epoch = 0;  // the epoch to continue
+  std::uint64_t step = 0;   // steps of that epoch already done
+  std::uint64_t global_step =
+      0;                         // steps done in the whole run (the learning-rate schedule's input)
+  std::uint64_t world_size = 0;  // the sampler position is only valid for the same world size
   // The settings the run was started with. Empty in a version 1 file, which
   // did not record them.
   Settings settings;

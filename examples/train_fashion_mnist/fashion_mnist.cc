@@ -16,14 +16,16 @@ using GzPtr = std::unique_ptr<gzFile_s, GzCloser>;
 std::uint32_t read_be32(gzFile f, const std::string& path) {
   unsigned char b[4];
   if (gzread(f, b, 4) != 4) throw std::runtime_error(path + ": truncated header");
-  return (std::uint32_t{b[0]} << 24) | (std::uint32_t{b[1]} << 16) | (std::uint32_t{b[2]} << 8) | b[3];
+  return (std::uint32_t{b[0]} << 24) | (std::uint32_t{b[1]} << 16) | (std::uint32_t{b[2]} << 8) |
+         b[3];
 }
 
 std::vector<std::uint8_t> read_idx(const std::string& path, std::uint32_t magic,
                                    std::vector<std::uint32_t>& dims, std::size_t limit) {
   GzPtr f(gzopen(path.c_str(), "rb"));
   if (!f) throw std::runtime_error(path + ": cannot open (is dataset-fashion-mnist installed?)");
-  if (read_be32(f.get(), path) != magic) throw std::runtime_error(path + ": not an IDX file of the expected kind");
+  if (read_be32(f.get(), path) != magic)
+    throw std::runtime_error(path + ": not an IDX file of the expected kind");
   const std::uint32_t ndim = magic & 0xff;
   dims.clear();
   std::size_t per_item = 1;
@@ -54,7 +56,8 @@ Dataset load_fashion_mnist(const std::string& dir, const std::string& prefix, st
   auto pixels = read_idx(images_path, 0x00000803, image_dims, limit);
   auto labels = read_idx(labels_path, 0x00000801, label_dims, limit);
   if (image_dims[0] != label_dims[0]) {
-    throw std::runtime_error(images_path + " and " + labels_path + " hold different numbers of samples");
+    throw std::runtime_error(images_path + " and " + labels_path +
+                             " hold different numbers of samples");
   }
   Dataset ds;
   ds.size = image_dims[0];

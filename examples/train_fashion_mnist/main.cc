@@ -71,7 +71,8 @@ std::vector<int> parse_layers(const std::string& hidden, int in, int out) {
   while (std::getline(ss, item, ',')) {
     if (item.empty()) continue;
     const auto v = ddp::env::parse_int(item, "--hidden");
-    if (v <= 0 || v > 65536) throw ddp::InvalidArgument("--hidden", "layer width out of range: " + item);
+    if (v <= 0 || v > 65536)
+      throw ddp::InvalidArgument("--hidden", "layer width out of range: " + item);
     layers.push_back(static_cast<int>(v));
   }
   layers.push_back(out);
@@ -135,8 +136,10 @@ Settings run_settings(const Flags& flags, const std::vector<int>& layers, const 
 // Correct predictions and samples of this rank's contiguous shard of `test`,
 // summed over all ranks.
 double evaluate(Mlp& model, const Dataset& test, ddp::ProcessGroup& pg) {
-  const std::size_t begin = test.size * static_cast<std::size_t>(pg.rank()) / static_cast<std::size_t>(pg.size());
-  const std::size_t end = test.size * static_cast<std::size_t>(pg.rank() + 1) / static_cast<std::size_t>(pg.size());
+  const std::size_t begin =
+      test.size * static_cast<std::size_t>(pg.rank()) / static_cast<std::size_t>(pg.size());
+  const std::size_t end =
+      test.size * static_cast<std::size_t>(pg.rank() + 1) / static_cast<std::size_t>(pg.size());
   std::vector<std::int64_t> counts = {0, static_cast<std::int64_t>(end - begin)};
   std::vector<float> logits;
   constexpr std::size_t kChunk = 500;
@@ -150,14 +153,16 @@ double evaluate(Mlp& model, const Dataset& test, ddp::ProcessGroup& pg) {
     }
   }
   pg.allreduce(ddp::Buffer::of(counts), ddp::ReduceOp::kSum)->wait();
-  return counts[1] > 0 ? 100.0 * static_cast<double>(counts[0]) / static_cast<double>(counts[1]) : 0.0;
+  return counts[1] > 0 ? 100.0 * static_cast<double>(counts[0]) / static_cast<double>(counts[1])
+                       : 0.0;
 }
 
 int run(const Flags& flags) {
   // One BLAS thread per rank: the ranks already occupy the cores.
   openblas_set_num_threads(1);
 
-  const bool launched = ddp::env::get("RANK").has_value() || ddp::env::get("DDP_STORE_ADDR").has_value();
+  const bool launched =
+      ddp::env::get("RANK").has_value() || ddp::env::get("DDP_STORE_ADDR").has_value();
   ddp::InitOptions init;
   if (!launched) {  // alone: a world of one over an in-process store
     init.rank = 0;
@@ -170,38 +175,48 @@ int run(const Flags& flags) {
   const int world = pg->size();
   const bool lead = rank == 0;
 
-  const Dataset train = ddp::examples::load_fashion_mnist(flags.data_dir, "train", flags.train_limit);
+  const Dataset train =
+      ddp::examples::load_fashion_mnist(flags.data_dir, "train", flags.train_limit);
   const Dataset test = ddp::examples::load_fashion_mnist(flags.data_dir, "t10k", flags.test_limit);
 
   // Rank 0's initialization wins anyway (DDP broadcasts it at construction).
   const std::vector<int> layers = parse_layers(flags.hidden, static_cast<int>(train.features), 10);
-  Mlp model(layers, rank == 0 ? flags.seed + 1 : flags.seed + 1000 + static_cast<std::uint64_t>(rank));
+  Mlp model(layers,
+            rank == 0 ? flags.seed + 1 : flags.seed + 1000 + static_cast<std::uint64_t>(rank));
   // Only a checkpoint needs them (the fingerprint reads the whole training set: ~0.1 s for all of it).
-  const Settings settings = flags.checkpoint.empty() ? Settings{} : run_settings(flags, layers, train);
+  const Settings settings =
+      flags.checkpoint.empty() ? Settings{} : run_settings(flags, layers, train);
 
   Checkpoint resume;
   if (!flags.checkpoint.empty()) {
     if (lead) {  // rank 0 is the only writer: what a dead writer left is its to remove
       for (const auto& removed : ddp::examples::remove_stale_temporaries(flags.checkpoint)) {
-        std::printf("removed %s (left by a checkpoint writer that died mid-save)\n", removed.c_str());
+        std::printf("removed %s (left by a checkpoint writer that died mid-save)\n",
+                    removed.c_str());
       }
     }
     if (auto ckpt = ddp::examples::load_checkpoint(flags.checkpoint)) {
       if (ckpt->settings.empty()) {
-        if (lead) std::printf("checkpoint %s records no settings (an older version wrote it): not checked\n",
-                              flags.checkpoint.c_str());
+        if (lead)
+          std::printf(
+              "checkpoint %s records no settings (an older version wrote it): not checked\n",
+              flags.checkpoint.c_str());
       } else if (const auto mismatch = ddp::examples::settings_mismatch(ckpt->settings, settings)) {
-        throw ddp::InvalidArgument("--checkpoint", flags.checkpoint + " was written by a run with other settings (" +
-                                                       *mismatch + "); resuming would not continue that run: "
-                                                       "use the settings it was written with, or another "
-                                                       "checkpoint file to start afresh");
+        throw ddp::InvalidArgument(
+            "--checkpoint", flags.checkpoint + " was written by a run with other settings (" +
+                                *mismatch +
+                                "); resuming would not continue that run: "
+                                "use the settings it was written with, or another "
+                                "checkpoint file to start afresh");
       }
       if (ckpt->tensors.size() != 2 * model.num_params()) {
-        throw ddp::InvalidArgument("--checkpoint", flags.checkpoint + " was written for a different model");
+        throw ddp::InvalidArgument("--checkpoint",
+                                   flags.checkpoint + " was written for a different model");
       }
       for (std::size_t i = 0; i < model.num_params(); ++i) {
         if (ckpt->tensors[i].size() != model.value(i).size()) {
-          throw ddp::InvalidArgument("--checkpoint", flags.checkpoint + " was written for a different model");
+          throw ddp::InvalidArgument("--checkpoint",
+                                     flags.checkpoint + " was written for a different model");
         }
         model.value(i) = ckpt->tensors[i];
         model.momentum(i) = ckpt->tensors[model.num_params() + i];
@@ -209,9 +224,10 @@ int run(const Flags& flags) {
       resume = *ckpt;
       if (resume.world_size != static_cast<std::uint64_t>(world)) {
         // The sampler's shards depend on the world size: restart the epoch.
-        if (lead) std::printf("checkpoint from world size %llu: restarting epoch %llu from its beginning\n",
-                              static_cast<unsigned long long>(resume.world_size),
-                              static_cast<unsigned long long>(resume.epoch));
+        if (lead)
+          std::printf("checkpoint from world size %llu: restarting epoch %llu from its beginning\n",
+                      static_cast<unsigned long long>(resume.world_size),
+                      static_cast<unsigned long long>(resume.epoch));
         resume.step = 0;
       }
       if (lead) {
@@ -225,7 +241,8 @@ int run(const Flags& flags) {
 
   ddp::DdpOptions options;
   options.reducer.bucket_cap_bytes = static_cast<std::size_t>(flags.bucket_cap_mb * ddp::kMiB);
-  options.reducer.first_bucket_cap_bytes = static_cast<std::size_t>(flags.first_bucket_mb * ddp::kMiB);
+  options.reducer.first_bucket_cap_bytes =
+      static_cast<std::size_t>(flags.first_bucket_mb * ddp::kMiB);
   options.reducer.comm_hook = ddp::make_comm_hook(flags.comm_hook);
   options.reducer.gradient_as_bucket_view = flags.grad_as_bucket_view;
   // The buckets keep the layout they get here, for the whole run. Rebuilding them
@@ -250,7 +267,8 @@ int run(const Flags& flags) {
   ddp::DistributedDataParallel ddp_model(pg, params, state, options);
   auto refresh_grads = [&] {
     if (!flags.grad_as_bucket_view) return;
-    for (std::size_t i = 0; i < model.num_params(); ++i) model.grad(i) = static_cast<float*>(ddp_model.grad(i).data);
+    for (std::size_t i = 0; i < model.num_params(); ++i)
+      model.grad(i) = static_cast<float*>(ddp_model.grad(i).data);
   };
   refresh_grads();
 
@@ -262,10 +280,11 @@ int run(const Flags& flags) {
     throw ddp::InvalidArgument("--batch-size", "larger than this rank's share of the training set");
   }
   if (lead) {
-    std::printf("training %s on %zu samples (%d ranks x batch %d x %d micro-batches, %zu steps/epoch), "
-                "comm hook %s\n",
-                flags.hidden.c_str(), train.size, world, flags.batch_size, micro, steps_per_epoch,
-                flags.comm_hook.c_str());
+    std::printf(
+        "training %s on %zu samples (%d ranks x batch %d x %d micro-batches, %zu steps/epoch), "
+        "comm hook %s\n",
+        flags.hidden.c_str(), train.size, world, flags.batch_size, micro, steps_per_epoch,
+        flags.comm_hook.c_str());
     std::fflush(stdout);
   }
 
@@ -280,7 +299,8 @@ int run(const Flags& flags) {
   double comm_ms = 0, exposed_ms = 0, backward_ms = 0;
   std::uint64_t synced = 0;
 
-  for (std::uint64_t epoch = resume.epoch; epoch < static_cast<std::uint64_t>(flags.epochs) && !stop; ++epoch) {
+  for (std::uint64_t epoch = resume.epoch;
+       epoch < static_cast<std::uint64_t>(flags.epochs) && !stop; ++epoch) {
     sampler.set_epoch(epoch);
     const auto indices = sampler.indices();
     const std::size_t first_step = epoch == resume.epoch ? resume.step : 0;
@@ -293,14 +313,17 @@ int run(const Flags& flags) {
         const std::size_t base = step * per_step + static_cast<std::size_t>(k) * flags.batch_size;
         for (int s = 0; s < flags.batch_size; ++s) {
           const auto idx = static_cast<std::size_t>(indices[base + static_cast<std::size_t>(s)]);
-          std::copy_n(&train.images[idx * train.features], train.features, &xb[static_cast<std::size_t>(s) * train.features]);
+          std::copy_n(&train.images[idx * train.features], train.features,
+                      &xb[static_cast<std::size_t>(s) * train.features]);
           yb[static_cast<std::size_t>(s)] = train.labels[idx];
         }
         auto one = [&] {
           ddp_model.begin_forward();
-          loss += model.forward_loss(xb.data(), yb.data(), flags.batch_size) / static_cast<float>(micro);
+          loss += model.forward_loss(xb.data(), yb.data(), flags.batch_size) /
+                  static_cast<float>(micro);
           ddp_model.begin_backward();
-          model.backward(1.0f / static_cast<float>(micro), [&](std::size_t i) { ddp_model.grad_ready(i); });
+          model.backward(1.0f / static_cast<float>(micro),
+                         [&](std::size_t i) { ddp_model.grad_ready(i); });
           ddp_model.finalize();
         };
         if (k + 1 < micro) {
@@ -314,7 +337,8 @@ int run(const Flags& flags) {
       // Cosine decay of the learning rate over the whole run (a function of the
       // global step, so a resumed run follows the same schedule).
       const double progress = static_cast<double>(global_step) / static_cast<double>(total_steps);
-      const auto lr = static_cast<float>(flags.lr * 0.5 * (1.0 + std::cos(3.141592653589793 * std::min(progress, 1.0))));
+      const auto lr = static_cast<float>(
+          flags.lr * 0.5 * (1.0 + std::cos(3.141592653589793 * std::min(progress, 1.0))));
       model.sgd_step(lr, flags.momentum, flags.weight_decay);
       ++global_step;
       const auto& st = ddp_model.stats().reducer;
@@ -324,22 +348,28 @@ int run(const Flags& flags) {
       ++synced;
       window_samples += per_step * static_cast<std::size_t>(world);
       loss_avg = (step == first_step) ? loss : 0.9 * loss_avg + 0.1 * loss;
-      if (flags.throttle_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(flags.throttle_ms));
+      if (flags.throttle_ms > 0)
+        std::this_thread::sleep_for(std::chrono::milliseconds(flags.throttle_ms));
 
       const bool last = step + 1 == steps_per_epoch;
-      if (lead && ((step + 1) % static_cast<std::size_t>(std::max(flags.log_every, 1)) == 0 || last)) {
+      if (lead &&
+          ((step + 1) % static_cast<std::size_t>(std::max(flags.log_every, 1)) == 0 || last)) {
         const double secs = std::chrono::duration<double>(Clock::now() - t_window).count();
         std::printf("%sepoch %llu/%d step %zu/%zu loss %.4f %.0f samples/s%s", tty ? "\r" : "",
-                    static_cast<unsigned long long>(epoch + 1), flags.epochs, step + 1, steps_per_epoch,
-                    loss_avg, secs > 0 ? static_cast<double>(window_samples) / secs : 0.0, tty ? "" : "\n");
+                    static_cast<unsigned long long>(epoch + 1), flags.epochs, step + 1,
+                    steps_per_epoch, loss_avg,
+                    secs > 0 ? static_cast<double>(window_samples) / secs : 0.0, tty ? "" : "\n");
         std::fflush(stdout);
         t_window = Clock::now();
         window_samples = 0;
       }
-      if (flags.max_steps > 0 && global_step >= static_cast<std::uint64_t>(flags.max_steps)) stop = true;
-      const bool save_now = !flags.checkpoint.empty() &&
-                            ((flags.checkpoint_every > 0 && global_step % static_cast<std::uint64_t>(flags.checkpoint_every) == 0) ||
-                             last || stop);
+      if (flags.max_steps > 0 && global_step >= static_cast<std::uint64_t>(flags.max_steps))
+        stop = true;
+      const bool save_now =
+          !flags.checkpoint.empty() &&
+          ((flags.checkpoint_every > 0 &&
+            global_step % static_cast<std::uint64_t>(flags.checkpoint_every) == 0) ||
+           last || stop);
       if (lead && save_now) {
         Checkpoint c;
         c.epoch = last ? epoch + 1 : epoch;
@@ -364,10 +394,12 @@ int run(const Flags& flags) {
   if (synced == 0) accuracy = evaluate(model, test, *pg);  // nothing left to train
   if (lead) {
     if (synced > 0) {
-      std::printf("ddp: %llu steps, mean backward %.2f ms, all-reduce %.2f ms of which exposed %.2f ms "
-                  "(%.0f%% overlapped)\n",
-                  static_cast<unsigned long long>(synced), backward_ms / synced, comm_ms / synced,
-                  exposed_ms / synced, comm_ms > 0 ? 100.0 * std::max(0.0, 1.0 - exposed_ms / comm_ms) : 0.0);
+      std::printf(
+          "ddp: %llu steps, mean backward %.2f ms, all-reduce %.2f ms of which exposed %.2f ms "
+          "(%.0f%% overlapped)\n",
+          static_cast<unsigned long long>(synced), backward_ms / synced, comm_ms / synced,
+          exposed_ms / synced,
+          comm_ms > 0 ? 100.0 * std::max(0.0, 1.0 - exposed_ms / comm_ms) : 0.0);
     }
     std::printf("final test accuracy: %.2f%% (%.1f s)\n", accuracy,
                 std::chrono::duration<double>(Clock::now() - t_start).count());
@@ -383,25 +415,48 @@ int main(int argc, char** argv) {
   Flags f;
   CLI::App app{"Fashion-MNIST MLP trained with ddp (DistributedDataParallel + DistributedSampler)"};
   app.add_option("--data-dir", f.data_dir, "folder with the gzip IDX files")->capture_default_str();
-  app.add_option("--epochs", f.epochs, "epochs to train")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--batch-size", f.batch_size, "samples per rank and step")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--lr", f.lr, "peak learning rate (cosine decay to 0 over the run)")->capture_default_str();
+  app.add_option("--epochs", f.epochs, "epochs to train")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--batch-size", f.batch_size, "samples per rank and step")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--lr", f.lr, "peak learning rate (cosine decay to 0 over the run)")
+      ->capture_default_str();
   app.add_option("--momentum", f.momentum, "SGD momentum")->capture_default_str();
   app.add_option("--weight-decay", f.weight_decay, "L2 penalty on weights")->capture_default_str();
-  app.add_option("--hidden", f.hidden, "hidden layer widths, comma-separated")->capture_default_str();
+  app.add_option("--hidden", f.hidden, "hidden layer widths, comma-separated")
+      ->capture_default_str();
   app.add_option("--seed", f.seed, "initialization and shuffling seed")->capture_default_str();
-  app.add_option("--train-limit", f.train_limit, "use only the first N training samples (0: all)")->capture_default_str();
-  app.add_option("--test-limit", f.test_limit, "use only the first N test samples (0: all)")->capture_default_str();
-  app.add_option("--checkpoint", f.checkpoint, "checkpoint file: loaded at start when present, saved by rank 0");
-  app.add_option("--checkpoint-every", f.checkpoint_every, "save every N steps (and at each epoch end)")->capture_default_str();
+  app.add_option("--train-limit", f.train_limit, "use only the first N training samples (0: all)")
+      ->capture_default_str();
+  app.add_option("--test-limit", f.test_limit, "use only the first N test samples (0: all)")
+      ->capture_default_str();
+  app.add_option("--checkpoint", f.checkpoint,
+                 "checkpoint file: loaded at start when present, saved by rank 0");
+  app.add_option("--checkpoint-every", f.checkpoint_every,
+                 "save every N steps (and at each epoch end)")
+      ->capture_default_str();
   app.add_option("--log-every", f.log_every, "progress line every N steps")->capture_default_str();
-  app.add_option("--bucket-cap-mb", f.bucket_cap_mb, "DDP bucket cap in MiB")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--first-bucket-mb", f.first_bucket_mb, "DDP first bucket cap in MiB")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--comm-hook", f.comm_hook, "allreduce, fp16 or bf16")->capture_default_str()->check(CLI::IsMember({"allreduce", "fp16", "bf16"}));
+  app.add_option("--bucket-cap-mb", f.bucket_cap_mb, "DDP bucket cap in MiB")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--first-bucket-mb", f.first_bucket_mb, "DDP first bucket cap in MiB")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--comm-hook", f.comm_hook, "allreduce, fp16 or bf16")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"allreduce", "fp16", "bf16"}));
   app.add_flag("--grad-as-bucket-view", f.grad_as_bucket_view, "gradients live in DDP's buckets");
-  app.add_option("--accumulate", f.accumulate, "micro-batches per step (all but the last under no_sync)")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--max-steps", f.max_steps, "stop after N steps in total (0: no limit)")->capture_default_str();
-  app.add_option("--throttle-ms", f.throttle_ms, "sleep after each step (to watch or interrupt a run)")->capture_default_str();
+  app.add_option("--accumulate", f.accumulate,
+                 "micro-batches per step (all but the last under no_sync)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--max-steps", f.max_steps, "stop after N steps in total (0: no limit)")
+      ->capture_default_str();
+  app.add_option("--throttle-ms", f.throttle_ms,
+                 "sleep after each step (to watch or interrupt a run)")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   try {
     return run(f);

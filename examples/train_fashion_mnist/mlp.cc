@@ -39,7 +39,8 @@ void Mlp::forward(const float* x, int n, std::vector<float>& out) {
     auto& z = act_[l + 1];
     z.resize(static_cast<std::size_t>(n) * outn);
     const auto& b = values_[2 * l + 1];
-    for (int s = 0; s < n; ++s) std::copy(b.begin(), b.end(), z.begin() + static_cast<std::ptrdiff_t>(s) * outn);
+    for (int s = 0; s < n; ++s)
+      std::copy(b.begin(), b.end(), z.begin() + static_cast<std::ptrdiff_t>(s) * outn);
     // z = x W^T + b
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, outn, in, 1.0f, act_[l].data(), in,
                 values_[2 * l].data(), in, 1.0f, z.data(), outn);

@@ -37,14 +37,14 @@ struct UsageError {
 bool is_int(const std::string& text) {
   if (text.empty()) return false;
   std::size_t start = text[0] == '-' || text[0] == '+' ? 1 : 0;
-  return start < text.size() &&
-         std::all_of(text.begin() + static_cast<long>(start), text.end(),
-                     [](unsigned char c) { return std::isdigit(c); });
+  return start < text.size() && std::all_of(text.begin() + static_cast<long>(start), text.end(),
+                                            [](unsigned char c) { return std::isdigit(c); });
 }
 
 long long parse_int_in(const std::string& text, long long lo, long long hi, const std::string& what,
                        const std::string& expected) {
-  if (!is_int(text) || text.size() > 18) fail(what + ": expected " + expected + ", got '" + text + "'");
+  if (!is_int(text) || text.size() > 18)
+    fail(what + ": expected " + expected + ", got '" + text + "'");
   long long value = std::stoll(text);
   if (value < lo || value > hi) fail(what + ": expected " + expected + ", got '" + text + "'");
   return value;
@@ -86,8 +86,10 @@ agent::StdSetting parse_std(const std::string& text, const std::string& what) {
     return setting;
   }
   if (!std::regex_match(text, kMapping) || text.size() > 4096) {
-    fail(what + ": expected 0 (none), 1 (stdout), 2 (stderr), 3 (both) or a mapping like "
-                "0:1,1:3, got '" + text + "'");
+    fail(what +
+         ": expected 0 (none), 1 (stdout), 2 (stderr), 3 (both) or a mapping like "
+         "0:1,1:3, got '" +
+         text + "'");
   }
   std::istringstream in(text);
   for (std::string item; std::getline(in, item, ',');) {
@@ -128,8 +130,7 @@ std::pair<std::string, std::uint16_t> parse_endpoint(const std::string& text,
       if (text[close + 1] != ':') fail(what + ": expected host[:port], got '" + text + "'");
       port = text.substr(close + 2);
     }
-  } else if (auto colon = text.rfind(':'); colon != std::string::npos &&
-                                           text.find(':') == colon) {
+  } else if (auto colon = text.rfind(':'); colon != std::string::npos && text.find(':') == colon) {
     host = text.substr(0, colon);
     port = text.substr(colon + 1);
   }
@@ -212,8 +213,10 @@ class Parser {
     app_.set_version_flag("--version", kVersion);
     app_.footer(
         "positional arguments:\n"
-        "  program                     The program (a .py script, a module with -m, or any executable\n"
-        "                              with --no_python) followed by its arguments; ${local_rank} in an\n"
+        "  program                     The program (a .py script, a module with -m, or any "
+        "executable\n"
+        "                              with --no_python) followed by its arguments; ${local_rank} "
+        "in an\n"
         "                              argument becomes each worker's local rank.\n"
         "  args...                     Arguments of the program.\n\n"
         "examples:\n"
@@ -223,31 +226,51 @@ class Parser {
         "--rdzv_id=job42 train.py\n"
         "  ddprun --standalone --nproc_per_node=2 --no_python ./my_binary --rank-file "
         "out_${local_rank}.txt");
-    add("nnodes", raw_.nnodes, "Number of nodes, or the range of nodes in form <minimum_nodes>:<maximum_nodes>.");
-    add("nproc_per_node", raw_.nproc_per_node, "Number of workers per node; supported values: [auto, cpu, gpu, int].");
+    add("nnodes", raw_.nnodes,
+        "Number of nodes, or the range of nodes in form <minimum_nodes>:<maximum_nodes>.");
+    add("nproc_per_node", raw_.nproc_per_node,
+        "Number of workers per node; supported values: [auto, cpu, gpu, int].");
     flag("standalone", raw_.standalone,
          "Start a local standalone rendezvous backend (an embedded store on a free port); "
          "useful for single-node, multi-worker jobs. Sets --rdzv_backend, --rdzv_endpoint and "
          "--rdzv_id automatically.");
-    add("rdzv_backend", raw_.rdzv_backend, "Rendezvous backend: static (default; fixed nodes, given ranks) or c10d (elastic: --nnodes MIN:MAX).");
-    add("rdzv_endpoint", raw_.rdzv_endpoint, "Rendezvous backend endpoint; usually in form <host>:<port> (c10d default port 29400).");
+    add("rdzv_backend", raw_.rdzv_backend,
+        "Rendezvous backend: static (default; fixed nodes, given ranks) or c10d (elastic: --nnodes "
+        "MIN:MAX).");
+    add("rdzv_endpoint", raw_.rdzv_endpoint,
+        "Rendezvous backend endpoint; usually in form <host>:<port> (c10d default port 29400).");
     add("rdzv_id", raw_.rdzv_id, "User-defined group id (the job's run id).");
-    add("rdzv_conf", raw_.rdzv_conf, "Additional rendezvous configuration (<key1>=<value1>,<key2>=<value2>,...): join_timeout, last_call_timeout, close_timeout, heartbeat_timeout, keep_alive_interval, read_timeout (seconds), keep_alive_max_attempt, is_host.");
-    add("node_rank", raw_.node_rank, "Rank of the node for multi-node distributed training (static backend; orders the group ranks with c10d when given).");
-    add("master_addr", raw_.master_addr, "Address of the master node (rank 0) for the static backend: the agents' store lives there.");
+    add("rdzv_conf", raw_.rdzv_conf,
+        "Additional rendezvous configuration (<key1>=<value1>,<key2>=<value2>,...): join_timeout, "
+        "last_call_timeout, close_timeout, heartbeat_timeout, keep_alive_interval, read_timeout "
+        "(seconds), keep_alive_max_attempt, is_host.");
+    add("node_rank", raw_.node_rank,
+        "Rank of the node for multi-node distributed training (static backend; orders the group "
+        "ranks with c10d when given).");
+    add("master_addr", raw_.master_addr,
+        "Address of the master node (rank 0) for the static backend: the agents' store lives "
+        "there.");
     add("master_port", raw_.master_port, "Port on the master node for the static backend's store.");
-    add("local_addr", raw_.local_addr, "Address of the local node, as other nodes reach it. Default: this host's name.");
-    add("max_restarts", raw_.max_restarts, "Maximum number of worker group restarts before failing.");
-    add("monitor_interval", raw_.monitor_interval, "Accepted for torchrun compatibility; ddprun notices worker exits at once (no polling).");
-    add("start_method", raw_.start_method, "Accepted for torchrun compatibility (spawn, fork, forkserver); workers are always exec'd.");
+    add("local_addr", raw_.local_addr,
+        "Address of the local node, as other nodes reach it. Default: this host's name.");
+    add("max_restarts", raw_.max_restarts,
+        "Maximum number of worker group restarts before failing.");
+    add("monitor_interval", raw_.monitor_interval,
+        "Accepted for torchrun compatibility; ddprun notices worker exits at once (no polling).");
+    add("start_method", raw_.start_method,
+        "Accepted for torchrun compatibility (spawn, fork, forkserver); workers are always "
+        "exec'd.");
     add("role", raw_.role, "User-defined role for the workers (ROLE_NAME).");
     flag("no_python", raw_.no_python, "Execute the program directly instead of through python3.");
     app_.add_flag("-m,--module", raw_.module,
                   "Change each process to interpret the launch script as a Python module "
                   "(python3 -u -m program).")
         ->envname("PET_MODULE");
-    flag("run_path", raw_.run_path, "Accepted for torchrun compatibility (the program runs as a script either way).");
-    add("log_dir", raw_.log_dir, "Base directory for log files: <log_dir>/<run_id>/attempt_<n>/<local_rank>/{stdout,stderr}.log and error.json.");
+    flag("run_path", raw_.run_path,
+         "Accepted for torchrun compatibility (the program runs as a script either way).");
+    add("log_dir", raw_.log_dir,
+        "Base directory for log files: "
+        "<log_dir>/<run_id>/attempt_<n>/<local_rank>/{stdout,stderr}.log and error.json.");
     app_.add_option("-r,--redirects", raw_.redirects,
                     "Redirect std streams into a log file in the log directory (0 none, 1 stdout, "
                     "2 stderr, 3 both; or per local rank, e.g. 0:1,1:2).")
@@ -259,10 +282,15 @@ class Parser {
         ->envname("PET_TEE")
         ->default_str("0")
         ->type_name("TEE");
-    add("local_ranks_filter", raw_.local_ranks_filter, "Only show logs from these local ranks on the console (e.g. 0,1,2).");
-    add("signals_to_handle", raw_.signals_to_handle, "Signals forwarded to the workers (SIGINT, SIGTERM, SIGHUP, SIGQUIT always; SIGUSR1/SIGUSR2 when named).");
-    add("exit_barrier_timeout", raw_.exit_barrier_timeout, "Seconds an agent whose workers succeeded waits for the other agents.");
-    add("stop_grace", raw_.stop_grace, "Seconds between SIGTERM and SIGKILL when stopping workers.");
+    add("local_ranks_filter", raw_.local_ranks_filter,
+        "Only show logs from these local ranks on the console (e.g. 0,1,2).");
+    add("signals_to_handle", raw_.signals_to_handle,
+        "Signals forwarded to the workers (SIGINT, SIGTERM, SIGHUP, SIGQUIT always; "
+        "SIGUSR1/SIGUSR2 when named).");
+    add("exit_barrier_timeout", raw_.exit_barrier_timeout,
+        "Seconds an agent whose workers succeeded waits for the other agents.");
+    add("stop_grace", raw_.stop_grace,
+        "Seconds between SIGTERM and SIGKILL when stopping workers.");
   }
 
   ParseResult parse(int argc, const char* const* argv) {
@@ -333,9 +361,7 @@ class Parser {
   }
 
   // Whether the option was given, on the command line or as PET_<NAME>.
-  bool given(const std::string& name) const {
-    return app_.get_option("--" + name)->count() > 0;
-  }
+  bool given(const std::string& name) const { return app_.get_option("--" + name)->count() > 0; }
 
   // Under SLURM (SLURM_JOB_ID set), without --standalone and --rdzv_endpoint:
   // every option of the job's shape that was not given comes from the job's
@@ -364,7 +390,8 @@ class Parser {
       // the others never start, and node 0 would wait for them.
       if (nodes.value > 1 && !given("node_rank") && !slurm.in_step()) {
         fail("this SLURM job has " + std::to_string(nodes.value) + " nodes (" + nodes.variable +
-             "=" + raw_.nnodes + ") but ddprun runs outside a job step (SLURM_STEP_ID is not "
+             "=" + raw_.nnodes +
+             ") but ddprun runs outside a job step (SLURM_STEP_ID is not "
              "set, as in the batch script itself): start one ddprun per node with srun "
              "(`srun --ntasks=$SLURM_JOB_NUM_NODES ddprun ...`), or give --nnodes and "
              "--node_rank");
@@ -421,7 +448,8 @@ class Parser {
     // The program: what CLI11 left over, after an optional "--".
     std::vector<std::string> rest = app_.remaining();
     if (!rest.empty() && rest[0] == "--") rest.erase(rest.begin());
-    if (rest.empty()) fail("missing the program to run (usage: ddprun [options] program [args...])");
+    if (rest.empty())
+      fail("missing the program to run (usage: ddprun [options] program [args...])");
     if (rest[0].size() > 1 && rest[0][0] == '-') {
       fail("unrecognized option '" + rest[0] + "'");
     }
@@ -453,9 +481,9 @@ class Parser {
       c.nproc_per_node = count_gpus();
       if (c.nproc_per_node == 0) c.nproc_per_node = count_cpus();
     } else {
-      c.nproc_per_node = static_cast<int>(parse_int_in(
-          raw_.nproc_per_node, 1, 4096, what("nproc_per_node"),
-          "a positive integer (at most 4096), cpu, gpu or auto"));
+      c.nproc_per_node =
+          static_cast<int>(parse_int_in(raw_.nproc_per_node, 1, 4096, what("nproc_per_node"),
+                                        "a positive integer (at most 4096), cpu, gpu or auto"));
     }
     // Rendezvous.
     c.standalone = raw_.standalone;
@@ -463,7 +491,9 @@ class Parser {
     // The id names a directory under --log_dir: "." or ".." would leave it.
     if (c.rdzv_id.empty() || c.rdzv_id == "." || c.rdzv_id == ".." ||
         c.rdzv_id.find_first_of("/ \t\n") != std::string::npos) {
-      fail(what("rdzv_id") + ": expected a non-empty id without '/' or spaces (and not '.' or '..'), got '" + c.rdzv_id + "'");
+      fail(what("rdzv_id") +
+           ": expected a non-empty id without '/' or spaces (and not '.' or '..'), got '" +
+           c.rdzv_id + "'");
     }
     c.master_addr = raw_.master_addr;
     if (c.master_addr.empty()) fail(what("master_addr") + ": must not be empty");
@@ -471,7 +501,8 @@ class Parser {
         parse_int_in(raw_.master_port, 1, 65535, what("master_port"), "a port in 1..65535"));
     c.rdzv_backend = raw_.rdzv_backend;
     if (c.rdzv_backend == "etcd-v2") {
-      fail(what("rdzv_backend") + "=etcd-v2: etcd's v2 API is not supported (etcd 3.4 disables it, "
+      fail(what("rdzv_backend") +
+           "=etcd-v2: etcd's v2 API is not supported (etcd 3.4 disables it, "
            "3.6 removed it); --rdzv_backend=etcd speaks etcd's v3 API");
     }
     const RendezvousBackend* backend = find_rendezvous_backend(c.rdzv_backend);
@@ -491,8 +522,9 @@ class Parser {
       c.rdzv_id = random_id();
     } else if (backend->store_at == RendezvousBackend::StoreAt::kEtcd) {
       if (raw_.rdzv_endpoint.empty()) {
-        fail("--rdzv_backend=etcd needs --rdzv_endpoint host[:port][,host[:port]...] (etcd's "
-             "client URLs; default port 2379)");
+        fail(
+            "--rdzv_backend=etcd needs --rdzv_endpoint host[:port][,host[:port]...] (etcd's "
+            "client URLs; default port 2379)");
       }
       std::istringstream in(raw_.rdzv_endpoint);
       for (std::string item; std::getline(in, item, ',');) {
@@ -511,9 +543,9 @@ class Parser {
       }
     } else if (!raw_.rdzv_endpoint.empty()) {
       const bool at_endpoint = backend->store_at == RendezvousBackend::StoreAt::kEndpoint;
-      auto [host, port] = parse_endpoint(raw_.rdzv_endpoint,
-                                         at_endpoint ? backend->default_port : c.master_port,
-                                         what("rdzv_endpoint"));
+      auto [host, port] =
+          parse_endpoint(raw_.rdzv_endpoint, at_endpoint ? backend->default_port : c.master_port,
+                         what("rdzv_endpoint"));
       c.rdzv_host = host;
       c.rdzv_port = port;
     } else if (backend->store_at == RendezvousBackend::StoreAt::kEndpoint) {
@@ -533,17 +565,18 @@ class Parser {
         "an integer in [0, " + std::to_string(c.max_nodes) + ") (0 <= node_rank < nnodes)"));
     c.local_addr = raw_.local_addr;
     if (c.local_addr.empty()) {
-      const bool loopback = c.rdzv_host == "127.0.0.1" || c.rdzv_host == "localhost" ||
-                            c.rdzv_host == "::1";
+      const bool loopback =
+          c.rdzv_host == "127.0.0.1" || c.rdzv_host == "localhost" || c.rdzv_host == "::1";
       // All agents on this machine (a loopback store): loopback is how they
       // reach each other. Static node 0 is reached where the store is.
-      c.local_addr = (c.standalone || loopback) ? "127.0.0.1"
-                     : (backend->store_at == RendezvousBackend::StoreAt::kNodeRankZero &&
-                        c.node_rank == 0) ? c.master_addr
-                                                                        : hostname();
+      c.local_addr =
+          (c.standalone || loopback) ? "127.0.0.1"
+          : (backend->store_at == RendezvousBackend::StoreAt::kNodeRankZero && c.node_rank == 0)
+              ? c.master_addr
+              : hostname();
     }
-    c.max_restarts = static_cast<int>(parse_int_in(raw_.max_restarts, 0, 1000000, what("max_restarts"),
-                                                   "a non-negative integer"));
+    c.max_restarts = static_cast<int>(parse_int_in(raw_.max_restarts, 0, 1000000,
+                                                   what("max_restarts"), "a non-negative integer"));
     {
       char* end = nullptr;
       c.monitor_interval = std::strtod(raw_.monitor_interval.c_str(), &end);
@@ -555,7 +588,8 @@ class Parser {
     }
     if (raw_.start_method != "spawn" && raw_.start_method != "fork" &&
         raw_.start_method != "forkserver") {
-      fail(what("start_method") + ": expected spawn, fork or forkserver, got '" + raw_.start_method + "'");
+      fail(what("start_method") + ": expected spawn, fork or forkserver, got '" +
+           raw_.start_method + "'");
     }
     c.role = raw_.role;
     if (c.role.empty()) fail(what("role") + ": must not be empty");
@@ -569,8 +603,8 @@ class Parser {
       for (const auto& [rank, value] : setting->per_rank) {
         if (rank >= c.nproc_per_node) {
           fail(std::string(setting == &c.redirects ? "-r/--redirects" : "-t/--tee") +
-               ": local rank " + std::to_string(rank) + " does not exist (--nproc_per_node=" +
-               std::to_string(c.nproc_per_node) + ")");
+               ": local rank " + std::to_string(rank) +
+               " does not exist (--nproc_per_node=" + std::to_string(c.nproc_per_node) + ")");
         }
       }
     }
@@ -609,7 +643,8 @@ class Parser {
     for (std::string item; std::getline(in, item, ',');) {
       auto eq = item.find('=');
       if (eq == std::string::npos || eq == 0) {
-        fail(what("rdzv_conf") + ": expected key=value[,key=value...], got '" + raw_.rdzv_conf + "'");
+        fail(what("rdzv_conf") + ": expected key=value[,key=value...], got '" + raw_.rdzv_conf +
+             "'");
       }
       c.rdzv_conf[item.substr(0, eq)] = item.substr(eq + 1);
     }
@@ -629,8 +664,8 @@ class Parser {
       } else if (key == "keep_alive_interval") {
         c.keep_alive_interval = positive_secs(value, name);
       } else if (key == "keep_alive_max_attempt") {
-        c.keep_alive_max_attempt = static_cast<int>(
-            parse_int_in(value, 1, 1000000, name, "a positive integer"));
+        c.keep_alive_max_attempt =
+            static_cast<int>(parse_int_in(value, 1, 1000000, name, "a positive integer"));
       } else if (key == "read_timeout") {
         c.read_timeout = positive_secs(value, name);
       } else if (key == "is_host") {
@@ -654,8 +689,8 @@ class Parser {
   // --rdzv_conf's keys for etcd; false when `key` is none of them.
   bool parse_etcd_conf(LaunchConfig& c, const std::string& key, const std::string& value,
                        const std::string& name) {
-    static const std::set<std::string> keys = {"protocol", "cacert", "cert", "key", "username",
-                                               "password_file"};
+    static const std::set<std::string> keys = {"protocol", "cacert",   "cert",
+                                               "key",      "username", "password_file"};
     if (keys.count(key) == 0) return false;
     if (c.rdzv_backend != "etcd") fail(name + ": only for --rdzv_backend=etcd");
     auto readable = [&](const std::string& path) {
@@ -663,7 +698,8 @@ class Parser {
       return path;
     };
     if (key == "protocol") {
-      if (value != "http" && value != "https") fail(name + ": expected http or https, got '" + value + "'");
+      if (value != "http" && value != "https")
+        fail(name + ": expected http or https, got '" + value + "'");
       c.etcd_tls = value == "https";
     } else if (key == "cacert") {
       c.etcd_ca_file = readable(value);
@@ -680,7 +716,8 @@ class Parser {
       // A file written on Windows (or by `echo` into a CRLF editor) ends its
       // line with "\r\n": the "\r" is not part of the password.
       if (!c.etcd_password.empty() && c.etcd_password.back() == '\r') c.etcd_password.pop_back();
-      if (c.etcd_password.empty()) fail(name + ": '" + value + "' holds no password on its first line");
+      if (c.etcd_password.empty())
+        fail(name + ": '" + value + "' holds no password on its first line");
     }
     return true;
   }
@@ -688,7 +725,8 @@ class Parser {
   // Seconds, whole or fractional, that must be more than zero.
   std::chrono::milliseconds positive_secs(const std::string& text, const std::string& name) {
     auto value = parse_secs(text, name);
-    if (value.count() <= 0) fail(name + ": expected a positive number of seconds, got '" + text + "'");
+    if (value.count() <= 0)
+      fail(name + ": expected a positive number of seconds, got '" + text + "'");
     return value;
   }
 
@@ -713,8 +751,8 @@ class Parser {
       c.python = resolved;
       return resolved;
     };
-    const bool is_python_file = c.program.size() > 3 &&
-                                c.program.compare(c.program.size() - 3, 3, ".py") == 0;
+    const bool is_python_file =
+        c.program.size() > 3 && c.program.compare(c.program.size() - 3, 3, ".py") == 0;
     if (c.module) {
       command = {python(), "-u", "-m", c.program};
     } else if (!c.no_python && is_python_file) {

@@ -12,8 +12,8 @@
 #include <optional>
 
 #include "ddp/agent/agent.h"
-#include "ddp/common/error.h"
 #include "ddp/common/env.h"
+#include "ddp/common/error.h"
 #include "ddp/common/logging.h"
 #include "ddp/launcher/launch_config.h"
 #include "ddp/launcher/python_check.h"
@@ -80,12 +80,15 @@ std::string prepare_run_log_dir(const std::string& base, const std::string& run_
     throw ddp::InvalidArgument("--log_dir", "cannot stat " + dir + ": " + std::strerror(errno));
   }
   if (S_ISLNK(st.st_mode)) {
-    throw ddp::InvalidArgument("--log_dir", dir + " is a symbolic link (refused: somebody may have planted it)");
+    throw ddp::InvalidArgument("--log_dir",
+                               dir + " is a symbolic link (refused: somebody may have planted it)");
   }
-  if (!S_ISDIR(st.st_mode)) throw ddp::InvalidArgument("--log_dir", dir + " exists and is not a directory");
+  if (!S_ISDIR(st.st_mode))
+    throw ddp::InvalidArgument("--log_dir", dir + " exists and is not a directory");
   if (!created && st.st_uid != ::geteuid()) {
-    throw ddp::InvalidArgument("--log_dir", dir + " belongs to uid " + std::to_string(st.st_uid) +
-                                                ", not to this user (refused: use another --log_dir or --rdzv_id)");
+    throw ddp::InvalidArgument(
+        "--log_dir", dir + " belongs to uid " + std::to_string(st.st_uid) +
+                         ", not to this user (refused: use another --log_dir or --rdzv_id)");
   }
   return dir;
 }
@@ -102,7 +105,8 @@ void note_missing_torch(const ddp::launcher::LaunchConfig& config) {
   const auto source = ddp::env::get("PYTHON_EXEC").value_or("").empty()
                           ? ddp::launcher::PythonSource::kPath
                           : ddp::launcher::PythonSource::kPythonExec;
-  std::fputs(ddp::launcher::missing_torch_note(config.program, config.python, source).c_str(), stderr);
+  std::fputs(ddp::launcher::missing_torch_note(config.program, config.python, source).c_str(),
+             stderr);
 }
 
 // One line saying which options this SLURM job filled in, and from what, e.g.
@@ -121,7 +125,8 @@ void log_slurm_options(const ddp::launcher::LaunchConfig& config) {
   };
   std::string line;
   for (const auto& [option, source] : config.from_slurm) {
-    line += (line.empty() ? "" : ", ") + ("--" + option + "=" + value(option) + " (" + source + ")");
+    line +=
+        (line.empty() ? "" : ", ") + ("--" + option + "=" + value(option) + " (" + source + ")");
   }
   ddp::log::get("ddprun")->info("from SLURM: {}", line);
 }
@@ -139,8 +144,8 @@ int run(const ddp::launcher::LaunchConfig& config) {
   rdzv.port = config.rdzv_port;
   const ddp::RendezvousBackend* backend = ddp::find_rendezvous_backend(config.rdzv_backend);
   if (backend == nullptr) throw ddp::InvalidArgument("ddprun", "unknown rendezvous backend");
-  rdzv.is_host = backend->store_at == ddp::RendezvousBackend::StoreAt::kNodeRankZero &&
-                 config.node_rank == 0;
+  rdzv.is_host =
+      backend->store_at == ddp::RendezvousBackend::StoreAt::kNodeRankZero && config.node_rank == 0;
   rdzv.host_auto = backend->store_at == ddp::RendezvousBackend::StoreAt::kEndpoint;
   rdzv.etcd.endpoints = config.rdzv_endpoints;
   rdzv.etcd.tls = config.etcd_tls;
@@ -166,9 +171,9 @@ int run(const ddp::launcher::LaunchConfig& config) {
   // differ per node (SLURM scripts pass per-node ones, as torchrun allows) and
   // may hold secrets; not the program's path, which nodes may spell
   // differently. The signature is stored where other jobs can read it.
-  rdzv.params.job_signature = "nnodes=" + std::to_string(config.min_nodes) + ":" +
-                              std::to_string(config.max_nodes) + " program=" +
-                              std::filesystem::path(config.program).filename().string();
+  rdzv.params.job_signature =
+      "nnodes=" + std::to_string(config.min_nodes) + ":" + std::to_string(config.max_nodes) +
+      " program=" + std::filesystem::path(config.program).filename().string();
   rdzv.keep_alive_write_timeout = config.keep_alive_write_timeout;
   rdzv.read_timeout = config.read_timeout;
   if (config.is_host && backend->store_at == ddp::RendezvousBackend::StoreAt::kEndpoint) {
@@ -222,7 +227,8 @@ int run(const ddp::launcher::LaunchConfig& config) {
     temp_dir = pattern;
   }
   try {
-    options.run_log_dir = prepare_run_log_dir(temp_dir.empty() ? config.log_dir : temp_dir, config.rdzv_id);
+    options.run_log_dir =
+        prepare_run_log_dir(temp_dir.empty() ? config.log_dir : temp_dir, config.rdzv_id);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "ddprun: error: %s\n", e.what());
     if (!temp_dir.empty()) {

@@ -100,8 +100,11 @@ std::string missing_torch_note(const std::string& program, const std::string& py
       python == "/usr/bin/python3" ? "/path/to/venv/bin/python3" : "/usr/bin/python3";
   return "ddprun: note: the workers ran " + program + " with " + python + " (" + origin +
          "), which has no module named 'torch'\n"
-         "ddprun: note: if " + program + " uses PyTorch, set PYTHON_EXEC to a Python that has it, "
-         "e.g. PYTHON_EXEC=" + example + " ddprun ...\n";
+         "ddprun: note: if " +
+         program +
+         " uses PyTorch, set PYTHON_EXEC to a Python that has it, "
+         "e.g. PYTHON_EXEC=" +
+         example + " ddprun ...\n";
 }
 
 }  // namespace ddp::launcher

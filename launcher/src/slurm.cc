@@ -25,8 +25,8 @@ std::string shown(std::string_view value) {
 }
 
 bool is_digits(std::string_view text) {
-  return !text.empty() &&
-         std::all_of(text.begin(), text.end(), [](unsigned char c) { return c >= '0' && c <= '9'; });
+  return !text.empty() && std::all_of(text.begin(), text.end(),
+                                      [](unsigned char c) { return c >= '0' && c <= '9'; });
 }
 
 std::uint64_t to_number(std::string_view digits) {
@@ -87,7 +87,8 @@ Range parse_range(std::string_view item) {
   Range range{to_number(lo), to_number(hi), static_cast<int>(lo.size())};
   if (range.lo > range.hi) problem("reversed range " + shown(item));
   if (range.size() > kMaxHostsPerRange) {
-    problem("range " + shown(item) + " has more than " + std::to_string(kMaxHostsPerRange) + " hosts");
+    problem("range " + shown(item) + " has more than " + std::to_string(kMaxHostsPerRange) +
+            " hosts");
   }
   return range;
 }
@@ -202,9 +203,7 @@ std::vector<CountEntry> parse_counts(std::string_view value) {
     const auto comma = value.find(',', start);
     const std::string_view item =
         value.substr(start, comma == std::string_view::npos ? comma : comma - start);
-    auto bad = [&] {
-      return InvalidArgument("count", "expected N or N(xM), got " + shown(item));
-    };
+    auto bad = [&] { return InvalidArgument("count", "expected N or N(xM), got " + shown(item)); };
     CountEntry entry;
     std::string_view count = item;
     if (const auto paren = item.find("(x"); paren != std::string_view::npos) {
@@ -256,8 +255,8 @@ std::vector<std::string> expand_hostlist(std::string_view list, std::size_t max_
     for (const auto& group : entry.groups) n = times(n, group.size());
     total = std::min(total + n, limit);
     if (total > max_hosts) {
-      throw InvalidArgument("host list", shown(list) + " names more than " +
-                                             std::to_string(max_hosts) + " hosts");
+      throw InvalidArgument(
+          "host list", shown(list) + " names more than " + std::to_string(max_hosts) + " hosts");
     }
   }
   std::vector<std::string> hosts;
@@ -341,23 +340,27 @@ SlurmEnvironment::Count SlurmEnvironment::num_nodes() const {
   for (const char* name : {"SLURM_NNODES", "SLURM_JOB_NUM_NODES"}) {
     if (auto text = get(name)) {
       auto n = small_number(*text);
-      if (!n || *n < 1) bad_variable(name, *text, "is not a positive integer (the number of nodes)");
+      if (!n || *n < 1)
+        bad_variable(name, *text, "is not a positive integer (the number of nodes)");
       return {*n, name};
     }
   }
-  throw InvalidArgument("SLURM_NNODES", "is not set, nor SLURM_JOB_NUM_NODES (the number of nodes)");
+  throw InvalidArgument("SLURM_NNODES",
+                        "is not set, nor SLURM_JOB_NUM_NODES (the number of nodes)");
 }
 
 SlurmEnvironment::Count SlurmEnvironment::node_id() const {
   if (auto text = get("SLURM_NODEID")) {
     auto n = small_number(*text);
-    if (!n) bad_variable("SLURM_NODEID", *text, "is not a non-negative integer (this node's index)");
+    if (!n)
+      bad_variable("SLURM_NODEID", *text, "is not a non-negative integer (this node's index)");
     return {*n, "SLURM_NODEID"};
   }
   const Count nodes = num_nodes();
   if (nodes.value == 1) return {0, nodes.variable};
   throw InvalidArgument("SLURM_NODEID", "is not set in a job of " + std::to_string(nodes.value) +
-                                            " nodes (" + nodes.variable + "): start ddprun with srun");
+                                            " nodes (" + nodes.variable +
+                                            "): start ddprun with srun");
 }
 
 SlurmEnvironment::HostList SlurmEnvironment::node_list() const {
@@ -381,7 +384,9 @@ std::string SlurmEnvironment::master_host() const {
 std::optional<SlurmEnvironment::Count> SlurmEnvironment::workers_per_node() const {
   if (auto gpus = get("SLURM_GPUS_ON_NODE")) {
     auto n = small_number(*gpus);
-    if (!n) bad_variable("SLURM_GPUS_ON_NODE", *gpus, "is not a non-negative integer (GPUs on this node)");
+    if (!n)
+      bad_variable("SLURM_GPUS_ON_NODE", *gpus,
+                   "is not a non-negative integer (GPUs on this node)");
     if (*n > 0) return Count{*n, "SLURM_GPUS_ON_NODE"};
   }
   if (auto tasks = get("SLURM_NTASKS_PER_NODE")) {

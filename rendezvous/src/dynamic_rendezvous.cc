@@ -45,12 +45,14 @@ Duration tick_period(Duration keep_alive_interval) {
 // arrive() returns this node's arrival index, arrivals() how many arrived
 // (both as counted: anyone may add to the counter; clamp before use).
 std::int64_t arrive(Store& s, const std::string& round_prefix) {
-  if (auto* leases = dynamic_cast<LeaseStore*>(&s)) return leases->take_ticket(round_prefix + "/arrivals");
+  if (auto* leases = dynamic_cast<LeaseStore*>(&s))
+    return leases->take_ticket(round_prefix + "/arrivals");
   return s.add(round_prefix + "/arrivals", 1) - 1;
 }
 
 std::int64_t arrivals(Store& s, const std::string& round_prefix) {
-  if (auto* leases = dynamic_cast<LeaseStore*>(&s)) return leases->tickets_taken(round_prefix + "/arrivals");
+  if (auto* leases = dynamic_cast<LeaseStore*>(&s))
+    return leases->tickets_taken(round_prefix + "/arrivals");
   return s.add(round_prefix + "/arrivals", 0);
 }
 
@@ -84,10 +86,12 @@ DynamicRendezvous::DynamicRendezvous(const RendezvousParams& params, RendezvousS
     throw InvalidArgument(kOrigin, "bad node range " + std::to_string(params_.min_nodes) + ":" +
                                        std::to_string(params_.max_nodes));
   }
-  if (params_.local_world_size < 1) throw InvalidArgument(kOrigin, "local world size must be at least 1");
+  if (params_.local_world_size < 1)
+    throw InvalidArgument(kOrigin, "local world size must be at least 1");
   if (params_.keep_alive_interval.count() <= 0 || params_.keep_alive_max_attempt < 1) {
-    throw InvalidArgument(kOrigin, "keep_alive_interval must be positive and keep_alive_max_attempt "
-                                   "at least 1");
+    throw InvalidArgument(kOrigin,
+                          "keep_alive_interval must be positive and keep_alive_max_attempt "
+                          "at least 1");
   }
   liveness_->prefix = prefix();
   liveness_->interval = params_.keep_alive_interval;
@@ -200,8 +204,8 @@ void DynamicRendezvous::begin_join() {
     const std::string end_key = round_prefix(current_round) + "/end";
     if (auto end = try_get(s, end_key)) {
       if (auto parsed = parse_round_end(*end); parsed && ends_the_job(*parsed)) {
-        throw ShutdownError(kOrigin, "run '" + params_.run_id + "' already ended (" +
-                                         describe(*parsed) + ")");
+        throw ShutdownError(
+            kOrigin, "run '" + params_.run_id + "' already ended (" + describe(*parsed) + ")");
       }
     } else {
       admit_or_wait_behind(current_round, current_nodes);
@@ -211,10 +215,10 @@ void DynamicRendezvous::begin_join() {
 
 void DynamicRendezvous::claim_run_id() {
   Store& s = *store();
-  const std::string mine = params_.job_signature.empty()
-                               ? "nnodes=" + std::to_string(params_.min_nodes) + ":" +
-                                     std::to_string(params_.max_nodes)
-                               : params_.job_signature;
+  const std::string mine =
+      params_.job_signature.empty()
+          ? "nnodes=" + std::to_string(params_.min_nodes) + ":" + std::to_string(params_.max_nodes)
+          : params_.job_signature;
   const std::string key = prefix() + "config";
   std::string held = s.compare_set(key, "", mine);
   if (held == mine) return;
@@ -302,7 +306,8 @@ bool DynamicRendezvous::may_decide(Clock::time_point now) const {
 
 Clock::time_point DynamicRendezvous::fallback_after(Clock::time_point now) const {
   // Another node decides only long after arrival 0 should have (it died).
-  return now + params_.last_call_timeout + params_.keep_alive_interval * params_.keep_alive_max_attempt;
+  return now + params_.last_call_timeout +
+         params_.keep_alive_interval * params_.keep_alive_max_attempt;
 }
 
 std::optional<RendezvousInfo> DynamicRendezvous::step() {
@@ -323,8 +328,8 @@ std::optional<RendezvousInfo> DynamicRendezvous::step() {
       if (!end) return std::nullopt;
     }
     if (auto parsed = parse_round_end(*end); parsed && ends_the_job(*parsed)) {
-      throw ShutdownError(kOrigin, "the job ended while this node waited as a spare (" +
-                                       describe(*parsed) + ")");
+      throw ShutdownError(
+          kOrigin, "the job ended while this node waited as a spare (" + describe(*parsed) + ")");
     }
     // A member left: the round this node waits in forms now, within join_timeout.
     join_.spare_of = -1;
@@ -338,9 +343,11 @@ std::optional<RendezvousInfo> DynamicRendezvous::step() {
   if (now >= join_.deadline) {
     const std::int64_t arrived = arrivals(s, r);
     throw TimeoutError(kOrigin, "round " + std::to_string(join_.round) + " of run '" +
-                                    params_.run_id + "': " + std::to_string(arrived) + " of at least " +
-                                    std::to_string(params_.min_nodes) + " nodes joined within the join "
-                                    "timeout of " + seconds_text(params_.join_timeout) + " s");
+                                    params_.run_id + "': " + std::to_string(arrived) +
+                                    " of at least " + std::to_string(params_.min_nodes) +
+                                    " nodes joined within the join "
+                                    "timeout of " +
+                                    seconds_text(params_.join_timeout) + " s");
   }
   return std::nullopt;
 }
@@ -354,7 +361,8 @@ Lineage DynamicRendezvous::load_lineage(int round) {
   if (!closed) return lineage;
   const Decision c = parse_decision(*closed, r + "/closed");
   const std::string members_key = r + "/members_" + std::to_string(c.decider);
-  if (auto members = try_get(s, members_key)) lineage.members = parse_members(*members, members_key);
+  if (auto members = try_get(s, members_key))
+    lineage.members = parse_members(*members, members_key);
   if (auto end = try_get(s, r + "/end")) {
     auto parsed = parse_round_end(*end);
     if (parsed && parsed->kind == RoundEnd::Kind::kNodeLost) lineage.lost = parsed->member;
@@ -372,7 +380,8 @@ void DynamicRendezvous::read_arrivals(Store& s, const std::string& r, int count,
     if (now < since + kRecordGrace) wanted.push_back(i);
   }
   for (int i = static_cast<int>(join.arrivals.size()); i < count; ++i) wanted.push_back(i);
-  if (static_cast<int>(join.arrivals.size()) < count) join.arrivals.resize(static_cast<std::size_t>(count));
+  if (static_cast<int>(join.arrivals.size()) < count)
+    join.arrivals.resize(static_cast<std::size_t>(count));
   for (std::size_t begin = 0; begin < wanted.size(); begin += kRecordBatch) {
     const std::size_t end = std::min(wanted.size(), begin + kRecordBatch);
     std::vector<std::string> keys;
@@ -400,7 +409,8 @@ bool DynamicRendezvous::decide(Join& join) {
   Store& s = *store();
   const std::string r = round_prefix(join.round);
   const auto now = time_.now();
-  const int count = std::max(considered_arrivals(arrivals(s, r)), static_cast<int>(join.arrivals.size()));
+  const int count =
+      std::max(considered_arrivals(arrivals(s, r)), static_cast<int>(join.arrivals.size()));
   read_arrivals(s, r, count, join, now);
   // A missing record may yet come (its node took its index a moment ago):
   // wait for it within its grace; past it, that arrival did not happen.
@@ -416,8 +426,9 @@ bool DynamicRendezvous::decide(Join& join) {
   }
   if (!join.lineage) join.lineage = load_lineage(join.round - 1);
   join.last_call.observe(static_cast<int>(present.size()), now);
-  auto chosen = decide_round(present, *join.lineage, RoundRule{params_.min_nodes, params_.max_nodes},
-                             join.last_call.over(now));
+  auto chosen =
+      decide_round(present, *join.lineage, RoundRule{params_.min_nodes, params_.max_nodes},
+                   join.last_call.over(now));
   if (!chosen) return false;
 
   // Publish the answers first, then the decision that points at them. Every
@@ -439,7 +450,8 @@ bool DynamicRendezvous::decide(Join& join) {
     members.push_back(a.member);
   }
   auto arrival_of_rank = [&](int g) -> const Arrival& {
-    return *join.arrivals[static_cast<std::size_t>(index_of[static_cast<std::size_t>((*chosen)[static_cast<std::size_t>(g)])])];
+    return *join.arrivals[static_cast<std::size_t>(
+        index_of[static_cast<std::size_t>((*chosen)[static_cast<std::size_t>(g)])])];
   };
   const std::string me = std::to_string(d.decider);
   std::vector<std::string> keys, values;
@@ -479,7 +491,8 @@ std::optional<RendezvousInfo> DynamicRendezvous::on_closed(const std::string& te
     on_late(c.nodes);
     return std::nullopt;
   }
-  const std::string key = r + "/assign_" + std::to_string(c.decider) + "_" + std::to_string(join_.index);
+  const std::string key =
+      r + "/assign_" + std::to_string(c.decider) + "_" + std::to_string(join_.index);
   const Assignment a = parse_assignment(s.get(key, std::chrono::seconds(10)), key, c);
   if (a.spare) {
     on_late(c.nodes);
@@ -505,10 +518,10 @@ std::optional<RendezvousInfo> DynamicRendezvous::on_closed(const std::string& te
     info.instance = liveness_->member;
     liveness_->watched.reset();
     if (c.nodes > 1 && !leases_) {
-      liveness_->watched.emplace(Watched{r, a.watched_rank, a.watched_member,
-                                         HeartbeatTracker(params_.keep_alive_interval,
-                                                          params_.keep_alive_max_attempt,
-                                                          time_.now())});
+      liveness_->watched.emplace(
+          Watched{r, a.watched_rank, a.watched_member,
+                  HeartbeatTracker(params_.keep_alive_interval, params_.keep_alive_max_attempt,
+                                   time_.now())});
     }
   }
   return info;
@@ -521,7 +534,8 @@ void DynamicRendezvous::on_late(int nodes) {
   admit_or_wait_behind(round, nodes);
 }
 
-std::optional<std::string> DynamicRendezvous::end_if_dead(Store& s, int round, Clock::time_point now) {
+std::optional<std::string> DynamicRendezvous::end_if_dead(Store& s, int round,
+                                                          Clock::time_point now) {
   const std::vector<std::string> members = load_lineage(round).members;
   if (members.empty()) return std::nullopt;
   bool any_alive = false;
@@ -531,8 +545,8 @@ std::optional<std::string> DynamicRendezvous::end_if_dead(Store& s, int round, C
       any_alive = any_alive || value.has_value();
       continue;
     }
-    auto [it, first_look] = spare_watch_.try_emplace(
-        m, params_.keep_alive_interval, params_.keep_alive_max_attempt, now);
+    auto [it, first_look] = spare_watch_.try_emplace(m, params_.keep_alive_interval,
+                                                     params_.keep_alive_max_attempt, now);
     it->second.observe(value, now);
     any_alive = any_alive || first_look || !it->second.dead(now);
   }
@@ -588,8 +602,8 @@ void DynamicRendezvous::wait_for_change() {
     // first round, every survivor in a re-formation (then one by one).
     int wanted = have < params_.min_nodes ? params_.min_nodes : params_.max_nodes;
     if (join_.lineage && !join_.lineage->members.empty()) {
-      const int survivors = static_cast<int>(join_.lineage->members.size()) -
-                            (join_.lineage->lost.empty() ? 0 : 1);
+      const int survivors =
+          static_cast<int>(join_.lineage->members.size()) - (join_.lineage->lost.empty() ? 0 : 1);
       wanted = std::max(params_.min_nodes, survivors);
     }
     const int next = std::max(have, wanted - 1);
@@ -607,7 +621,8 @@ void DynamicRendezvous::wait_for_change() {
   }
 }
 
-std::chrono::milliseconds DynamicRendezvous::grace_for_membership_change(const RendezvousInfo& info) {
+std::chrono::milliseconds DynamicRendezvous::grace_for_membership_change(
+    const RendezvousInfo& info) {
   const Duration verdict = params_.keep_alive_interval * (params_.keep_alive_max_attempt + 1);
   if (params_.max_nodes == 1 || info.group_world_size <= 1) return Duration(0);
   try {
@@ -690,7 +705,8 @@ std::unique_ptr<PendingEnd> DynamicRendezvous::end_round(const RendezvousInfo& i
   return set_end_key(store(), info.round_prefix + "/end", encode_round_end(end));
 }
 
-void DynamicRendezvous::arrive_at_exit_barrier(const RendezvousInfo& info, Clock::time_point deadline) {
+void DynamicRendezvous::arrive_at_exit_barrier(const RendezvousInfo& info,
+                                               Clock::time_point deadline) {
   if (params_.max_nodes == 1) return;
   rendezvous_detail::arrive_at_exit_barrier(store(), info, deadline, kOrigin);
 }
@@ -809,8 +825,8 @@ void DynamicRendezvous::start_liveness() {
   // 200 ms past its deadline.
   StoreOpener opener = store_.liveness_opener ? store_.liveness_opener : store_.opener;
   auto handle = std::make_shared<OwnStoreHandle>(opener ? nullptr : store(), std::move(opener));
-  liveness_worker_ = std::make_unique<BackgroundWorker>(
-      tick_period(liveness_->interval), [l = liveness_, handle] {
+  liveness_worker_ =
+      std::make_unique<BackgroundWorker>(tick_period(liveness_->interval), [l = liveness_, handle] {
         Store& own = handle->get();  // a store that cannot be opened ends the worker
         try {
           tick(*l, own);

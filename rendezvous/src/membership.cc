@@ -14,7 +14,8 @@ std::optional<std::vector<int>> decide_round(const std::vector<Arrival>& arrival
   // Previous position of each survivor (members of the previous round but the lost one).
   std::map<std::string, int> survivor_position;
   for (std::size_t i = 0; i < previous.members.size(); ++i) {
-    if (previous.members[i] != previous.lost) survivor_position[previous.members[i]] = static_cast<int>(i);
+    if (previous.members[i] != previous.lost)
+      survivor_position[previous.members[i]] = static_cast<int>(i);
   }
   std::map<std::string, int> first_arrival;  // a member counted once
   for (int i = 0; i < count; ++i) first_arrival.emplace(arrivals[i].member, i);
@@ -32,7 +33,8 @@ std::optional<std::vector<int>> decide_round(const std::vector<Arrival>& arrival
   std::vector<std::pair<int, int>> priorities(arrivals.size());
   for (int i = 0; i < count; ++i) {
     auto it = survivor_position.find(arrivals[i].member);
-    priorities[i] = it != survivor_position.end() ? std::make_pair(0, it->second) : std::make_pair(1, i);
+    priorities[i] =
+        it != survivor_position.end() ? std::make_pair(0, it->second) : std::make_pair(1, i);
   }
   auto priority = [&](int i) { return priorities[static_cast<std::size_t>(i)]; };
   std::vector<int> chosen;

@@ -13,7 +13,8 @@ namespace {
 
 constexpr const char* kOrigin = "c10d rendezvous";
 // A record is a line of a few fields; a member list is the longest.
-constexpr std::size_t kMaxRecordBytes = (kMaxMemberLength + 1) * static_cast<std::size_t>(kMaxNodes);
+constexpr std::size_t kMaxRecordBytes =
+    (kMaxMemberLength + 1) * static_cast<std::size_t>(kMaxNodes);
 
 // Reads one record's space-separated fields; the first problem is a
 // ProtocolError naming the record, the key and the value (cut short).
@@ -56,8 +57,12 @@ class Fields {
     return value;
   }
 
-  int small(const char* what, int low, int high) { return static_cast<int>(integer(what, low, high)); }
-  std::uint16_t port(const char* what) { return static_cast<std::uint16_t>(integer(what, 0, 65535)); }
+  int small(const char* what, int low, int high) {
+    return static_cast<int>(integer(what, low, high));
+  }
+  std::uint16_t port(const char* what) {
+    return static_cast<std::uint16_t>(integer(what, 0, 65535));
+  }
 
   std::string member(const char* what) {
     std::string token = word(what);
@@ -85,8 +90,8 @@ class Fields {
   }
 
   [[noreturn]] void fail(const std::string& why) const {
-    throw ProtocolError(origin_, fmt::format("malformed {} at '{}': {} (value '{}')", record_, key_, why,
-                                             cut(text_)));
+    throw ProtocolError(origin_, fmt::format("malformed {} at '{}': {} (value '{}')", record_, key_,
+                                             why, cut(text_)));
   }
 
  private:
@@ -113,8 +118,8 @@ class Fields {
 bool is_member_id(const std::string& text) {
   return !text.empty() && text.size() <= kMaxMemberLength &&
          std::all_of(text.begin(), text.end(), [](char c) {
-           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' ||
-                  c == '-';
+           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                  c == '_' || c == '-';
          });
 }
 
@@ -152,8 +157,8 @@ StaticNode parse_static_node(const std::string& text, const std::string& key) {
 }
 
 std::string encode_decision(const Decision& d) {
-  return fmt::format("{} {} {} {} {} {} {}", d.decider, d.nodes, d.world, d.considered, d.master_addr,
-                     d.master_port, d.store_port);
+  return fmt::format("{} {} {} {} {} {} {}", d.decider, d.nodes, d.world, d.considered,
+                     d.master_addr, d.master_port, d.store_port);
 }
 
 Decision parse_decision(const std::string& text, const std::string& key) {
@@ -173,11 +178,12 @@ Decision parse_decision(const std::string& text, const std::string& key) {
 
 std::string encode_assignment(const Assignment& a) {
   if (a.spare) return "spare";
-  return fmt::format("{} {} {} {}", a.group_rank, a.base_rank, a.watched_member.empty() ? "-" : a.watched_member,
-                     a.watched_rank);
+  return fmt::format("{} {} {} {}", a.group_rank, a.base_rank,
+                     a.watched_member.empty() ? "-" : a.watched_member, a.watched_rank);
 }
 
-Assignment parse_assignment(const std::string& text, const std::string& key, const Decision& decision) {
+Assignment parse_assignment(const std::string& text, const std::string& key,
+                            const Decision& decision) {
   Assignment a;
   if (text == "spare") {
     a.spare = true;
@@ -208,7 +214,8 @@ std::vector<std::string> parse_members(const std::string& text, const std::strin
   Fields f(text, "member list", key);
   std::vector<std::string> members;
   while (!f.done()) {
-    if (static_cast<int>(members.size()) == kMaxNodes) f.fail(fmt::format("more than {} members", kMaxNodes));
+    if (static_cast<int>(members.size()) == kMaxNodes)
+      f.fail(fmt::format("more than {} members", kMaxNodes));
     members.push_back(f.member("member"));
   }
   return members;

@@ -87,7 +87,8 @@ struct Assignment {
 };
 std::string encode_assignment(const Assignment& assignment);
 // Checked against the round's decision (ranks below its nodes and world).
-Assignment parse_assignment(const std::string& text, const std::string& key, const Decision& decision);
+Assignment parse_assignment(const std::string& text, const std::string& key,
+                            const Decision& decision);
 
 // The members of a round in group-rank order (the next round's lineage).
 std::string encode_members(const std::vector<std::string>& members);

@@ -8,10 +8,10 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <limits>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <mutex>
 #include <optional>
 #include <random>
@@ -60,7 +60,7 @@ class Keeper {
   Keeper(std::shared_ptr<Store> store, StoreOpener opener, std::string heartbeat_key,
          std::chrono::milliseconds period)
       : handle_(std::make_shared<rendezvous_detail::OwnStoreHandle>(std::move(store),
-                                                                     std::move(opener))),
+                                                                    std::move(opener))),
         worker_(period, [handle = handle_, key = std::move(heartbeat_key)] {
           // The store unreachable ends the worker: nothing to beat on. The
           // instance then looks dead to newcomers, which is the truth as far
@@ -121,8 +121,9 @@ class RoundHandler : public RendezvousHandler {
     }
     if (params_.instance_heartbeat_interval.count() <= 0 ||
         params_.instance_dead_after <= params_.instance_heartbeat_interval) {
-      throw InvalidArgument(origin, "the heartbeat timeout must exceed a positive heartbeat "
-                                    "interval");
+      throw InvalidArgument(origin,
+                            "the heartbeat timeout must exceed a positive heartbeat "
+                            "interval");
     }
   }
 
@@ -226,7 +227,9 @@ class RoundHandler : public RendezvousHandler {
     rendezvous_detail::arrive_at_exit_barrier(store(), info, deadline, origin());
   }
 
-  std::string store_name() const override { return store_.host + ":" + std::to_string(store_.port); }
+  std::string store_name() const override {
+    return store_.host + ":" + std::to_string(store_.port);
+  }
 
   std::uint16_t worker_master_port() const {
     return params_.worker_master_port != 0 ? params_.worker_master_port : find_free_port();
@@ -238,9 +241,7 @@ class RoundHandler : public RendezvousHandler {
     if (!store_.store) store_.store = store_.opener();
     return store_.store;
   }
-  std::shared_ptr<Store> open_store() override {
-    return store_.opener ? store_.opener() : store();
-  }
+  std::shared_ptr<Store> open_store() override { return store_.opener ? store_.opener() : store(); }
   std::string store_token() const override { return store_.token; }
   std::string backend() const override { return "static"; }
   const RendezvousParams& params() const override { return params_; }
@@ -314,10 +315,13 @@ class RoundHandler : public RendezvousHandler {
       if (store.check({instance_prefix(current) + "/started"})) {
         if (alive(store, current)) {
           throw InvalidArgument(origin(),
-                                "run id '" + params_.run_id + "' is already used by a running job "
-                                "(instance " + current + " has started and its agents heartbeat); "
-                                "pick another --rdzv_id, or stop that job first (a node that "
-                                "arrives after its job started cannot join it either)");
+                                "run id '" + params_.run_id +
+                                    "' is already used by a running job "
+                                    "(instance " +
+                                    current +
+                                    " has started and its agents heartbeat); "
+                                    "pick another --rdzv_id, or stop that job first (a node that "
+                                    "arrives after its job started cannot join it either)");
         }
         expected = current;  // a crashed job's instance: take it over
         continue;
@@ -339,8 +343,9 @@ class RoundHandler : public RendezvousHandler {
     keeper_->post([prefix, nodes](Store& store) {
       int last = 0;
       if (store.check({prefix + "/round"})) {
-        last = static_cast<int>(rendezvous_detail::parse_integer(
-            store.get(prefix + "/round"), prefix + "/round", "instance round", 0, rendezvous_detail::kMaxRound));
+        last = static_cast<int>(
+            rendezvous_detail::parse_integer(store.get(prefix + "/round"), prefix + "/round",
+                                             "instance round", 0, rendezvous_detail::kMaxRound));
       }
       std::vector<std::string> keys;
       for (int round = std::max(0, last - 1); round <= last; ++round) {
@@ -384,10 +389,12 @@ class RoundHandler : public RendezvousHandler {
     const auto deadline = runtime_.now() + timeout;
     for (;;) {
       if (confirmed(store)) {
-        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - runtime_.now());
+        const auto left =
+            std::chrono::duration_cast<std::chrono::milliseconds>(deadline - runtime_.now());
         return call(std::max(std::chrono::milliseconds(0), left));
       }
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - runtime_.now());
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - runtime_.now());
       try {
         return call(std::max(std::chrono::milliseconds(1), std::min(left, poll_period() * 5)));
       } catch (const TimeoutError&) {
@@ -424,19 +431,18 @@ class RoundHandler : public RendezvousHandler {
     }
     std::vector<std::string> values;
     try {
-      values = wait_watching(store, timeout, [&](std::chrono::milliseconds t) {
-        return store.multi_get(keys, t);
-      });
+      values = wait_watching(store, timeout,
+                             [&](std::chrono::milliseconds t) { return store.multi_get(keys, t); });
     } catch (const TimeoutError&) {
       std::string missing;
       for (const auto& key : keys) {
-        if (!store.check({key})) missing += (missing.empty() ? "" : ", ") + key.substr(prefix.size() + 1);
+        if (!store.check({key}))
+          missing += (missing.empty() ? "" : ", ") + key.substr(prefix.size() + 1);
       }
-      throw TimeoutError("rendezvous",
-                         "round " + std::to_string(round) + " of run '" + params_.run_id +
-                             "': not every node joined within " +
-                             std::to_string(timeout.count() / 1000.0) + " s (missing: " + missing +
-                             ")");
+      throw TimeoutError("rendezvous", "round " + std::to_string(round) + " of run '" +
+                                           params_.run_id + "': not every node joined within " +
+                                           std::to_string(timeout.count() / 1000.0) +
+                                           " s (missing: " + missing + ")");
     }
     // Every record is there, but a record of a crashed job's forming instance
     // may be among them: accept the round only from a live instance.
@@ -445,7 +451,7 @@ class RoundHandler : public RendezvousHandler {
     std::vector<StaticNode> records;
     for (int rank = 0; rank < nodes; ++rank) {
       records.push_back(rendezvous_detail::parse_static_node(values[static_cast<std::size_t>(rank)],
-                               keys[static_cast<std::size_t>(rank)]));
+                                                             keys[static_cast<std::size_t>(rank)]));
     }
     if (!started_) {
       // Before this node reports the round formed: from now on a newcomer with
@@ -510,7 +516,6 @@ std::unique_ptr<RendezvousHandler> make_static_rendezvous(const RendezvousParams
                                                           RendezvousStore store) {
   return std::make_unique<RoundHandler>(params, std::move(store), real_runtime());
 }
-
 
 std::uint16_t find_free_port(const std::string& host) {
   int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);

@@ -111,7 +111,8 @@ std::string describe(const RoundEnd& end) {
       return "every node finished";
     case RoundEnd::Kind::kNodeLost:
       return "node " + std::to_string(end.node) + " (member " + end.member +
-             ") was lost: it missed its keep-alives" + (end.detail.empty() ? "" : " (" + end.detail + ")");
+             ") was lost: it missed its keep-alives" +
+             (end.detail.empty() ? "" : " (" + end.detail + ")");
     case RoundEnd::Kind::kNodeJoined:
       return "a new node (member " + end.member + ") asked to join";
     case RoundEnd::Kind::kStoreLost:
@@ -128,8 +129,8 @@ class EndKeyWatch : public RoundWatch {
   EndKeyWatch(std::shared_ptr<Store> store, std::string key, std::function<void()> wake,
               std::string store_name)
       : state_(std::make_shared<State>()),
-        call_([state = state_, store = std::move(store), key = std::move(key), wake = std::move(wake),
-               store_name = std::move(store_name)] {
+        call_([state = state_, store = std::move(store), key = std::move(key),
+               wake = std::move(wake), store_name = std::move(store_name)] {
           std::optional<RoundEnd> end = wait_for_end(*state, *store, key, store_name);
           if (!end) return;  // cancelled
           {
@@ -182,7 +183,8 @@ class EndKeyWatch : public RoundWatch {
       }
       if (auto parsed = parse_round_end(value)) return *parsed;
       end.kind = RoundEnd::Kind::kStoreLost;
-      end.detail = "unreadable round end '" + value + "' at " + key + " in the store at " + store_name;
+      end.detail =
+          "unreadable round end '" + value + "' at " + key + " in the store at " + store_name;
     } catch (const std::exception& e) {
       end.kind = RoundEnd::Kind::kStoreLost;
       end.detail = "the store at " + store_name + " failed: " + e.what();

@@ -422,8 +422,8 @@ Result check_request_head(std::string_view head) {
   }
   if (count <= kMaxKeysPerRequest) return {};
   return Result{Status::kInvalidArgument,
-                fmt::format("{} names {} keys, more than the {} one request may name", to_string(op),
-                            count, kMaxKeysPerRequest)};
+                fmt::format("{} names {} keys, more than the {} one request may name",
+                            to_string(op), count, kMaxKeysPerRequest)};
 }
 
 Result decode_request(std::string_view payload, const Limits& limits, Request& out) {

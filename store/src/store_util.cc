@@ -15,8 +15,8 @@ std::int64_t add_to_decimal(const std::string* current, std::int64_t delta,
     const char* end = current->data() + current->size();
     auto [ptr, ec] = std::from_chars(current->data(), end, value);
     if (current->empty() || ec != std::errc() || ptr != end) {
-      throw InvalidArgument(origin, fmt::format("key '{}' holds a value that is not an integer",
-                                                key));
+      throw InvalidArgument(origin,
+                            fmt::format("key '{}' holds a value that is not an integer", key));
     }
   }
   std::int64_t result = 0;
@@ -26,11 +26,10 @@ std::int64_t add_to_decimal(const std::string* current, std::int64_t delta,
   return result;
 }
 
-void check_multi_set(const std::vector<std::string>& keys,
-                     const std::vector<std::string>& values, const std::string& origin) {
+void check_multi_set(const std::vector<std::string>& keys, const std::vector<std::string>& values,
+                     const std::string& origin) {
   if (keys.size() != values.size()) {
-    throw InvalidArgument(origin, fmt::format("{} keys but {} values", keys.size(),
-                                              values.size()));
+    throw InvalidArgument(origin, fmt::format("{} keys but {} values", keys.size(), values.size()));
   }
 }
 

@@ -99,10 +99,8 @@ bool wait_fd(int fd, short events, const Deadline& deadline) {
 class TcpStore::Connection {
  public:
   explicit Connection(const TcpStoreOptions& options)
-      : options_(options),
-        client_id_(protocol::make_client_id()),
-        parser_(protocol::kMaxHandshakeReply),
-        read_buf_(new char[kReadChunk]) {
+      : options_(options), client_id_(protocol::make_client_id()),
+        parser_(protocol::kMaxHandshakeReply), read_buf_(new char[kReadChunk]) {
     where_ = fmt::format("{}:{}", options_.host, options_.port);
     connect(Deadline(options_.connect_timeout), false);
   }
@@ -537,7 +535,8 @@ void for_each_run(std::size_t count, Run&& run) {
 
 // What is left of `timeout` since `start` (never negative).
 Store::Duration time_left(Store::Duration timeout, std::chrono::steady_clock::time_point start) {
-  auto spent = std::chrono::duration_cast<Store::Duration>(std::chrono::steady_clock::now() - start);
+  auto spent =
+      std::chrono::duration_cast<Store::Duration>(std::chrono::steady_clock::now() - start);
   return spent >= timeout ? Store::Duration(0) : timeout - spent;
 }
 
@@ -597,8 +596,8 @@ std::vector<std::string> TcpStore::multi_get(const std::vector<std::string>& key
                   keys.begin() + static_cast<std::ptrdiff_t>(end));
     q.timeout_ms = wire_timeout(begin == 0 ? timeout : time_left(timeout, start));
     const std::size_t asked = end - begin;
-    connection_->call("TcpStore::multi_get", std::move(q), reply_deadline(q.timeout_ms, this->timeout()),
-                      [&](const protocol::Reply& r) {
+    connection_->call("TcpStore::multi_get", std::move(q),
+                      reply_deadline(q.timeout_ms, this->timeout()), [&](const protocol::Reply& r) {
                         if (r.values.size() != asked) {
                           throw ProtocolError("TcpStore::multi_get",
                                               fmt::format("asked for {} keys, got {} values", asked,

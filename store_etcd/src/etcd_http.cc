@@ -1,9 +1,9 @@
 #include "etcd_http.h"
 
 #include <fmt/format.h>
-#include <unistd.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <charconv>
@@ -19,9 +19,9 @@
 #include <boost/beast/core/detail/base64.hpp>
 #include <boost/beast/http.hpp>
 
+#include <boost/beast/ssl.hpp>
 #include "ddp/common/json.h"
 #include "ddp/common/logging.h"
-#include <boost/beast/ssl.hpp>
 
 namespace ddp::etcd {
 
@@ -123,7 +123,8 @@ void check_bytes_fields(const Json& document, const std::string& where) {
       for (auto it = node->begin(); it != node->end(); ++it) {
         if (it->is_string() && is_bytes_field(it.key()) &&
             !is_padded_base64(it->get_ref<const std::string&>())) {
-          throw BadReply(where, fmt::format("sent a \"{}\" that is not valid padded base64", it.key()));
+          throw BadReply(where,
+                         fmt::format("sent a \"{}\" that is not valid padded base64", it.key()));
         }
         if (it->is_structured()) pending.push_back(&*it);
       }
@@ -160,9 +161,9 @@ Json decode_reply(const std::string& origin, const std::string& where, const std
   if (reply.status >= 500 && !parsed) {
     throw ConnectionFailed(fmt::format("HTTP {} from POST {}", reply.status, path), false);
   }
-  throw BadReply(where, fmt::format("is not an etcd v3 HTTP gateway (POST {} answered HTTP {}{})", path,
-                                    reply.status,
-                                    reply.status == 200 ? " with a body that is not JSON" : ""));
+  throw BadReply(
+      where, fmt::format("is not an etcd v3 HTTP gateway (POST {} answered HTTP {}{})", path,
+                         reply.status, reply.status == 200 ? " with a body that is not JSON" : ""));
 }
 
 Json decode_stream_message(const std::string& where, const std::string& line) {
@@ -235,7 +236,8 @@ std::int64_t json_int(const Json& object, const char* field) {
     auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
     if (ec == std::errc() && end == text.data() + text.size() && !text.empty()) return value;
   }
-  throw ProtocolError("EtcdStore", fmt::format("etcd sent a field {} that is not an integer", field));
+  throw ProtocolError("EtcdStore",
+                      fmt::format("etcd sent a field {} that is not an integer", field));
 }
 
 std::string json_bytes(const Json& object, const char* field) {
@@ -406,16 +408,19 @@ std::string failure_text(const error_code& ec, const Deadline& deadline) {
 // A failed read of a reply: the peer sent something that is not an HTTP reply
 // within the limits (BadReply), or the connection broke (ConnectionFailed).
 [[noreturn]] void throw_read_failure(const error_code& ec, const Deadline& deadline,
-                                     const std::string& where, std::size_t limit, bool stale = false) {
+                                     const std::string& where, std::size_t limit,
+                                     bool stale = false) {
   if (ec == http::error::body_limit) {
-    throw BadReply(where, fmt::format("sent a reply body of more than {} bytes (max_reply_bytes)", limit));
+    throw BadReply(where,
+                   fmt::format("sent a reply body of more than {} bytes (max_reply_bytes)", limit));
   }
   if (ec == http::error::buffer_overflow) {
-    throw BadReply(where, fmt::format("sent a chunk header or trailer of more than {} bytes", kMaxUnparsed));
+    throw BadReply(
+        where, fmt::format("sent a chunk header or trailer of more than {} bytes", kMaxUnparsed));
   }
   const bool from_parser = ec.category() == error_code(http::error::end_of_stream).category();
-  const bool broken = !from_parser || ec == http::error::end_of_stream ||
-                      ec == http::error::partial_message;
+  const bool broken =
+      !from_parser || ec == http::error::end_of_stream || ec == http::error::partial_message;
   if (!broken) throw BadReply(where, "sent a reply that is not HTTP/1.1: " + ec.message());
   throw ConnectionFailed(failure_text(ec, deadline), stale);
 }
@@ -463,11 +468,12 @@ void Connection::open(const Deadline& deadline) {
     ec = d.run(
         deadline,
         [&](auto handler) {
-          resolver.async_resolve(endpoint_.host, std::to_string(endpoint_.port),
-                                 [&results, handler](error_code e, tcp::resolver::results_type r) mutable {
-                                   results = std::move(r);
-                                   handler(e);
-                                 });
+          resolver.async_resolve(
+              endpoint_.host, std::to_string(endpoint_.port),
+              [&results, handler](error_code e, tcp::resolver::results_type r) mutable {
+                results = std::move(r);
+                handler(e);
+              });
         },
         [&] { resolver.cancel(); });
     if (ec) throw ConnectionFailed("cannot resolve the host: " + failure_text(ec, deadline), false);
@@ -479,7 +485,8 @@ void Connection::open(const Deadline& deadline) {
     d.plain = std::make_unique<beast::tcp_stream>(d.ioc);
   }
   ec = d.run(deadline, [&](auto handler) {
-    d.lowest().async_connect(targets, [handler](error_code e, const tcp::endpoint&) mutable { handler(e); });
+    d.lowest().async_connect(targets,
+                             [handler](error_code e, const tcp::endpoint&) mutable { handler(e); });
   });
   if (ec) throw ConnectionFailed(failure_text(ec, deadline), false);
   d.lowest().socket().set_option(tcp::no_delay(true), ec);
@@ -494,7 +501,8 @@ void Connection::open(const Deadline& deadline) {
     X509_VERIFY_PARAM_set1_host(param, endpoint_.host.c_str(), 0);
   }
   d.secure->set_verify_mode(ssl::verify_peer);
-  ec = d.run(deadline, [&](auto handler) { d.secure->async_handshake(ssl::stream_base::client, handler); });
+  ec = d.run(deadline,
+             [&](auto handler) { d.secure->async_handshake(ssl::stream_base::client, handler); });
   if (!ec) return;
   long verify = SSL_get_verify_result(ssl);
   if (verify != X509_V_OK) {
@@ -542,7 +550,8 @@ int Connection::post_stream(const std::string& target, const std::string& body,
   d.scanned = 0;
   const Deadline& header_deadline = first_byte ? *first_byte : deadline;
   ec = d.run(header_deadline, [&](auto handler) {
-    d.with_stream([&](auto& stream) { http::async_read_header(stream, d.buffer, *d.parser, handler); });
+    d.with_stream(
+        [&](auto& stream) { http::async_read_header(stream, d.buffer, *d.parser, handler); });
   });
   if (ec) {
     // Stale: a kept-alive connection the server had closed answers at once
@@ -599,8 +608,9 @@ std::optional<std::string> Connection::next_line(const Deadline& deadline) {
     d.scanned = body.size();
     if (body.size() > d.max_reply_bytes) {
       d.reset();
-      throw BadReply(where_, fmt::format("sent a watch message of more than {} bytes (max_reply_bytes)",
-                                         d.max_reply_bytes));
+      throw BadReply(where_,
+                     fmt::format("sent a watch message of more than {} bytes (max_reply_bytes)",
+                                 d.max_reply_bytes));
     }
     if (d.parser->is_done()) {
       if (!body.empty()) {
@@ -617,7 +627,8 @@ std::optional<std::string> Connection::next_line(const Deadline& deadline) {
     error_code ec = d.run(
         deadline,
         [&](auto handler) {
-          d.with_stream([&](auto& stream) { http::async_read_some(stream, d.buffer, *d.parser, handler); });
+          d.with_stream(
+              [&](auto& stream) { http::async_read_some(stream, d.buffer, *d.parser, handler); });
         },
         [&d] { d.cancel_socket(); }, /*keep=*/true);
     // (run() reports timed_out only for the deadline, which may be a fraction
@@ -697,7 +708,8 @@ std::unique_ptr<ssl::context> make_tls_context(const EtcdStoreOptions& options) 
   return context;
 }
 
-Duration attempt_limit(Duration retry_limit, const std::optional<Clock::time_point>& failing_since) {
+Duration attempt_limit(Duration retry_limit,
+                       const std::optional<Clock::time_point>& failing_since) {
   Duration limit = std::clamp(retry_limit, kMinAttempt, kMaxAttempt);
   if (!failing_since) return limit;
   auto spent = std::chrono::duration_cast<Duration>(Clock::now() - *failing_since);
@@ -710,7 +722,8 @@ Transport::Transport(EtcdStoreOptions options) : options_(std::move(options)) {
   if (options_.endpoints.empty()) throw InvalidArgument("EtcdStore", "no etcd endpoints given");
   for (const auto& endpoint : options_.endpoints) {
     if (endpoint.host.empty() || endpoint.port == 0) {
-      throw InvalidArgument("EtcdStore", fmt::format("bad etcd endpoint '{}'", endpoint_text(endpoint)));
+      throw InvalidArgument("EtcdStore",
+                            fmt::format("bad etcd endpoint '{}'", endpoint_text(endpoint)));
     }
   }
   if (options_.max_reply_bytes < 4096) {
@@ -722,9 +735,10 @@ Transport::Transport(EtcdStoreOptions options) : options_(std::move(options)) {
   last_reasons_.resize(options_.endpoints.size());
   if (options_.tls) tls_ = make_tls_context(options_);
   if (!options_.tls && !options_.username.empty()) {
-    log::get("etcd")->warn("etcd user '{}' authenticates over plain http: its password crosses the "
-                           "network to {} in clear text (use --rdzv_conf protocol=https)",
-                           options_.username, endpoints_text());
+    log::get("etcd")->warn(
+        "etcd user '{}' authenticates over plain http: its password crosses the "
+        "network to {} in clear text (use --rdzv_conf protocol=https)",
+        options_.username, endpoints_text());
   }
 }
 
@@ -789,7 +803,8 @@ void Transport::authenticate(Connection& connection, const std::string& origin,
     result = decode_reply(origin, connection.where(), "/v3/auth/authenticate", reply);
   } catch (const InvalidArgument& e) {
     const ReplyInfo* info = reply_info(e);
-    if (!info || info->etcd_message().find("authentication is not enabled") == std::string::npos) throw;
+    if (!info || info->etcd_message().find("authentication is not enabled") == std::string::npos)
+      throw;
     return;  // the cluster has no authentication: go on without a token
   }
   auto token = result.find("token");
@@ -799,14 +814,15 @@ void Transport::authenticate(Connection& connection, const std::string& origin,
 
 Json Transport::check_member(Connection& connection, const std::string& origin,
                              const Deadline& deadline) {
-  HttpReply reply = connection.post(kStatusPath, kStatusBody, "", first_byte_deadline(deadline, 0),
-                                    deadline);
+  HttpReply reply =
+      connection.post(kStatusPath, kStatusBody, "", first_byte_deadline(deadline, 0), deadline);
   Json status = decode_reply(origin, connection.where(), kStatusPath, reply);
   check_cluster(status, connection.where());
   return status;
 }
 
-void Transport::prepare(Connection& connection, const std::string& origin, const Deadline& deadline) {
+void Transport::prepare(Connection& connection, const std::string& origin,
+                        const Deadline& deadline) {
   connection.open(deadline);
   // The cluster first: no password goes to a member of another cluster.
   check_member(connection, origin, deadline);
@@ -844,7 +860,8 @@ Json Transport::attempt(const std::string& origin, const std::string& path, cons
       authenticate(*unary_, origin, deadline);  // its cluster was proven when it opened
     }
     try {
-      HttpReply reply = unary_->post(path, body, token(), first_byte_deadline(deadline, body.size()), deadline);
+      HttpReply reply =
+          unary_->post(path, body, token(), first_byte_deadline(deadline, body.size()), deadline);
       Json result = decode_reply(origin, unary_->where(), path, reply);
       check_cluster(result, unary_->where());
       return result;
@@ -947,8 +964,9 @@ void Transport::probe() {
   }
 }
 
-std::unique_ptr<Connection> Transport::open_stream(const std::string& origin, const std::string& path,
-                                                   const Json& body, const Deadline& deadline,
+std::unique_ptr<Connection> Transport::open_stream(const std::string& origin,
+                                                   const std::string& path, const Json& body,
+                                                   const Deadline& deadline,
                                                    std::optional<Clock::time_point>& failing_since,
                                                    Interrupt* interrupt, Failures* shared) {
   const std::string text = body.dump();
@@ -967,11 +985,13 @@ std::unique_ptr<Connection> Transport::open_stream(const std::string& origin, co
       // etcd answers a watch at once (its "created" message): a member that
       // does not is left like a unary call's.
       const Deadline first_byte = first_byte_deadline(attempt, text.size());
-      int status = connection->post_stream(path, text, token(), attempt, &first_byte, /*endless=*/true);
+      int status =
+          connection->post_stream(path, text, token(), attempt, &first_byte, /*endless=*/true);
       if (status == 200) return connection;
       HttpReply reply{status, connection->stream_rest(attempt)};
       decode_reply(origin, connection->where(), path, reply);
-      throw BadReply(connection->where(), fmt::format("answered POST {} with HTTP {}", path, status));
+      throw BadReply(connection->where(),
+                     fmt::format("answered POST {} with HTTP {}", path, status));
     } catch (...) {
       if (interrupt) interrupt->detach();
       // Stopped meanwhile: the failure is ours (the connection was cancelled),
@@ -993,8 +1013,9 @@ std::unique_ptr<Connection> Transport::open_stream(const std::string& origin, co
   }
 }
 
-bool Transport::member_answers(const EtcdEndpoint& endpoint, std::unique_ptr<Connection>& connection,
-                               const Deadline& deadline, Interrupt* interrupt) {
+bool Transport::member_answers(const EtcdEndpoint& endpoint,
+                               std::unique_ptr<Connection>& connection, const Deadline& deadline,
+                               Interrupt* interrupt) {
   try {
     if (!connection || !connection->is_open()) {
       connection = std::make_unique<Connection>(endpoint, tls_.get(), options_.max_reply_bytes);
@@ -1017,7 +1038,8 @@ bool Transport::member_answers(const EtcdEndpoint& endpoint, std::unique_ptr<Con
   }
 }
 
-void Transport::stream_error(const std::string& origin, const std::string& where, const Json& message) {
+void Transport::stream_error(const std::string& origin, const std::string& where,
+                             const Json& message) {
   auto [code, text] = error_fields(message);
   ErrorClass cls = classify(code, text);
   if (cls.reauth) {

@@ -105,7 +105,8 @@ class BadReply : public ProtocolError {
 // dynamic_cast to ReplyInfo for the details.
 class ReplyInfo {
  public:
-  ReplyInfo(int code, std::string etcd_message) : code_(code), etcd_message_(std::move(etcd_message)) {}
+  ReplyInfo(int code, std::string etcd_message)
+      : code_(code), etcd_message_(std::move(etcd_message)) {}
   virtual ~ReplyInfo() = default;
   // The gRPC status code.
   int code() const { return code_; }
@@ -124,7 +125,9 @@ class ReplyError : public Base, public ReplyInfo {
 };
 
 // The ReplyInfo of `error`, if it came from an etcd error reply.
-inline const ReplyInfo* reply_info(const Error& error) { return dynamic_cast<const ReplyInfo*>(&error); }
+inline const ReplyInfo* reply_info(const Error& error) {
+  return dynamic_cast<const ReplyInfo*>(&error);
+}
 
 struct HttpReply {
   int status = 0;

@@ -42,7 +42,9 @@ std::chrono::seconds marker_ttl(Duration request_timeout) {
   const auto seconds = std::chrono::ceil<std::chrono::seconds>(2 * request_timeout);
   return seconds + std::chrono::seconds(60);
 }
-Duration marker_renew_margin(Duration request_timeout) { return request_timeout + std::chrono::seconds(30); }
+Duration marker_renew_margin(Duration request_timeout) {
+  return request_timeout + std::chrono::seconds(30);
+}
 
 std::string random_hex(std::size_t digits) {
   std::random_device device;
@@ -109,8 +111,8 @@ std::int64_t header_revision(const Json& reply) {
 
 bool lease_not_found(const Error& e) {
   const etcd::ReplyInfo* info = etcd::reply_info(e);
-  return info != nullptr && (info->code() == 5 ||
-                             info->etcd_message().find("lease not found") != std::string::npos);
+  return info != nullptr &&
+         (info->code() == 5 || info->etcd_message().find("lease not found") != std::string::npos);
 }
 
 }  // namespace
@@ -118,8 +120,8 @@ bool lease_not_found(const Error& e) {
 class EtcdStore::Client {
  public:
   explicit Client(const EtcdStoreOptions& options)
-      : transport(std::make_shared<etcd::Transport>(options)),
-        marker(kMarkerDir + random_hex(16)) {}
+      : transport(std::make_shared<etcd::Transport>(options)), marker(kMarkerDir + random_hex(16)) {
+  }
 
   const EtcdStoreOptions& options() const { return transport->options(); }
   std::string full(const std::string& key) const { return options().prefix + key; }
@@ -157,7 +159,9 @@ class EtcdStore::Client {
   void release_marker();
 
   // A name for this client's next ticket, unique among all clients.
-  std::string next_ticket_name() { return marker.substr(marker.rfind('/') + 1) + "." + std::to_string(++tickets_); }
+  std::string next_ticket_name() {
+    return marker.substr(marker.rfind('/') + 1) + "." + std::to_string(++tickets_);
+  }
 
   std::shared_ptr<etcd::Transport> transport;
   const std::string marker;  // this client's marker key (see read_modify_write)
@@ -203,10 +207,9 @@ void EtcdStore::Client::release_marker() {
   marker_lease_ = 0;
 }
 
-std::vector<std::optional<std::string>> EtcdStore::Client::read(const std::string& origin,
-                                                                 const std::vector<std::string>& keys,
-                                                                 bool keys_only,
-                                                                 std::int64_t& revision) {
+std::vector<std::optional<std::string>> EtcdStore::Client::read(
+    const std::string& origin, const std::vector<std::string>& keys, bool keys_only,
+    std::int64_t& revision) {
   std::vector<std::optional<std::string>> values;
   values.reserve(keys.size());
   revision = 0;
@@ -221,7 +224,8 @@ std::vector<std::optional<std::string>> EtcdStore::Client::read(const std::strin
       Json ops = Json::array();
       for (std::size_t i = begin; i < end; ++i) ops.push_back(range_op(full(keys[i]), keys_only));
       reply = txn(origin, Json::array(), ops);
-      for (std::size_t i = 0; i < end - begin; ++i) ranges.push_back(&txn_response(reply, i, "response_range"));
+      for (std::size_t i = 0; i < end - begin; ++i)
+        ranges.push_back(&txn_response(reply, i, "response_range"));
     }
     std::int64_t at = header_revision(reply);
     revision = revision == 0 ? at : std::min(revision, at);
@@ -304,8 +308,9 @@ std::string EtcdStore::Client::read_modify_write(
     if (kv != nullptr) current = json_bytes(*kv, "value");
     std::string value = update(current ? &*current : nullptr);
     std::string sequence = std::to_string(++sequence_);
-    Json compare = Json::array({compare_mod(full_key, kv ? json_int(*kv, "mod_revision") : 0),
-                                compare_mod(marker, marker_kv ? json_int(*marker_kv, "mod_revision") : 0)});
+    Json compare =
+        Json::array({compare_mod(full_key, kv ? json_int(*kv, "mod_revision") : 0),
+                     compare_mod(marker, marker_kv ? json_int(*marker_kv, "mod_revision") : 0)});
     try {
       reply = txn(origin, compare,
                   Json::array({put_op(full_key, value), put_op(marker, sequence, lease)}), reads);
@@ -345,9 +350,10 @@ std::string EtcdStore::get(const std::string& key, Duration timeout) {
 }
 
 std::int64_t EtcdStore::add(const std::string& key, std::int64_t delta) {
-  std::string result = client_->read_modify_write("EtcdStore::add", key, [&](const std::string* current) {
-    return std::to_string(store_util::add_to_decimal(current, delta, "EtcdStore::add", key));
-  });
+  std::string result =
+      client_->read_modify_write("EtcdStore::add", key, [&](const std::string* current) {
+        return std::to_string(store_util::add_to_decimal(current, delta, "EtcdStore::add", key));
+      });
   return std::stoll(result);
 }
 
@@ -369,10 +375,14 @@ std::string EtcdStore::compare_set(const std::string& key, const std::string& ex
   for (;;) {
     Json compare;
     if (expected.empty()) {  // absent (create_revision 0)
-      compare = {{"key", base64_encode(full_key)}, {"target", "CREATE"}, {"result", "EQUAL"},
+      compare = {{"key", base64_encode(full_key)},
+                 {"target", "CREATE"},
+                 {"result", "EQUAL"},
                  {"create_revision", "0"}};
     } else {
-      compare = {{"key", base64_encode(full_key)}, {"target", "VALUE"}, {"result", "EQUAL"},
+      compare = {{"key", base64_encode(full_key)},
+                 {"target", "VALUE"},
+                 {"result", "EQUAL"},
                  {"value", base64_encode(expected)}};
     }
     Json reply = client_->txn(origin, Json::array({compare}), put, read);
@@ -385,7 +395,9 @@ std::string EtcdStore::compare_set(const std::string& key, const std::string& ex
     std::string current = json_bytes(*kv, "value");
     if (!expected.empty() || !current.empty()) return current;
     // A present key holding "" equals expected "": replace it if it still does.
-    Json same = {{"key", base64_encode(full_key)}, {"target", "VALUE"}, {"result", "EQUAL"},
+    Json same = {{"key", base64_encode(full_key)},
+                 {"target", "VALUE"},
+                 {"result", "EQUAL"},
                  {"value", base64_encode("")}};
     reply = client_->txn(origin, Json::array({same}), put, read);
     if (etcd::json_flag(reply, "succeeded")) return desired;
@@ -453,16 +465,19 @@ void EtcdStore::multi_set(const std::vector<std::string>& keys,
 
 LeaseStore::LeaseId EtcdStore::grant_lease(std::chrono::seconds ttl) {
   if (ttl.count() <= 0) {
-    throw InvalidArgument("EtcdStore::grant_lease", fmt::format("ttl must be positive, got {} s", ttl.count()));
+    throw InvalidArgument("EtcdStore::grant_lease",
+                          fmt::format("ttl must be positive, got {} s", ttl.count()));
   }
-  Json reply = client_->call("EtcdStore::grant_lease", "/v3/lease/grant", {{"TTL", std::to_string(ttl.count())}});
+  Json reply = client_->call("EtcdStore::grant_lease", "/v3/lease/grant",
+                             {{"TTL", std::to_string(ttl.count())}});
   LeaseId id = json_int(reply, "ID");
   if (id == 0) throw ProtocolError("EtcdStore::grant_lease", "etcd granted a lease without an ID");
   return id;
 }
 
 bool EtcdStore::refresh_lease(LeaseId lease) {
-  Json reply = client_->call("EtcdStore::refresh_lease", "/v3/lease/keepalive", {{"ID", std::to_string(lease)}});
+  Json reply = client_->call("EtcdStore::refresh_lease", "/v3/lease/keepalive",
+                             {{"ID", std::to_string(lease)}});
   auto result = reply.find("result");
   return json_int(result != reply.end() ? *result : reply, "TTL") > 0;
 }
@@ -493,9 +508,9 @@ void EtcdStore::set_with_lease(const std::string& key, const std::string& value,
                   put_op(client_->full(key), value, lease)["request_put"]);
   } catch (const InvalidArgument& e) {
     if (!lease_not_found(e)) throw;
-    throw InvalidArgument("EtcdStore::set_with_lease",
-                          fmt::format("lease {} does not exist ({})", lease,
-                                      etcd::reply_info(e)->etcd_message()));
+    throw InvalidArgument(
+        "EtcdStore::set_with_lease",
+        fmt::format("lease {} does not exist ({})", lease, etcd::reply_info(e)->etcd_message()));
   }
 }
 
@@ -515,12 +530,16 @@ std::int64_t EtcdStore::take_ticket(const std::string& key) {
   const std::int64_t created =
       previous != reply.end() ? json_int(*previous, "create_revision") : header_revision(reply);
   auto [begin, end] = prefix_range(tickets);
-  Json at = {{"key", base64_encode(begin)}, {"range_end", base64_encode(end)}, {"count_only", true},
+  Json at = {{"key", base64_encode(begin)},
+             {"range_end", base64_encode(end)},
+             {"count_only", true},
              {"revision", std::to_string(created)}};
   const std::int64_t count = json_int(client_->call(origin, "/v3/kv/range", at), "count");
   if (count < 1) {
-    throw ProtocolError(origin, fmt::format("etcd counts no ticket of '{}' at revision {}, where this "
-                                            "client's was created", key, created));
+    throw ProtocolError(origin,
+                        fmt::format("etcd counts no ticket of '{}' at revision {}, where this "
+                                    "client's was created",
+                                    key, created));
   }
   return count - 1;
 }
@@ -541,19 +560,25 @@ bool EtcdStore::take_over(const std::string& key, const std::string& expected,
   auto [begin, end] = prefix_range(client_->full(prefix));
   Json compare = Json::array();
   if (expected.empty()) {
-    compare.push_back({{"key", base64_encode(full_key)}, {"target", "CREATE"}, {"result", "EQUAL"},
+    compare.push_back({{"key", base64_encode(full_key)},
+                       {"target", "CREATE"},
+                       {"result", "EQUAL"},
                        {"create_revision", "0"}});
   } else {
-    compare.push_back({{"key", base64_encode(full_key)}, {"target", "VALUE"}, {"result", "EQUAL"},
+    compare.push_back({{"key", base64_encode(full_key)},
+                       {"target", "VALUE"},
+                       {"result", "EQUAL"},
                        {"value", base64_encode(expected)}});
   }
   auto delete_range = [](const std::string& from, const std::string& to) {
-    return Json{{"request_delete_range", {{"key", base64_encode(from)}, {"range_end", base64_encode(to)}}}};
+    return Json{
+        {"request_delete_range", {{"key", base64_encode(from)}, {"range_end", base64_encode(to)}}}};
   };
   Json success = Json::array();
   if (begin < full_key) success.push_back(delete_range(begin, full_key));
   const std::string after_key = full_key + std::string(1, '\0');
-  if (after_key < end || end == std::string(1, '\0')) success.push_back(delete_range(after_key, end));
+  if (after_key < end || end == std::string(1, '\0'))
+    success.push_back(delete_range(after_key, end));
   success.push_back(put_op(full_key, desired));
   const Json reply = client_->txn(origin, compare, success);
   return etcd::json_flag(reply, "succeeded");
@@ -586,8 +611,9 @@ std::unique_ptr<StoreWatch> EtcdStore::watch_prefix(
 namespace {
 
 std::uint16_t parse_port(const std::string& text, const std::string& item) {
-  const bool digits = !text.empty() && text.size() <= 5 &&
-                      std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
+  const bool digits =
+      !text.empty() && text.size() <= 5 &&
+      std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
   int port = digits ? std::stoi(text) : 0;
   if (port < 1 || port > 65535) {
     throw InvalidArgument("parse_etcd_endpoints", fmt::format("bad port in '{}'", item));
@@ -597,8 +623,9 @@ std::uint16_t parse_port(const std::string& text, const std::string& item) {
 
 EtcdEndpoint parse_endpoint(const std::string& item) {
   if (item.find("://") != std::string::npos) {
-    throw InvalidArgument("parse_etcd_endpoints",
-                          fmt::format("'{}': give host[:port] without a scheme (TLS is an option)", item));
+    throw InvalidArgument(
+        "parse_etcd_endpoints",
+        fmt::format("'{}': give host[:port] without a scheme (TLS is an option)", item));
   }
   EtcdEndpoint endpoint;
   std::string port;
@@ -610,15 +637,18 @@ EtcdEndpoint parse_endpoint(const std::string& item) {
     endpoint.host = item.substr(1, close - 1);
     std::string rest = item.substr(close + 1);
     if (!rest.empty()) {
-      if (rest.front() != ':') throw InvalidArgument("parse_etcd_endpoints", fmt::format("bad endpoint '{}'", item));
+      if (rest.front() != ':')
+        throw InvalidArgument("parse_etcd_endpoints", fmt::format("bad endpoint '{}'", item));
       port = rest.substr(1);
-      if (port.empty()) throw InvalidArgument("parse_etcd_endpoints", fmt::format("bad port in '{}'", item));
+      if (port.empty())
+        throw InvalidArgument("parse_etcd_endpoints", fmt::format("bad port in '{}'", item));
     }
   } else if (std::count(item.begin(), item.end(), ':') == 1) {
     auto colon = item.find(':');
     endpoint.host = item.substr(0, colon);
     port = item.substr(colon + 1);
-    if (port.empty()) throw InvalidArgument("parse_etcd_endpoints", fmt::format("bad port in '{}'", item));
+    if (port.empty())
+      throw InvalidArgument("parse_etcd_endpoints", fmt::format("bad port in '{}'", item));
   } else {
     endpoint.host = item;  // a host name, or a bare IPv6 address
   }
@@ -644,7 +674,8 @@ std::vector<EtcdEndpoint> parse_etcd_endpoints(const std::string& text) {
   std::size_t start = 0;
   for (;;) {
     auto comma = text.find(',', start);
-    std::string item = trim(text.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    std::string item =
+        trim(text.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
     if (item.empty()) {
       throw InvalidArgument("parse_etcd_endpoints", fmt::format("empty item in '{}'", text));
     }

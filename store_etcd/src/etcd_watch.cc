@@ -119,12 +119,8 @@ class EtcdWatch final : public StoreWatch {
             std::size_t strip, std::int64_t from_revision,
             std::function<void(const StoreEvent&)> on_event,
             std::function<void(const std::string&)> on_error)
-      : transport_(std::move(transport)),
-        key_(std::move(key)),
-        range_end_(std::move(range_end)),
-        strip_(strip),
-        next_(from_revision),
-        on_event_(std::move(on_event)),
+      : transport_(std::move(transport)), key_(std::move(key)), range_end_(std::move(range_end)),
+        strip_(strip), next_(from_revision), on_event_(std::move(on_event)),
         on_error_(std::move(on_error)) {
     thread_ = std::thread([this] { run(); });
   }
@@ -153,8 +149,9 @@ class EtcdWatch final : public StoreWatch {
     while (!interrupt_.stopped()) {
       Json create = {{"key", base64_encode(key_)}, {"range_end", base64_encode(range_end_)}};
       if (next_ > 0) create["start_revision"] = std::to_string(next_);
-      auto connection = transport_->open_stream(kWatchOrigin, "/v3/watch", {{"create_request", create}},
-                                                Deadline::never(), failing_since, &interrupt_);
+      auto connection =
+          transport_->open_stream(kWatchOrigin, "/v3/watch", {{"create_request", create}},
+                                  Deadline::never(), failing_since, &interrupt_);
       if (!connection) return;  // stopped
       bool reopen = false;
       try {
@@ -192,8 +189,8 @@ class EtcdWatch final : public StoreWatch {
       }
       if (interrupt_.stopped()) return false;
       if (!line) {
-        const bool answers =
-            transport_->member_answers(connection.endpoint(), check, Deadline(check_every), &interrupt_);
+        const bool answers = transport_->member_answers(connection.endpoint(), check,
+                                                        Deadline(check_every), &interrupt_);
         interrupt_.attach(&connection);  // stop() must reach the stream again
         if (interrupt_.stopped()) return false;
         if (answers) continue;
@@ -274,7 +271,8 @@ std::unique_ptr<StoreWatch> start_watch(std::shared_ptr<Transport> transport, st
                                         std::function<void(const StoreEvent&)> on_event,
                                         std::function<void(const std::string&)> on_error) {
   return std::make_unique<EtcdWatch>(std::move(transport), std::move(key), std::move(range_end),
-                                     strip, from_revision, std::move(on_event), std::move(on_error));
+                                     strip, from_revision, std::move(on_event),
+                                     std::move(on_error));
 }
 
 }  // namespace ddp::etcd

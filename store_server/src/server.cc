@@ -80,13 +80,8 @@ void validate(const StoreServerOptions& options) {
 }  // namespace
 
 Server::Server(const StoreServerOptions& options)
-    : options_(options),
-      limits_(limits_of(options)),
-      logger_(log::get("store")),
-      acceptor_(io_),
-      retry_timer_(io_),
-      stop_timer_(io_),
-      handler_(handler_limits(options)),
+    : options_(options), limits_(limits_of(options)), logger_(log::get("store")), acceptor_(io_),
+      retry_timer_(io_), stop_timer_(io_), handler_(handler_limits(options)),
       clients_(ClientRegistry::Options{options.retry_record_clients, options.retry_record_window}) {
   validate(options_);
   options_.max_clients = usable_clients(options_.max_clients, *logger_);
@@ -200,9 +195,10 @@ bool Server::may_log_client_event() {
   const auto now = std::chrono::steady_clock::now();
   if (now - client_log_window_ >= kClientLogWindow) {
     if (client_log_suppressed_ > 0) {
-      logger_->info("store server: {} more client connection(s) closed for errors in the last {} s "
-                    "(not logged one by one)",
-                    client_log_suppressed_, kClientLogWindow.count());
+      logger_->info(
+          "store server: {} more client connection(s) closed for errors in the last {} s "
+          "(not logged one by one)",
+          client_log_suppressed_, kClientLogWindow.count());
     }
     client_log_window_ = now;
     client_log_lines_ = 0;

@@ -16,9 +16,9 @@
 #include <boost/asio.hpp>
 // clang-format on
 
-#include "ddp/store_server/store_server.h"
 #include "client_registry.h"
 #include "ddp/store/protocol.h"
+#include "ddp/store_server/store_server.h"
 #include "session_manager.h"
 #include "store_handler.h"
 

@@ -49,13 +49,9 @@ std::chrono::steady_clock::time_point after(std::chrono::milliseconds timeout) {
 }  // namespace
 
 Session::Session(asio::ip::tcp::socket socket, Server& server)
-    : server_(server),
-      socket_(std::move(socket)),
-      idle_timer_(server.io_context()),
-      wait_timer_(server.io_context()),
-      read_buf_(kReadBufferInitial),
-      parser_(protocol::kMaxHandshakeFrame),
-      serial_(server.next_session_serial()) {}
+    : server_(server), socket_(std::move(socket)), idle_timer_(server.io_context()),
+      wait_timer_(server.io_context()), read_buf_(kReadBufferInitial),
+      parser_(protocol::kMaxHandshakeFrame), serial_(server.next_session_serial()) {}
 
 void Session::start() {
   counted_ = true;
@@ -302,7 +298,8 @@ void Session::handle_frame(std::string_view payload) {
 void Session::release_large_request() {
   // The parked request keeps copies of its keys (StoreHandler::Parked): the
   // views may go.
-  if (request_.keys.capacity() > kKeptRequestKeys) std::vector<std::string_view>().swap(request_.keys);
+  if (request_.keys.capacity() > kKeptRequestKeys)
+    std::vector<std::string_view>().swap(request_.keys);
   if (request_.values.capacity() > kKeptRequestKeys) {
     std::vector<std::string_view>().swap(request_.values);
   }
@@ -342,7 +339,8 @@ void Session::serve_backlog() {
   // A flush that wrote everything at once ends the pause with no write pending
   // to come back here, and a read would wait for input the client already sent:
   // the backlog is served until it is empty or the connection pauses again.
-  while (state_ == State::kOpen && !input_paused() && !backlog_.empty() && turn_work_ < kTurnBudget) {
+  while (state_ == State::kOpen && !input_paused() && !backlog_.empty() &&
+         turn_work_ < kTurnBudget) {
     std::string pending;
     pending.swap(backlog_);
     process(pending);

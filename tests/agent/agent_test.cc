@@ -104,7 +104,9 @@ class AgentTest : public ::testing::Test {
 
 TEST_F(AgentTest, SucceedsAndGivesTheContractEnvironment) {
   FakeLauncher launcher;
-  launcher.on_launch = [](FakeLauncher& l, const FakeLauncher::Launch& launch) { l.exit(launch.pid, 0); };
+  launcher.on_launch = [](FakeLauncher& l, const FakeLauncher::Launch& launch) {
+    l.exit(launch.pid, 0);
+  };
   auto rdzv = rendezvous(1, 0, 2);
   Agent agent(options(2, 3), *rdzv, launcher);
   EXPECT_EQ(agent.run(), 0);
@@ -121,14 +123,17 @@ TEST_F(AgentTest, SucceedsAndGivesTheContractEnvironment) {
     EXPECT_EQ(env.at("DDP_STORE_ADDR"), "10.1.2.3");
     EXPECT_EQ(env.at("DDP_STORE_PORT"), "1234");
     EXPECT_TRUE(env.at("DDP_STORE_PREFIX").starts_with("rdzv/job/")) << env.at("DDP_STORE_PREFIX");
-    EXPECT_TRUE(env.at("DDP_STORE_PREFIX").ends_with("/round_0/workers")) << env.at("DDP_STORE_PREFIX");
+    EXPECT_TRUE(env.at("DDP_STORE_PREFIX").ends_with("/round_0/workers"))
+        << env.at("DDP_STORE_PREFIX");
     EXPECT_EQ(env.at("OMP_NUM_THREADS"), "1");
     EXPECT_EQ(env.at("KEEP"), "me");
     EXPECT_EQ(env.count("DDP_STORE_TOKEN"), 0u);
     EXPECT_EQ(env.at("TORCHELASTIC_ERROR_FILE"),
               (dir_.path() / "node0" / "attempt_0" / std::to_string(r) / "error.json").string());
-    EXPECT_EQ(launches[static_cast<std::size_t>(r)].spec.argv[1], "--out=" + std::to_string(r) + ".txt");
-    EXPECT_EQ(launches[static_cast<std::size_t>(r)].spec.prefix, "[default" + std::to_string(r) + "]:");
+    EXPECT_EQ(launches[static_cast<std::size_t>(r)].spec.argv[1],
+              "--out=" + std::to_string(r) + ".txt");
+    EXPECT_EQ(launches[static_cast<std::size_t>(r)].spec.prefix,
+              "[default" + std::to_string(r) + "]:");
   }
   EXPECT_EQ(launcher.stuck(), 0);
 }
@@ -149,8 +154,12 @@ TEST_F(AgentTest, FailureRestartsTheGroupInANewRound) {
   ASSERT_EQ(launches.size(), 4u);
   EXPECT_EQ(launches[2].env.at("TORCHELASTIC_RESTART_COUNT"), "1");
   EXPECT_TRUE(launches[2].env.at("DDP_STORE_PREFIX").ends_with("/round_1/workers"));
-  EXPECT_EQ(launches[2].env.at("DDP_STORE_PREFIX").substr(0, launches[2].env.at("DDP_STORE_PREFIX").size() - 16),
-            launches[0].env.at("DDP_STORE_PREFIX").substr(0, launches[0].env.at("DDP_STORE_PREFIX").size() - 16))
+  EXPECT_EQ(launches[2]
+                .env.at("DDP_STORE_PREFIX")
+                .substr(0, launches[2].env.at("DDP_STORE_PREFIX").size() - 16),
+            launches[0]
+                .env.at("DDP_STORE_PREFIX")
+                .substr(0, launches[0].env.at("DDP_STORE_PREFIX").size() - 16))
       << "one job instance for every round";
   EXPECT_NE(launches[2].env.at("TORCHELASTIC_ERROR_FILE").find("attempt_1"), std::string::npos);
   // The survivor of attempt 0 got SIGTERM on its process group.
@@ -175,7 +184,8 @@ TEST_F(AgentTest, ExhaustedRestartsReturnTheRootCauseExitCode) {
   EXPECT_EQ(launcher.launches().size(), 4u);
   EXPECT_NE(err.find("worker FAILED"), std::string::npos) << err;
   EXPECT_NE(err.find("exitcode  : 3 (pid: " + std::to_string(launcher.launches()[3].pid) + ")"),
-            std::string::npos) << err;
+            std::string::npos)
+      << err;
   EXPECT_NE(err.find("rank      : 1 (local_rank: 1)"), std::string::npos) << err;
   EXPECT_NE(err.find("<NO_OTHER_FAILURES>"), std::string::npos) << err;
 }
@@ -300,8 +310,9 @@ TEST_F(AgentTest, ASignalledAgentStopsTheOtherNodesToo) {
   EXPECT_EQ(store_->num_keys(), 0) << "both agents left: no key is left behind";
   EXPECT_EQ(l1.launches().size(), 1u) << "an abort does not restart";
   auto signals = l1.signals();
-  EXPECT_NE(std::find(signals.begin(), signals.end(), std::make_pair(l1.launches()[0].pid, SIGTERM)),
-            signals.end());
+  EXPECT_NE(
+      std::find(signals.begin(), signals.end(), std::make_pair(l1.launches()[0].pid, SIGTERM)),
+      signals.end());
   EXPECT_NE(err.find("the agent of node 0 stopped the job (signal 15)"), std::string::npos) << err;
 }
 
@@ -365,8 +376,9 @@ TEST_F(AgentTest, FailureStopsLocalWorkersWithoutWaitingForAFrozenStore) {
   EXPECT_EQ(c1, 3);
   EXPECT_LT(took, std::chrono::seconds(3)) << "the agent waited for the frozen store";
   auto signals = l1.signals();
-  EXPECT_NE(std::find(signals.begin(), signals.end(), std::make_pair(l1.launches()[0].pid, SIGTERM)),
-            signals.end());
+  EXPECT_NE(
+      std::find(signals.begin(), signals.end(), std::make_pair(l1.launches()[0].pid, SIGTERM)),
+      signals.end());
   store->release();
   t0.join();
   ::testing::internal::GetCapturedStderr();

@@ -8,12 +8,12 @@
 #include <unistd.h>
 
 #include <csignal>
-#include <ctime>
-#include <optional>
 #include <cstdio>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <optional>
 
 #include "ddp/agent/worker_spec.h"
 #include "temp_dir.h"
@@ -92,12 +92,15 @@ std::optional<std::string> message_within(const std::string& path,
   auto deadline = std::chrono::steady_clock::now() + timeout;
   bool done = false;
   while (!done) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0 || ::poll(&poll_fd, 1, static_cast<int>(left.count())) <= 0) break;
     char buffer[4096];
     ssize_t n = ::read(p[0], buffer, sizeof(buffer));
-    if (n <= 0) done = true;
-    else text.append(buffer, static_cast<std::size_t>(n));
+    if (n <= 0)
+      done = true;
+    else
+      text.append(buffer, static_cast<std::size_t>(n));
   }
   ::close(p[0]);
   if (!done) ::kill(pid, SIGKILL);
@@ -112,7 +115,8 @@ TEST(FailureReport, FifoAsErrorFileDoesNotBlockAndIsNamed) {
   ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0);
   auto text = message_within(path.string(), std::chrono::seconds(5));
   ASSERT_TRUE(text.has_value()) << "make_failure blocked on a FIFO error file";
-  EXPECT_NE(text->find(path.string() + " is a FIFO, not a regular file"), std::string::npos) << *text;
+  EXPECT_NE(text->find(path.string() + " is a FIFO, not a regular file"), std::string::npos)
+      << *text;
 }
 
 TEST(FailureReport, SymlinkAsErrorFileIsNotFollowed) {
@@ -151,9 +155,11 @@ TEST(FailureReport, NoErrorFile) {
   auto f = make_failure(2, 7, 99, -SIGKILL, "/nonexistent/error.json", now);
   EXPECT_EQ(f.error_file, "<N/A>");
   EXPECT_EQ(f.message, "Signal 9 (SIGKILL) received by PID 99");
-  EXPECT_EQ(f.timestamp, std::chrono::duration_cast<std::chrono::seconds>(now.time_since_epoch()).count());
+  EXPECT_EQ(f.timestamp,
+            std::chrono::duration_cast<std::chrono::seconds>(now.time_since_epoch()).count());
   auto g = make_failure(2, 7, 99, 3, "", now);
-  EXPECT_EQ(g.message, "To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html");
+  EXPECT_EQ(g.message,
+            "To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html");
 }
 
 TEST(FailureReport, RootCauseIsEarliest) {
@@ -180,12 +186,14 @@ TEST(FailureReport, FormatMatchesTorchrun) {
   EXPECT_NE(report.find("\ntrain.py FAILED\n" + section + "\nFailures:\n[0]:\n"), std::string::npos)
       << report;
   EXPECT_NE(report.find("  host      : node7\n"), std::string::npos);
-  EXPECT_NE(report.find("  rank      : 3 (local_rank: 1)\n  exitcode  : -11 (pid: 101)\n"
-                        "  error_file: <N/A>\n  traceback : Signal 11 (SIGSEGV) received by PID 101\n" +
-                        section + "\nRoot Cause (first observed failure):\n[1]:\n"),
-            std::string::npos)
+  EXPECT_NE(
+      report.find("  rank      : 3 (local_rank: 1)\n  exitcode  : -11 (pid: 101)\n"
+                  "  error_file: <N/A>\n  traceback : Signal 11 (SIGSEGV) received by PID 101\n" +
+                  section + "\nRoot Cause (first observed failure):\n[1]:\n"),
+      std::string::npos)
       << report;
-  EXPECT_NE(report.find("  rank      : 2 (local_rank: 0)\n  exitcode  : 1 (pid: 100)\n"), std::string::npos);
+  EXPECT_NE(report.find("  rank      : 2 (local_rank: 0)\n  exitcode  : 1 (pid: 100)\n"),
+            std::string::npos);
   EXPECT_TRUE(report.ends_with(border + "\n"));
 }
 
@@ -259,12 +267,14 @@ TEST(FailureReport, HundredThousandLevelsDeepErrorFileDoesNotCrash) {
   ASSERT_LT(deep.size(), kMaxErrorFileBytes);
   ErrorFile file(R"({"message": {"message": "RuntimeError: deep", "extraInfo": {)"
                  R"("py_callstack": "Traceback (most recent call last):\nRuntimeError: deep", )"
-                 R"("timestamp": "1700000000", "nested": )" + deep + "}}}");
+                 R"("timestamp": "1700000000", "nested": )" +
+                 deep + "}}}");
   auto outcome = failure_in_child(file.path(), system_clock::now());
   ASSERT_EQ(outcome.crash, "") << "make_failure/format_report died on a 100,000-deep error file";
   EXPECT_EQ(outcome.message, "Traceback (most recent call last):\nRuntimeError: deep");
-  EXPECT_NE(outcome.report.find("traceback : Traceback (most recent call last):\n  RuntimeError: deep"),
-            std::string::npos)
+  EXPECT_NE(
+      outcome.report.find("traceback : Traceback (most recent call last):\n  RuntimeError: deep"),
+      std::string::npos)
       << outcome.report;
 }
 
@@ -278,9 +288,10 @@ TEST(FailureReport, DeepExtraInfoKeepsTheMessage) {
   EXPECT_EQ(outcome.message, "ValueError: kept");
 
   // The string form, with a deep sibling and a deep array.
-  ErrorFile plain(R"({"junk": )" + nested(100000) + R"(, "message": "plain failure", )"
-                  R"("timestamp": 1600000000, "more": )" + std::string(100000, '[') +
-                  std::string(100000, ']') + "}");
+  ErrorFile plain(R"({"junk": )" + nested(100000) +
+                  R"(, "message": "plain failure", )"
+                  R"("timestamp": 1600000000, "more": )" +
+                  std::string(100000, '[') + std::string(100000, ']') + "}");
   auto f = make_failure(0, 0, 1, 2, plain.path(), system_clock::now());
   EXPECT_EQ(f.message, "plain failure");
   EXPECT_EQ(f.timestamp, 1600000000);
@@ -304,20 +315,36 @@ TEST(FailureReport, DeepDocumentWithoutAReadableMessageIsNamed) {
   ErrorFile unclosed(R"({"message": )" + std::string(100000, '['));
   auto c = failure_in_child(unclosed.path(), system_clock::now());
   ASSERT_EQ(c.crash, "");
-  EXPECT_NE(c.message.find("unreadable error file: not valid JSON"), std::string::npos) << c.message;
+  EXPECT_NE(c.message.find("unreadable error file: not valid JSON"), std::string::npos)
+      << c.message;
 }
 
 TEST(FailureReport, OddTimestampsAreIgnoredAndTheTracebackKept) {
   const auto now = system_clock::now();
-  const std::vector<std::string> odd = {
-      R"("abc")", R"("12abc")", R"("")", R"(" 12")", R"("+12")", R"("-12")", R"("1.5")",
-      R"("0x10")", R"("99999999999999999999")", R"("9223372036854775808")", R"({"t": 1})",
-      R"([1700000000])", "1.5", "1e9", "99999999999999999999", "-5", "-9223372036854775808",
-      "true", "null"};
+  const std::vector<std::string> odd = {R"("abc")",
+                                        R"("12abc")",
+                                        R"("")",
+                                        R"(" 12")",
+                                        R"("+12")",
+                                        R"("-12")",
+                                        R"("1.5")",
+                                        R"("0x10")",
+                                        R"("99999999999999999999")",
+                                        R"("9223372036854775808")",
+                                        R"({"t": 1})",
+                                        R"([1700000000])",
+                                        "1.5",
+                                        "1e9",
+                                        "99999999999999999999",
+                                        "-5",
+                                        "-9223372036854775808",
+                                        "true",
+                                        "null"};
   for (const auto& timestamp : odd) {
     SCOPED_TRACE("timestamp " + timestamp);
     ErrorFile record(R"({"message": {"message": "RuntimeError: m", "extraInfo": {)"
-                     R"("py_callstack": "Traceback: tb", "timestamp": )" + timestamp + "}}}");
+                     R"("py_callstack": "Traceback: tb", "timestamp": )" +
+                     timestamp + "}}}");
     auto f = make_failure(0, 0, 1, 2, record.path(), now);
     EXPECT_EQ(f.message, "Traceback: tb");
     EXPECT_EQ(f.timestamp, seconds_of(now));
@@ -356,9 +383,11 @@ TEST(FailureReport, HostileTimestampDoesNotPickTheRootCause) {
   EXPECT_NE(root, std::string::npos) << report;
   // The implausible times are replaced by when the agent saw the exits.
   EXPECT_NE(report.find("[0]:\n" + time_line(seconds_of(t + std::chrono::seconds(2)))),
-            std::string::npos) << report;
+            std::string::npos)
+      << report;
   EXPECT_NE(report.find("[1]:\n" + time_line(seconds_of(t + std::chrono::seconds(3)))),
-            std::string::npos) << report;
+            std::string::npos)
+      << report;
   EXPECT_EQ(report.find("1970-01-01"), std::string::npos) << report;
 }
 
@@ -386,7 +415,8 @@ TEST(FailureReport, FieldsOfUnexpectedTypesAreNeverFatal) {
     std::string message;  // exact, or a part of it when `part`
     bool part = false;
   };
-  const std::string hint = "To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html";
+  const std::string hint =
+      "To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html";
   const std::vector<Case> cases = {
       {R"({"message": 42})", R"(unreadable error file: its "message" is a number)", true},
       {R"({"message": -1.5})", R"(its "message" is a number)", true},

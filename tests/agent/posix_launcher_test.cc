@@ -149,8 +149,8 @@ void expect_child_dies_with_worker(const std::string& ending, int expected_statu
   const fs::path child_file = dir.path() / "child";
   auto launcher = make_posix_launcher({});
   // The child ignores SIGTERM: only the group's SIGKILL ends it.
-  int pid = launcher->launch(shell("(trap '' TERM; exec sleep 300) & echo $! > " +
-                                   child_file.string() + "; " + ending));
+  int pid = launcher->launch(
+      shell("(trap '' TERM; exec sleep 300) & echo $! > " + child_file.string() + "; " + ending));
   const pid_t child = read_pid(child_file);
   ASSERT_FALSE(process_dead(child));
   if (term_worker) launcher->signal_group(pid, SIGTERM);
@@ -217,8 +217,8 @@ TEST(PosixLauncher, WorkerInheritsNoDescriptorButItsStreams) {
   std::set<int> fds;
   std::istringstream in(slurp(listing));
   for (int fd; in >> fd;) fds.insert(fd);
-  EXPECT_EQ(fds.count(leaky), 0u) << "descriptor " << leaky << " leaked into the worker: "
-                                  << slurp(listing);
+  EXPECT_EQ(fds.count(leaky), 0u) << "descriptor " << leaky
+                                  << " leaked into the worker: " << slurp(listing);
   for (int fd : fds) EXPECT_LT(fd, 10) << "the worker inherited descriptor " << fd;
 }
 

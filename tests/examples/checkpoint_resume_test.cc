@@ -13,11 +13,11 @@
 
 #include <algorithm>
 #include <chrono>
-#include <iterator>
-#include <map>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <map>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -81,7 +81,9 @@ std::string read_bytes(const fs::path& p) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
-void put_u64(std::string& out, std::uint64_t v) { out.append(reinterpret_cast<const char*>(&v), 8); }
+void put_u64(std::string& out, std::uint64_t v) {
+  out.append(reinterpret_cast<const char*>(&v), 8);
+}
 
 Checkpoint sample_checkpoint() {
   Checkpoint c;
@@ -89,7 +91,8 @@ Checkpoint sample_checkpoint() {
   c.step = 7;
   c.global_step = 71;
   c.world_size = 3;
-  c.settings = {{"--batch-size", "32"}, {"--lr", "0.05"}, {"training set", "2048 samples, crc32 0badf00d"}};
+  c.settings = {
+      {"--batch-size", "32"}, {"--lr", "0.05"}, {"training set", "2048 samples, crc32 0badf00d"}};
   c.tensors = {{1.0f, -2.5f, 3.25f}, {}, {0.125f}};
   return c;
 }
@@ -119,7 +122,7 @@ TEST(CheckpointFormat, ReadsVersion1WithoutSettings) {
   TempDir dir;
   std::string bytes = "DDPCKPT1";
   for (std::uint64_t v : {2, 5, 69, 2}) put_u64(bytes, v);  // epoch, step, global step, world size
-  put_u64(bytes, 1);                                          // one tensor
+  put_u64(bytes, 1);                                        // one tensor
   put_u64(bytes, 2);
   const float values[2] = {0.5f, -1.0f};
   bytes.append(reinterpret_cast<const char*>(values), sizeof values);
@@ -188,12 +191,12 @@ TEST(CheckpointTemporaries, RemovesOnlyThoseOfDeadWriters) {
   TempDir dir;
   const fs::path ckpt = dir.path() / "ckpt.bin";
   write_bytes(ckpt, "the checkpoint");
-  write_bytes(dir.path() / "ckpt.bin.tmp.123", "a dead writer's");    // nobody holds its lock
+  write_bytes(dir.path() / "ckpt.bin.tmp.123", "a dead writer's");  // nobody holds its lock
   write_bytes(dir.path() / "ckpt.bin.tmp.4567", "another dead one");
   write_bytes(dir.path() / "ckpt.bin.tmp.x1", "not a writer's name");
   write_bytes(dir.path() / "other.bin.tmp.99", "another checkpoint's");
-  fs::create_directory(dir.path() / "ckpt.bin.tmp.77");                 // not a regular file
-  const pid_t writer = hold_lock(dir.path() / "ckpt.bin.tmp.999");      // a live writer
+  fs::create_directory(dir.path() / "ckpt.bin.tmp.77");             // not a regular file
+  const pid_t writer = hold_lock(dir.path() / "ckpt.bin.tmp.999");  // a live writer
   ASSERT_GT(writer, 0);
 
   auto removed = ddp::examples::remove_stale_temporaries(ckpt.string());
@@ -211,7 +214,9 @@ TEST(CheckpointTemporaries, RemovesOnlyThoseOfDeadWriters) {
   ::waitpid(writer, nullptr, 0);
   EXPECT_EQ(ddp::examples::remove_stale_temporaries(ckpt.string()),
             (std::vector<std::string>{(dir.path() / "ckpt.bin.tmp.999").string()}));
-  EXPECT_TRUE(ddp::examples::remove_stale_temporaries((dir.path() / "no-such-dir" / "c.bin").string()).empty());
+  EXPECT_TRUE(
+      ddp::examples::remove_stale_temporaries((dir.path() / "no-such-dir" / "c.bin").string())
+          .empty());
 }
 
 TEST(DemoCheckpoint, ResumesAfterKill) {
@@ -221,10 +226,10 @@ TEST(DemoCheckpoint, ResumesAfterKill) {
   TempDir dir;
   const fs::path ckpt = dir.path() / "ckpt.bin";
   // 2048 samples / batch 32 = 64 steps per epoch, 2 epochs, a checkpoint every 4 steps.
-  const std::vector<std::string> args = {demo_binary(), "--train-limit", "2048", "--test-limit", "500",
-                                         "--batch-size", "32", "--epochs", "2", "--hidden", "64",
-                                         "--checkpoint", ckpt.string(), "--checkpoint-every", "4",
-                                         "--log-every", "1"};
+  const std::vector<std::string> args = {
+      demo_binary(), "--train-limit",      "2048", "--test-limit", "500", "--batch-size",
+      "32",          "--epochs",           "2",    "--hidden",     "64",  "--checkpoint",
+      ckpt.string(), "--checkpoint-every", "4",    "--log-every",  "1"};
   std::vector<std::string> slow = args;
   slow.insert(slow.end(), {"--throttle-ms", "25"});
   const pid_t first = spawn(slow, dir.path() / "run1.log");
@@ -232,7 +237,8 @@ TEST(DemoCheckpoint, ResumesAfterKill) {
   while (!fs::exists(ckpt) && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(150));  // a few more steps, maybe a newer checkpoint
+  std::this_thread::sleep_for(
+      std::chrono::milliseconds(150));  // a few more steps, maybe a newer checkpoint
   ::kill(first, SIGKILL);
   ASSERT_EQ(wait_exit(first), 128 + SIGKILL) << read_file(dir.path() / "run1.log");
 
@@ -247,8 +253,8 @@ TEST(DemoCheckpoint, ResumesAfterKill) {
   ASSERT_EQ(wait_exit(second), 0) << read_file(dir.path() / "run2.log");
   const std::string out = read_file(dir.path() / "run2.log");
   std::ostringstream resumed;
-  resumed << "resumed from checkpoint " << ckpt.string() << " at epoch " << saved->epoch + 1 << " step "
-          << saved->step << " (global step " << saved->global_step << ")";
+  resumed << "resumed from checkpoint " << ckpt.string() << " at epoch " << saved->epoch + 1
+          << " step " << saved->step << " (global step " << saved->global_step << ")";
   EXPECT_NE(out.find(resumed.str()), std::string::npos) << out;
   // The first step trained after the restart is the one after the saved position.
   std::ostringstream next;
@@ -269,10 +275,14 @@ TEST(DemoCheckpoint, ResumesAfterKill) {
 }
 
 // A small run of the demo (16 steps) checkpointing to `ckpt`; `changes` replace or add flags.
-std::vector<std::string> small_run(const fs::path& ckpt, const std::map<std::string, std::string>& changes = {}) {
-  std::map<std::string, std::string> flags = {{"--train-limit", "512"}, {"--test-limit", "100"},
-                                              {"--batch-size", "32"},   {"--epochs", "1"},
-                                              {"--hidden", "16"},       {"--log-every", "100"},
+std::vector<std::string> small_run(const fs::path& ckpt,
+                                   const std::map<std::string, std::string>& changes = {}) {
+  std::map<std::string, std::string> flags = {{"--train-limit", "512"},
+                                              {"--test-limit", "100"},
+                                              {"--batch-size", "32"},
+                                              {"--epochs", "1"},
+                                              {"--hidden", "16"},
+                                              {"--log-every", "100"},
                                               {"--checkpoint", ckpt.string()}};
   for (const auto& [flag, value] : changes) flags[flag] = value;
   std::vector<std::string> args = {demo_binary()};
@@ -300,14 +310,19 @@ TEST(DemoCheckpoint, RefusesToResumeWithOtherSettings) {
 
   // Each of these would train something else than the run that wrote it.
   const std::vector<std::pair<std::string, std::string>> changes = {
-      {"--batch-size", "16"}, {"--seed", "7"}, {"--lr", "0.1"}, {"--epochs", "2"}, {"--hidden", "16,8"},
-      {"--comm-hook", "fp16"}, {"--momentum", "0.8"}, {"--weight-decay", "0.25"}, {"--accumulate", "2"}};
+      {"--batch-size", "16"}, {"--seed", "7"},
+      {"--lr", "0.1"},        {"--epochs", "2"},
+      {"--hidden", "16,8"},   {"--comm-hook", "fp16"},
+      {"--momentum", "0.8"},  {"--weight-decay", "0.25"},
+      {"--accumulate", "2"}};
   for (const auto& [flag, value] : changes) {
     const fs::path log = dir.path() / "refused.log";
     EXPECT_EQ(wait_exit(spawn(small_run(ckpt, {{flag, value}}), log)), 1) << flag;
     const std::string out = read_file(log);
-    EXPECT_NE(out.find("was written by a run with other settings (" + flag + ": the checkpoint has "),
-              std::string::npos) << out;
+    EXPECT_NE(
+        out.find("was written by a run with other settings (" + flag + ": the checkpoint has "),
+        std::string::npos)
+        << out;
     EXPECT_NE(out.find("this run has " + value + ")"), std::string::npos) << out;
     EXPECT_EQ(read_bytes(ckpt), saved) << "a refused resume must not touch the checkpoint";
   }
@@ -315,13 +330,16 @@ TEST(DemoCheckpoint, RefusesToResumeWithOtherSettings) {
     const fs::path log = dir.path() / "refused.log";
     EXPECT_EQ(wait_exit(spawn(small_run(ckpt, {{"--train-limit", "640"}}), log)), 1);
     const std::string out = read_file(log);
-    EXPECT_NE(out.find("(training set: the checkpoint has 512 samples, crc32 "), std::string::npos) << out;
+    EXPECT_NE(out.find("(training set: the checkpoint has 512 samples, crc32 "), std::string::npos)
+        << out;
     EXPECT_NE(out.find("this run has 640 samples, crc32 "), std::string::npos) << out;
   }
   // The same settings resume, whatever the logging, checkpointing or throttling.
   const fs::path log = dir.path() / "run2.log";
-  ASSERT_EQ(wait_exit(spawn(small_run(ckpt, {{"--log-every", "1"}, {"--checkpoint-every", "5"},
-                                             {"--throttle-ms", "1"}, {"--test-limit", "50"}}),
+  ASSERT_EQ(wait_exit(spawn(small_run(ckpt, {{"--log-every", "1"},
+                                             {"--checkpoint-every", "5"},
+                                             {"--throttle-ms", "1"},
+                                             {"--test-limit", "50"}}),
                             log)),
             0)
       << read_file(log);
@@ -339,10 +357,12 @@ TEST(DemoCheckpoint, NextStartRemovesATemporaryFileOfADeadWriter) {
   write_bytes(dir.path() / "ckpt.bin.tmp.4194301", "DDPCKPT2 half-writ");
   const fs::path log = dir.path() / "run.log";
   ASSERT_EQ(wait_exit(spawn(small_run(ckpt), log)), 0) << read_file(log);
-  EXPECT_NE(read_file(log).find("removed " + (dir.path() / "ckpt.bin.tmp.4194301").string()), std::string::npos)
+  EXPECT_NE(read_file(log).find("removed " + (dir.path() / "ckpt.bin.tmp.4194301").string()),
+            std::string::npos)
       << read_file(log);
   std::vector<std::string> names;
-  for (const auto& entry : fs::directory_iterator(dir.path())) names.push_back(entry.path().filename().string());
+  for (const auto& entry : fs::directory_iterator(dir.path()))
+    names.push_back(entry.path().filename().string());
   std::sort(names.begin(), names.end());
   EXPECT_EQ(names, (std::vector<std::string>{"ckpt.bin", "run.log"}));
 }

@@ -9,8 +9,8 @@
 #include <chrono>
 #include <deque>
 #include <fstream>
-#include <thread>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -38,13 +38,19 @@ class ElasticTest : public ::testing::Test {
   // An agent of the job. The first one started hosts the store (callers wait
   // for it to listen before starting others).
   Child& start_agent(const std::string& nnodes, const std::string& conf = kConf) {
-    std::vector<std::string> argv{ddprun(), "--nnodes=" + nnodes, "--nproc_per_node=1",
-                                  "--rdzv_backend=c10d", "--rdzv_endpoint=" + endpoint_,
-                                  "--rdzv_id=elastic", "--no_python", "--rdzv_conf=" + conf};
+    std::vector<std::string> argv{ddprun(),
+                                  "--nnodes=" + nnodes,
+                                  "--nproc_per_node=1",
+                                  "--rdzv_backend=c10d",
+                                  "--rdzv_endpoint=" + endpoint_,
+                                  "--rdzv_id=elastic",
+                                  "--no_python",
+                                  "--rdzv_conf=" + conf};
     argv.push_back(worker());
     argv.push_back("elastic");
     argv.push_back(dir_.str());
-    agents_.push_back(spawn(argv, base_env(), dir_.path(), "agent" + std::to_string(agents_.size())));
+    agents_.push_back(
+        spawn(argv, base_env(), dir_.path(), "agent" + std::to_string(agents_.size())));
     return agents_.back();
   }
 
@@ -60,7 +66,9 @@ class ElasticTest : public ::testing::Test {
     int n = 0;
     const std::string prefix = "ws" + std::to_string(world) + "_";
     for (const auto& entry : fs::directory_iterator(dir_.path())) {
-      if (entry.path().filename().string().rfind(prefix, 0) == 0 && entry.path().extension() != ".tmp") ++n;
+      if (entry.path().filename().string().rfind(prefix, 0) == 0 &&
+          entry.path().extension() != ".tmp")
+        ++n;
     }
     return n;
   }
@@ -102,7 +110,8 @@ TEST_F(ElasticTest, ANodeThatArrivesBelowMaxIsAdmittedAtOnce) {
   Child& third = start_agent("2:3");
   ASSERT_TRUE(wait_workers(3, 3)) << "no scale-up to 3 nodes\n" << all_stderr();
   finish();
-  for (Child* agent : {&host, &second, &third}) EXPECT_EQ(wait_child(agent->pid, 60s), 0) << all_stderr();
+  for (Child* agent : {&host, &second, &third})
+    EXPECT_EQ(wait_child(agent->pid, 60s), 0) << all_stderr();
 }
 
 TEST_F(ElasticTest, ASpareAtMaxTakesOverWhenAMemberDies) {
@@ -122,11 +131,11 @@ TEST_F(ElasticTest, ASpareAtMaxTakesOverWhenAMemberDies) {
 
 TEST_F(ElasticTest, AWorkerFailureWithEveryNodeAliveSpendsARestart) {
   auto agent = [&](const std::string& tag) {
-    return spawn({ddprun(), "--nnodes=1:2", "--nproc_per_node=1", "--rdzv_backend=c10d",
-                  "--rdzv_endpoint=" + endpoint_, "--rdzv_id=elastic", "--no_python",
-                  "--max_restarts=1", std::string("--rdzv_conf=") + kConf, worker(),
-                  "fail_on_attempt0", "3"},
-                 base_env(), dir_.path(), tag);
+    return spawn(
+        {ddprun(), "--nnodes=1:2", "--nproc_per_node=1", "--rdzv_backend=c10d",
+         "--rdzv_endpoint=" + endpoint_, "--rdzv_id=elastic", "--no_python", "--max_restarts=1",
+         std::string("--rdzv_conf=") + kConf, worker(), "fail_on_attempt0", "3"},
+        base_env(), dir_.path(), tag);
   };
   agents_.push_back(agent("first"));
   Child& first = agents_.back();
@@ -144,7 +153,8 @@ TEST_F(ElasticTest, TooFewNodesFailAfterTheJoinTimeoutWithAClearMessage) {
   Child& host = start_agent("2:3", "join_timeout=2,last_call_timeout=1");
   EXPECT_EQ(wait_child(host.pid, 60s), 1);
   const std::string err = read_text(host.err);
-  EXPECT_NE(err.find("1 of at least 2 nodes joined within the join timeout"), std::string::npos) << err;
+  EXPECT_NE(err.find("1 of at least 2 nodes joined within the join timeout"), std::string::npos)
+      << err;
 }
 
 TEST_F(ElasticTest, WhenTheStoreHostDiesTheOthersExitPromptlyNamingTheStore) {
@@ -158,7 +168,8 @@ TEST_F(ElasticTest, WhenTheStoreHostDiesTheOthersExitPromptlyNamingTheStore) {
   EXPECT_LT(std::chrono::steady_clock::now() - killed, 10s) << "not prompt";
   const std::string err = read_text(second.err);
   EXPECT_NE(err.find("lost the rendezvous store"), std::string::npos) << err;
-  EXPECT_NE(err.find(endpoint_), std::string::npos) << "the error names the store's address\n" << err;
+  EXPECT_NE(err.find(endpoint_), std::string::npos) << "the error names the store's address\n"
+                                                    << err;
 }
 
 }  // namespace

@@ -59,13 +59,18 @@ class EtcdJobTest : public ::testing::Test {
 
   Child& start_agent(const std::string& endpoints, const std::string& nnodes,
                      std::vector<std::string> extra = {}) {
-    std::vector<std::string> argv{ddprun(), "--nnodes=" + nnodes, "--nproc_per_node=1",
-                                  "--rdzv_backend=etcd", "--rdzv_endpoint=" + endpoints,
-                                  "--rdzv_id=etcdjob", "--no_python",
+    std::vector<std::string> argv{ddprun(),
+                                  "--nnodes=" + nnodes,
+                                  "--nproc_per_node=1",
+                                  "--rdzv_backend=etcd",
+                                  "--rdzv_endpoint=" + endpoints,
+                                  "--rdzv_id=etcdjob",
+                                  "--no_python",
                                   std::string("--rdzv_conf=") + kConf};
     argv.insert(argv.end(), extra.begin(), extra.end());
     argv.insert(argv.end(), {worker(), "elastic", dir_.str()});
-    agents_.push_back(spawn(argv, base_env(), dir_.path(), "agent" + std::to_string(agents_.size())));
+    agents_.push_back(
+        spawn(argv, base_env(), dir_.path(), "agent" + std::to_string(agents_.size())));
     return agents_.back();
   }
 
@@ -76,7 +81,8 @@ class EtcdJobTest : public ::testing::Test {
       if (entry.path().extension() == ".tmp") continue;  // being written
       WorkerRecord w;
       if (std::sscanf(name.c_str(), "ws%d_r%d_%d", &w.world, &w.rank, &w.pid) != 3) continue;
-      w.store = read_text(dir_.path() / ("store_r" + std::to_string(w.rank) + "_" + std::to_string(w.pid)));
+      w.store = read_text(dir_.path() /
+                          ("store_r" + std::to_string(w.rank) + "_" + std::to_string(w.pid)));
       list.push_back(w);
     }
     return list;
@@ -169,8 +175,9 @@ TEST_F(EtcdJobTest, AFrozenNodeIsLostWhenItsLeaseExpiresAndRejoinsAsANewMemberOn
   // A lease of 1 s (etcd makes it its minimum, about 2 s) and etcd's expiry checks.
   EXPECT_LT(std::chrono::steady_clock::now() - stopped, 15s);
   ::kill(frozen.pid, SIGCONT);
-  ASSERT_TRUE(wait_workers(3, 3, before)) << "the woken node did not rejoin (3 workers of a new round)\n"
-                                          << all_stderr();
+  ASSERT_TRUE(wait_workers(3, 3, before))
+      << "the woken node did not rejoin (3 workers of a new round)\n"
+      << all_stderr();
   EXPECT_TRUE(eventually([&] { return process_dead(stale); }, 10s))
       << "the frozen node's stale worker still runs";
   const std::string err = read_text(frozen.err);
@@ -183,10 +190,10 @@ TEST_F(EtcdJobTest, UnreachableOrWrongEndpointsFailWithinTheTimeoutNamingThem) {
   DDP_SKIP_WITHOUT_ETCD();
   auto attempt = [&](const std::string& endpoints) {
     const auto start = std::chrono::steady_clock::now();
-    auto result = run({ddprun(), "--nnodes=1:2", "--rdzv_backend=etcd",
-                       "--rdzv_endpoint=" + endpoints, "--rdzv_conf=read_timeout=2",
-                       "--no_python", worker(), "env", dir_.str()},
-                      base_env(), dir_.path(), 60s);
+    auto result =
+        run({ddprun(), "--nnodes=1:2", "--rdzv_backend=etcd", "--rdzv_endpoint=" + endpoints,
+             "--rdzv_conf=read_timeout=2", "--no_python", worker(), "env", dir_.str()},
+            base_env(), dir_.path(), 60s);
     EXPECT_LT(std::chrono::steady_clock::now() - start, 20s) << endpoints;
     EXPECT_EQ(result.code, 1) << result.err;
     EXPECT_NE(result.err.find(endpoints), std::string::npos) << "the error names the endpoint\n"
@@ -225,12 +232,14 @@ struct Shell {
 
 // etcdctl (API v3) against every member of `etcd`, with `args`.
 Shell etcdctl(const EtcdCluster& etcd, const std::string& args) {
-  const std::string command = "ETCDCTL_API=3 etcdctl --endpoints=" + etcd.urls() + " " + args + " 2>&1";
+  const std::string command =
+      "ETCDCTL_API=3 etcdctl --endpoints=" + etcd.urls() + " " + args + " 2>&1";
   Shell shell;
   FILE* pipe = ::popen(command.c_str(), "r");
   if (pipe == nullptr) return shell;
   char buffer[4096];
-  for (std::size_t n; (n = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0;) shell.out.append(buffer, n);
+  for (std::size_t n; (n = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0;)
+    shell.out.append(buffer, n);
   const int status = ::pclose(pipe);
   shell.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return shell;
@@ -268,8 +277,8 @@ EtcdContents etcd_contents(const EtcdCluster& etcd, const std::string& auth = ""
     lease.id = line;
     const Shell ttl = etcdctl(etcd, auth + " lease timetolive " + line + " --keys");
     lease.text = ttl.out;
-    std::sscanf(ttl.out.c_str(), "lease %*s granted with TTL(%lds), remaining(%lds)", &lease.granted,
-                &lease.remaining);
+    std::sscanf(ttl.out.c_str(), "lease %*s granted with TTL(%lds), remaining(%lds)",
+                &lease.granted, &lease.remaining);
     contents.text += ttl.out;
     contents.leases.push_back(lease);
   }
@@ -312,13 +321,15 @@ TEST_F(EtcdJobTest, ARerunOfAJobWhoseNodesWereAllKilledFormsAndLeavesOnlyExpirin
   EXPECT_EQ(wait_child(a.pid), 128 + SIGKILL);
   EXPECT_EQ(wait_child(b.pid), 128 + SIGKILL);
   for (pid_t pid : first) {
-    EXPECT_TRUE(eventually([&] { return process_dead(pid); }, 30s)) << "worker " << pid << " outlived its agent";
+    EXPECT_TRUE(eventually([&] { return process_dead(pid); }, 30s))
+        << "worker " << pid << " outlived its agent";
   }
   const EtcdContents crashed = etcd_contents(etcd);
   std::printf("[ crashed  ] %zu keys, %zu leases:\n%s", crashed.keys.size(), crashed.leases.size(),
               crashed.text.c_str());
   EXPECT_NE(crashed.text.find("ddp/rdzv/etcdjob/"), std::string::npos)
-      << "the crashed job left none of its keys: the rerun tests nothing\n" << crashed.text;
+      << "the crashed job left none of its keys: the rerun tests nothing\n"
+      << crashed.text;
 
   finish();  // the rerun's workers exit at once
   const auto rerun = std::chrono::steady_clock::now();
@@ -331,15 +342,18 @@ TEST_F(EtcdJobTest, ARerunOfAJobWhoseNodesWereAllKilledFormsAndLeavesOnlyExpirin
   };
   EXPECT_EQ(wait_child(c.pid, left_ms()), 0) << all_stderr();
   EXPECT_EQ(wait_child(d.pid, left_ms()), 0) << all_stderr();
-  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - rerun).count();
+  const double took =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - rerun).count();
   std::printf("[ timing   ] the rerun finished %.1f s after it started\n", took);
   EXPECT_LT(took, 90.0);
   EXPECT_EQ(workers_with_world(2, first), 2) << "the rerun's round did not form\n" << all_stderr();
 
   const EtcdContents left = etcd_contents(etcd);
-  std::printf("[ left     ] %zu keys, %zu leases:\n%s", left.keys.size(), left.leases.size(), left.text.c_str());
+  std::printf("[ left     ] %zu keys, %zu leases:\n%s", left.keys.size(), left.leases.size(),
+              left.text.c_str());
   for (const auto& key : left.keys) {
-    EXPECT_EQ(key.rfind("__ddp_clients/", 0), 0u) << "a key that is no killed client's marker\n" << left.text;
+    EXPECT_EQ(key.rfind("__ddp_clients/", 0), 0u) << "a key that is no killed client's marker\n"
+                                                  << left.text;
   }
   for (const auto& lease : left.leases) {
     // A killed client's marker lease: granted 2 x read_timeout + 60 s, counting down.
@@ -352,7 +366,8 @@ TEST_F(EtcdJobTest, ARerunOfAJobWhoseNodesWereAllKilledFormsAndLeavesOnlyExpirin
   // Every key that is left is on one of those leases.
   std::string attached;
   for (const auto& lease : left.leases) attached += lease.text;
-  for (const auto& key : left.keys) EXPECT_NE(attached.find(key), std::string::npos) << key << "\n" << left.text;
+  for (const auto& key : left.keys)
+    EXPECT_NE(attached.find(key), std::string::npos) << key << "\n" << left.text;
 }
 
 // etcd with user authentication; the password file ends its line with
@@ -411,9 +426,9 @@ TEST_F(EtcdJobTest, AnEmptyPasswordFileIsAOneLineErrorNamingTheFlag) {
     EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
     EXPECT_EQ(result.code, 2) << result.err;
     EXPECT_EQ(lines_of(result.err).size(), 1u) << result.err;
-    EXPECT_NE(result.err.find("--rdzv_conf password_file: '" + password.string() +
-                              "' holds no password"),
-              std::string::npos)
+    EXPECT_NE(
+        result.err.find("--rdzv_conf password_file: '" + password.string() + "' holds no password"),
+        std::string::npos)
         << result.err;
   }
   EXPECT_FALSE(fs::exists(dir_.path() / "env_0_0.json")) << "a worker started";

@@ -67,9 +67,14 @@ class HardeningTest : public ::testing::Test {
   // A ddprun agent of a 2-node c10d job at `endpoint` running `program`.
   Child& start_agent(const std::string& tag, const std::string& endpoint, const std::string& run_id,
                      const std::string& conf, const std::vector<std::string>& program) {
-    std::vector<std::string> argv{ddprun(), "--nnodes=2", "--nproc_per_node=1", "--rdzv_backend=c10d",
-                                  "--rdzv_endpoint=" + endpoint, "--rdzv_id=" + run_id,
-                                  "--rdzv_conf=" + conf, "--no_python"};
+    std::vector<std::string> argv{ddprun(),
+                                  "--nnodes=2",
+                                  "--nproc_per_node=1",
+                                  "--rdzv_backend=c10d",
+                                  "--rdzv_endpoint=" + endpoint,
+                                  "--rdzv_id=" + run_id,
+                                  "--rdzv_conf=" + conf,
+                                  "--no_python"};
     argv.insert(argv.end(), program.begin(), program.end());
     return start(argv, tag);
   }
@@ -96,7 +101,9 @@ class HardeningTest : public ::testing::Test {
     int n = 0;
     const std::string prefix = "ws" + std::to_string(world) + "_";
     for (const auto& entry : fs::directory_iterator(dir_.path())) {
-      if (entry.path().filename().string().rfind(prefix, 0) == 0 && entry.path().extension() != ".tmp") ++n;
+      if (entry.path().filename().string().rfind(prefix, 0) == 0 &&
+          entry.path().extension() != ".tmp")
+        ++n;
     }
     return n;
   }
@@ -126,7 +133,8 @@ TEST_F(HardeningTest, AJoinerKilledAfterTakingItsArrivalIndexDoesNotFailTheRound
   Child& node0 = start_agent("node0", endpoint, "phantom", kConf, program);
   ASSERT_TRUE(eventually([&] { return port_listens(port); }, 60s)) << all_stderr();
   // The phantom waits for node 0's record (rec_0), takes index 1 and dies.
-  Child& joiner = start({phantom(), "127.0.0.1", std::to_string(port), "phantom", "after_rec0"}, "phantom");
+  Child& joiner =
+      start({phantom(), "127.0.0.1", std::to_string(port), "phantom", "after_rec0"}, "phantom");
   ASSERT_EQ(wait_child(joiner.pid, 90s), 128 + SIGKILL) << read_text(joiner.err) << all_stderr();
   EXPECT_EQ(read_text(joiner.out), "1\n") << "the phantom should have taken arrival index 1";
   const auto killed = std::chrono::steady_clock::now();
@@ -182,7 +190,9 @@ TEST_F(HardeningTest, PerNodeProgramArgumentsDoNotSplitAJobAndNeverReachTheStore
   Child& n1 = start_agent("node1", endpoint, "args", conf,
                           {worker(), "elastic", dir_.str(), "--tag", "node1", secret});
   // (A refused node exits at once: no need to wait for the group then.)
-  eventually([&] { return workers_with_world(2) == 2 || process_dead(n0.pid) || process_dead(n1.pid); }, 90s);
+  eventually(
+      [&] { return workers_with_world(2) == 2 || process_dead(n0.pid) || process_dead(n1.pid); },
+      90s);
   ASSERT_EQ(workers_with_world(2), 2) << "the nodes did not form one job\n" << all_stderr();
 
   TcpStoreOptions options;
@@ -198,8 +208,8 @@ TEST_F(HardeningTest, PerNodeProgramArgumentsDoNotSplitAJobAndNeverReachTheStore
     EXPECT_EQ(signature.find(argument), std::string::npos)
         << "the signature holds '" << argument << "': " << signature;
   }
-  EXPECT_EQ(signature.find(abs_bin_dir()), std::string::npos) << "the signature holds the program's path: "
-                                                              << signature;
+  EXPECT_EQ(signature.find(abs_bin_dir()), std::string::npos)
+      << "the signature holds the program's path: " << signature;
 
   // Another job (another node range) under the same run id is refused, and
   // what it is told of the running job holds no argument either.
@@ -231,11 +241,14 @@ TEST_F(HardeningTest, AProgramPathSpelledDifferentlyPerNodeDoesNotSplitAJob) {
   const std::string conf = std::string("is_host=false,") + kConf;
   Child& n0 = start_agent("node0", endpoint, "paths", conf, {worker(), "elastic", dir_.str()});
   // env -C: ddprun starts in the build directory (same pid: env execs it).
-  Child& n1 = start({"/usr/bin/env", "-C", abs_bin_dir(), ddprun(), "--nnodes=2", "--nproc_per_node=1",
-                     "--rdzv_backend=c10d", "--rdzv_endpoint=" + endpoint, "--rdzv_id=paths",
-                     "--rdzv_conf=" + conf, "--no_python", "./ddprun_test_worker", "elastic", dir_.str()},
-                    "node1");
-  eventually([&] { return workers_with_world(2) == 2 || process_dead(n0.pid) || process_dead(n1.pid); }, 90s);
+  Child& n1 =
+      start({"/usr/bin/env", "-C", abs_bin_dir(), ddprun(), "--nnodes=2", "--nproc_per_node=1",
+             "--rdzv_backend=c10d", "--rdzv_endpoint=" + endpoint, "--rdzv_id=paths",
+             "--rdzv_conf=" + conf, "--no_python", "./ddprun_test_worker", "elastic", dir_.str()},
+            "node1");
+  eventually(
+      [&] { return workers_with_world(2) == 2 || process_dead(n0.pid) || process_dead(n1.pid); },
+      90s);
   ASSERT_EQ(workers_with_world(2), 2) << "the nodes did not form one job\n" << all_stderr();
   finish();
   EXPECT_EQ(wait_child(n0.pid, 90s), 0) << all_stderr();

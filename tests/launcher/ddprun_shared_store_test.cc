@@ -46,13 +46,13 @@ class SharedStoreTest : public ::testing::Test {
   Child& start_agent(const std::string& run_id, const std::string& nnodes) {
     const fs::path out = dir_.path() / run_id;
     fs::create_directories(out);
-    agents_.push_back(spawn({ddprun(), "--nnodes=" + nnodes, "--nproc_per_node=1",
-                             "--rdzv_backend=c10d", "--rdzv_endpoint=" + endpoint_,
-                             "--rdzv_id=" + run_id, "--no_python",
-                             "--rdzv_conf=is_host=false,keep_alive_interval=0.5,"
-                             "keep_alive_max_attempt=2,last_call_timeout=1,join_timeout=60",
-                             worker(), "elastic", out.string()},
-                            base_env(), dir_.path(), run_id + std::to_string(agents_.size())));
+    agents_.push_back(
+        spawn({ddprun(), "--nnodes=" + nnodes, "--nproc_per_node=1", "--rdzv_backend=c10d",
+               "--rdzv_endpoint=" + endpoint_, "--rdzv_id=" + run_id, "--no_python",
+               "--rdzv_conf=is_host=false,keep_alive_interval=0.5,"
+               "keep_alive_max_attempt=2,last_call_timeout=1,join_timeout=60",
+               worker(), "elastic", out.string()},
+              base_env(), dir_.path(), run_id + std::to_string(agents_.size())));
     return agents_.back();
   }
 
@@ -61,7 +61,8 @@ class SharedStoreTest : public ::testing::Test {
     std::vector<std::string> stores;
     for (const auto& entry : fs::directory_iterator(dir_.path() / run_id)) {
       // (a worker writes <name>.tmp, then renames it)
-      if (entry.path().filename().string().rfind("store_r", 0) == 0 && entry.path().extension() != ".tmp") {
+      if (entry.path().filename().string().rfind("store_r", 0) == 0 &&
+          entry.path().extension() != ".tmp") {
         stores.push_back(read_text(entry.path()));
       }
     }
@@ -72,7 +73,9 @@ class SharedStoreTest : public ::testing::Test {
     int n = 0;
     const std::string prefix = "ws" + std::to_string(world) + "_";
     for (const auto& entry : fs::directory_iterator(dir_.path() / run_id)) {
-      if (entry.path().filename().string().rfind(prefix, 0) == 0 && entry.path().extension() != ".tmp") ++n;
+      if (entry.path().filename().string().rfind(prefix, 0) == 0 &&
+          entry.path().extension() != ".tmp")
+        ++n;
     }
     return n;
   }
@@ -94,9 +97,10 @@ TEST_F(SharedStoreTest, TwoJobsWithDifferentRunIdsRunAtOnceInTheirOwnKeys) {
   Child& b0 = start_agent("job_b", "2");
   Child& a1 = start_agent("job_a", "2");
   Child& b1 = start_agent("job_b", "2");
-  ASSERT_TRUE(eventually([&] {
-    return workers_with_world("job_a", 2) == 2 && workers_with_world("job_b", 2) == 2;
-  }, 60s)) << all_stderr();
+  ASSERT_TRUE(eventually(
+      [&] { return workers_with_world("job_a", 2) == 2 && workers_with_world("job_b", 2) == 2; },
+      60s))
+      << all_stderr();
   // Both jobs run at the same time, each a world of 2 with its own prefix
   // below its run id in the one daemon.
   for (const std::string run_id : {"job_a", "job_b"}) {
@@ -111,15 +115,18 @@ TEST_F(SharedStoreTest, TwoJobsWithDifferentRunIdsRunAtOnceInTheirOwnKeys) {
             worker_stores("job_b")[0].substr(endpoint_.size()));
   finish("job_a");
   finish("job_b");
-  for (Child* agent : {&a0, &a1, &b0, &b1}) EXPECT_EQ(wait_child(agent->pid, 60s), 0) << all_stderr();
+  for (Child* agent : {&a0, &a1, &b0, &b1})
+    EXPECT_EQ(wait_child(agent->pid, 60s), 0) << all_stderr();
   EXPECT_EQ(workers_with_world("job_a", 2) + workers_with_world("job_b", 2), 4)
-      << "no job saw the other's nodes\n" << all_stderr();
+      << "no job saw the other's nodes\n"
+      << all_stderr();
 }
 
 TEST_F(SharedStoreTest, ASecondJobWithARunIdInUseIsRefusedWithAClearError) {
   Child& a0 = start_agent("shared", "2");
   Child& a1 = start_agent("shared", "2");
-  ASSERT_TRUE(eventually([&] { return workers_with_world("shared", 2) == 2; }, 60s)) << all_stderr();
+  ASSERT_TRUE(eventually([&] { return workers_with_world("shared", 2) == 2; }, 60s))
+      << all_stderr();
   // Another job (another node range) under the same run id.
   Child& other = start_agent("shared", "1:3");
   EXPECT_EQ(wait_child(other.pid, 60s), 1) << all_stderr();
@@ -136,7 +143,8 @@ TEST_F(SharedStoreTest, ASecondJobWithARunIdInUseIsRefusedWithAClearError) {
   // Once that job ended, the run id is free again.
   fs::remove(dir_.path() / "shared" / "finish");
   Child& again = start_agent("shared", "1:2");
-  ASSERT_TRUE(eventually([&] { return workers_with_world("shared", 1) == 1; }, 60s)) << all_stderr();
+  ASSERT_TRUE(eventually([&] { return workers_with_world("shared", 1) == 1; }, 60s))
+      << all_stderr();
   finish("shared");
   EXPECT_EQ(wait_child(again.pid, 60s), 0) << all_stderr();
 }

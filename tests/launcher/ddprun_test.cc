@@ -29,10 +29,7 @@ std::vector<std::string> cmd(std::initializer_list<std::string> ddprun_args,
   return argv;
 }
 
-nlohmann::json read_json(const fs::path& path) {
-  return nlohmann::json::parse(read_text(path));
-}
-
+nlohmann::json read_json(const fs::path& path) { return nlohmann::json::parse(read_text(path)); }
 
 class DdprunTest : public ::testing::Test {
  protected:
@@ -51,12 +48,26 @@ TEST_P(EnvTest, WorkerEnvironmentIsExactlyTheContract) {
                     env, dir_.path());
   ASSERT_EQ(result.code, 0) << result.err;
 
-  const std::set<std::string> contract = {
-      "LOCAL_RANK", "RANK", "GROUP_RANK", "ROLE_RANK", "ROLE_NAME", "LOCAL_WORLD_SIZE",
-      "WORLD_SIZE", "GROUP_WORLD_SIZE", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-      "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID",
-      "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ERROR_FILE", "NCCL_ASYNC_ERROR_HANDLING",
-      "DDP_STORE_ADDR", "DDP_STORE_PORT", "DDP_STORE_PREFIX"};
+  const std::set<std::string> contract = {"LOCAL_RANK",
+                                          "RANK",
+                                          "GROUP_RANK",
+                                          "ROLE_RANK",
+                                          "ROLE_NAME",
+                                          "LOCAL_WORLD_SIZE",
+                                          "WORLD_SIZE",
+                                          "GROUP_WORLD_SIZE",
+                                          "ROLE_WORLD_SIZE",
+                                          "MASTER_ADDR",
+                                          "MASTER_PORT",
+                                          "TORCHELASTIC_RESTART_COUNT",
+                                          "TORCHELASTIC_MAX_RESTARTS",
+                                          "TORCHELASTIC_RUN_ID",
+                                          "TORCHELASTIC_USE_AGENT_STORE",
+                                          "TORCHELASTIC_ERROR_FILE",
+                                          "NCCL_ASYNC_ERROR_HANDLING",
+                                          "DDP_STORE_ADDR",
+                                          "DDP_STORE_PORT",
+                                          "DDP_STORE_PREFIX"};
   std::string run_id;
   std::string master_port;
   for (int rank = 0; rank < n; ++rank) {
@@ -118,9 +129,9 @@ INSTANTIATE_TEST_SUITE_P(Workers, EnvTest, ::testing::Values(1, 3, 4));
 TEST_F(DdprunTest, InheritedOmpNumThreadsIsKept) {
   auto env = base_env();
   env["OMP_NUM_THREADS"] = "7";
-  auto result = run(cmd({"--standalone", "--nproc_per_node=2", "--no_python"},
-                        {worker(), "env", dir_.str()}),
-                    env, dir_.path());
+  auto result =
+      run(cmd({"--standalone", "--nproc_per_node=2", "--no_python"}, {worker(), "env", dir_.str()}),
+          env, dir_.path());
   ASSERT_EQ(result.code, 0) << result.err;
   EXPECT_EQ(read_json(dir_.path() / "env_1_0.json")["env"]["OMP_NUM_THREADS"], "7");
 }
@@ -201,10 +212,11 @@ TEST_F(DdprunTest, TwoAgentsC10dRendezvous) {
 }
 
 TEST_F(DdprunTest, RendezvousTimeoutNamesTheMissingNode) {
-  auto result = run(cmd({"--nnodes=2", "--node_rank=0", "--master_port=" + std::to_string(free_port()),
-                         "--rdzv_conf=join_timeout=0.3", "--no_python"},
-                        {worker(), "env", dir_.str()}),
-                    base_env(), dir_.path());
+  auto result =
+      run(cmd({"--nnodes=2", "--node_rank=0", "--master_port=" + std::to_string(free_port()),
+               "--rdzv_conf=join_timeout=0.3", "--no_python"},
+              {worker(), "env", dir_.str()}),
+          base_env(), dir_.path());
   EXPECT_EQ(result.code, 1);
   EXPECT_NE(result.err.find("rendezvous failed"), std::string::npos) << result.err;
   EXPECT_NE(result.err.find("missing: node_1"), std::string::npos) << result.err;
@@ -214,9 +226,9 @@ TEST_F(DdprunTest, RendezvousTimeoutNamesTheMissingNode) {
 TEST_F(DdprunTest, StoreTokenIsUsedAndPassedOn) {
   auto env = base_env();
   env["DDP_STORE_TOKEN"] = "s3cret";
-  auto result = run(cmd({"--standalone", "--nproc_per_node=1", "--no_python"},
-                        {worker(), "env", dir_.str()}),
-                    env, dir_.path());
+  auto result =
+      run(cmd({"--standalone", "--nproc_per_node=1", "--no_python"}, {worker(), "env", dir_.str()}),
+          env, dir_.path());
   ASSERT_EQ(result.code, 0) << result.err;
   EXPECT_EQ(read_json(dir_.path() / "env_0_0.json")["env"]["DDP_STORE_TOKEN"], "s3cret");
 }
@@ -226,9 +238,13 @@ TEST_F(DdprunTest, TwoAgentsRestartTogether) {
   const std::string port = std::to_string(free_port());
   auto env = base_env();
   auto node = [&](int rank, std::vector<std::string> program) {
-    std::vector<std::string> argv{ddprun(), "--nnodes=2", "--node_rank=" + std::to_string(rank),
-                                  "--nproc_per_node=1", "--master_port=" + port,
-                                  "--max_restarts=1", "--no_python"};
+    std::vector<std::string> argv{ddprun(),
+                                  "--nnodes=2",
+                                  "--node_rank=" + std::to_string(rank),
+                                  "--nproc_per_node=1",
+                                  "--master_port=" + port,
+                                  "--max_restarts=1",
+                                  "--no_python"};
     argv.insert(argv.end(), program.begin(), program.end());
     return spawn(argv, env, dir_.path(), "node" + std::to_string(rank));
   };
@@ -295,9 +311,9 @@ TEST_F(DdprunTest, SignalledWorkerReportsSignalName) {
 TEST_F(DdprunTest, RootCauseIsTheFirstFailure) {
   // Rank 1 exits 7 after 100 ms; rank 0 sleeps and is stopped by the agent:
   // only rank 1 is a failure.
-  auto result = run(cmd({"--standalone", "--nproc_per_node=3", "--no_python"},
-                        {worker(), "crash_rank", "1"}),
-                    base_env(), dir_.path());
+  auto result =
+      run(cmd({"--standalone", "--nproc_per_node=3", "--no_python"}, {worker(), "crash_rank", "1"}),
+          base_env(), dir_.path());
   EXPECT_EQ(result.code, 7) << result.err;
   EXPECT_NE(result.err.find("<NO_OTHER_FAILURES>"), std::string::npos) << result.err;
   EXPECT_NE(result.err.find("rank      : 1 (local_rank: 1)"), std::string::npos) << result.err;
@@ -394,29 +410,32 @@ TEST_F(DdprunTest, WorkersInheritNoSocketAndAgentsHoldOnlyCloseOnExecDescriptors
         << read_text(first.err) << read_text(second.err);
     std::vector<std::string> inherited;
     for (const auto& line : lines_of(read_text(listing))) {
-      if (std::stoi(line) > 2 || line.find("socket:") != std::string::npos) inherited.push_back(line);
+      if (std::stoi(line) > 2 || line.find("socket:") != std::string::npos)
+        inherited.push_back(line);
     }
-    EXPECT_TRUE(inherited.empty()) << "rank " << rank << " inherited (fd target): "
-                                   << ::testing::PrintToString(inherited);
+    EXPECT_TRUE(inherited.empty())
+        << "rank " << rank << " inherited (fd target): " << ::testing::PrintToString(inherited);
   }
   for (const Child* agent : {&first, &second}) {
     auto leaky = inheritable_fds(agent->pid);
-    EXPECT_TRUE(leaky.empty()) << "ddprun " << agent->pid << " holds descriptors without close-on-exec: "
+    EXPECT_TRUE(leaky.empty()) << "ddprun " << agent->pid
+                               << " holds descriptors without close-on-exec: "
                                << ::testing::PrintToString(leaky);
   }
   ::kill(first.pid, SIGTERM);
   ::kill(second.pid, SIGTERM);
   EXPECT_EQ(wait_child(first.pid, std::chrono::seconds(20)), 128 + SIGTERM) << read_text(first.err);
-  EXPECT_EQ(wait_child(second.pid, std::chrono::seconds(20)), 128 + SIGTERM) << read_text(second.err);
+  EXPECT_EQ(wait_child(second.pid, std::chrono::seconds(20)), 128 + SIGTERM)
+      << read_text(second.err);
 }
 
 TEST_F(DdprunTest, SigkilledAgentTakesWorkersWithinOneSecond) {
   // --log_dir inside the test's directory: a SIGKILLed ddprun cannot remove
   // its temporary directory.
-  Child child = spawn(cmd({"--standalone", "--nproc_per_node=2", "--log_dir", dir_.str() + "/logs",
-                           "--no_python"},
-                          {worker(), "sleep", dir_.str()}),
-                      base_env(), dir_.path());
+  Child child = spawn(
+      cmd({"--standalone", "--nproc_per_node=2", "--log_dir", dir_.str() + "/logs", "--no_python"},
+          {worker(), "sleep", dir_.str()}),
+      base_env(), dir_.path());
   std::vector<pid_t> pids;
   for (int r = 0; r < 2; ++r) {
     auto path = dir_.path() / (std::to_string(r) + ".pid");
@@ -441,27 +460,33 @@ TEST_F(DdprunTest, TempDirOfASigkilledDdprunIsRemovedByTheNextOne) {
   env["TMPDIR"] = tmp.string();
   auto temp_dirs = [&] {
     std::vector<std::string> names;
-    for (const auto& entry : fs::directory_iterator(tmp)) names.push_back(entry.path().filename().string());
+    for (const auto& entry : fs::directory_iterator(tmp))
+      names.push_back(entry.path().filename().string());
     return names;
   };
   // A directory of a live process (this test) must survive the sweep.
   const fs::path live = tmp / ("ddprun-" + std::to_string(::getpid()) + "-live");
   fs::create_directories(live);
 
-  Child child = spawn(cmd({"--standalone", "--nproc_per_node=1", "--no_python"}, {worker(), "sleep", dir_.str()}),
-                      env, dir_.path());
+  Child child = spawn(
+      cmd({"--standalone", "--nproc_per_node=1", "--no_python"}, {worker(), "sleep", dir_.str()}),
+      env, dir_.path());
   ASSERT_TRUE(wait_for_file(dir_.path() / "0.pid"));
   const std::string own = "ddprun-" + std::to_string(child.pid) + "-";
   auto names = temp_dirs();
-  ASSERT_EQ(std::count_if(names.begin(), names.end(), [&](const auto& n) { return n.rfind(own, 0) == 0; }), 1);
+  ASSERT_EQ(std::count_if(names.begin(), names.end(),
+                          [&](const auto& n) { return n.rfind(own, 0) == 0; }),
+            1);
   ::kill(child.pid, SIGKILL);
   EXPECT_EQ(wait_child(child.pid), 128 + SIGKILL);
 
-  auto result = run(cmd({"--standalone", "--nproc_per_node=1", "--no_python"}, {worker(), "env", dir_.str()}),
-                    env, dir_.path());
+  auto result =
+      run(cmd({"--standalone", "--nproc_per_node=1", "--no_python"}, {worker(), "env", dir_.str()}),
+          env, dir_.path());
   ASSERT_EQ(result.code, 0) << result.err;
   names = temp_dirs();
-  EXPECT_EQ(names, std::vector<std::string>{live.filename().string()});  // the killed one's and its own are gone
+  EXPECT_EQ(names, std::vector<std::string>{
+                       live.filename().string()});  // the killed one's and its own are gone
 }
 
 TEST_F(DdprunTest, SigintIsForwardedAndGivesExitCode130) {
@@ -478,8 +503,8 @@ TEST_F(DdprunTest, SigintIsForwardedAndGivesExitCode130) {
 }
 
 TEST_F(DdprunTest, SigusrForwardedOnlyWhenNamed) {
-  Child child = spawn(cmd({"--standalone", "--nproc_per_node=1", "--signals_to_handle=SIGTERM,SIGUSR1",
-                           "--no_python"},
+  Child child = spawn(cmd({"--standalone", "--nproc_per_node=1",
+                           "--signals_to_handle=SIGTERM,SIGUSR1", "--no_python"},
                           {"/bin/sh", "-c",
                            "trap 'echo got USR1; exit 0' USR1; echo ready > " + dir_.str() +
                                "/0.pid; while true; do sleep 0.01; done"}),
@@ -512,8 +537,8 @@ TEST_F(DdprunTest, SigkillAfterGraceForWorkersIgnoringSigterm) {
 }
 
 TEST_F(DdprunTest, SignalWhileWaitingForOtherNodesExitsAtOnce) {
-  Child child = spawn(cmd({"--nnodes=2", "--node_rank=0", "--master_port=" + std::to_string(free_port()),
-                           "--no_python"},
+  Child child = spawn(cmd({"--nnodes=2", "--node_rank=0",
+                           "--master_port=" + std::to_string(free_port()), "--no_python"},
                           {worker(), "env", dir_.str()}),
                       base_env(), dir_.path());
   std::this_thread::sleep_for(std::chrono::milliseconds(200));  // now blocked in rendezvous
@@ -522,7 +547,8 @@ TEST_F(DdprunTest, SignalWhileWaitingForOtherNodesExitsAtOnce) {
   EXPECT_EQ(wait_child(child.pid, std::chrono::seconds(10)), 128 + SIGINT);
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
   EXPECT_NE(read_text(child.err).find("received SIGINT while waiting for the other nodes"),
-            std::string::npos) << read_text(child.err);
+            std::string::npos)
+      << read_text(child.err);
 }
 
 // ---------------------------------------------------------------- logs
@@ -587,10 +613,11 @@ TEST_F(DdprunTest, SymlinkPlantedAsLogFileIsRefusedAndItsTargetUntouched) {
   const fs::path attempt = root / "logs" / "job" / "attempt_0" / "0";
   fs::create_directories(attempt);
   fs::create_symlink(victim, attempt / "stdout.log");
-  auto result = run(cmd({"--rdzv_backend=c10d", "--rdzv_endpoint=" + local_endpoint(), "--rdzv_id=job", "--log_dir",
-                         (root / "logs").string(), "-r", "3", "--no_python"},
-                        {worker(), "exit", "0"}),
-                    base_env(), dir_.path());
+  auto result =
+      run(cmd({"--rdzv_backend=c10d", "--rdzv_endpoint=" + local_endpoint(), "--rdzv_id=job",
+               "--log_dir", (root / "logs").string(), "-r", "3", "--no_python"},
+              {worker(), "exit", "0"}),
+          base_env(), dir_.path());
   EXPECT_EQ(result.code, 1) << result.err;
   EXPECT_NE(result.err.find("cannot open log file " + (attempt / "stdout.log").string()),
             std::string::npos)
@@ -604,8 +631,8 @@ TEST_F(DdprunTest, SymlinkPlantedAsRunLogDirectoryIsRefused) {
   fs::create_directories(root / "elsewhere");
   fs::create_directories(root / "logs");
   fs::create_directory_symlink(root / "elsewhere", root / "logs" / "job");
-  auto result = run(cmd({"--rdzv_backend=c10d", "--rdzv_endpoint=" + local_endpoint(), "--rdzv_id=job", "--log_dir",
-                         (root / "logs").string(), "--no_python"},
+  auto result = run(cmd({"--rdzv_backend=c10d", "--rdzv_endpoint=" + local_endpoint(),
+                         "--rdzv_id=job", "--log_dir", (root / "logs").string(), "--no_python"},
                         {worker(), "exit", "0"}),
                     base_env(), dir_.path());
   EXPECT_EQ(result.code, 1) << result.err;
@@ -620,8 +647,8 @@ TEST_F(DdprunTest, SymlinkPlantedAsAttemptDirectoryIsRefusedAndNothingIsCreatedT
   fs::create_directories(root / "elsewhere");
   fs::create_directories(root / "logs" / "job");
   fs::create_directory_symlink(root / "elsewhere", root / "logs" / "job" / "attempt_0");
-  auto result = run(cmd({"--rdzv_backend=c10d", "--rdzv_endpoint=" + local_endpoint(), "--rdzv_id=job",
-                         "--log_dir", (root / "logs").string(), "--no_python"},
+  auto result = run(cmd({"--rdzv_backend=c10d", "--rdzv_endpoint=" + local_endpoint(),
+                         "--rdzv_id=job", "--log_dir", (root / "logs").string(), "--no_python"},
                         {worker(), "exit", "0"}),
                     base_env(), dir_.path());
   EXPECT_EQ(result.code, 1) << result.err;
@@ -632,12 +659,13 @@ TEST_F(DdprunTest, SymlinkPlantedAsAttemptDirectoryIsRefusedAndNothingIsCreatedT
 
 TEST_F(DdprunTest, FifoAsErrorFileDoesNotHangTheReport) {
   const fs::path root = fs::canonical(dir_.path());
-  auto result = run(cmd({"--rdzv_backend=c10d", "--rdzv_endpoint=" + local_endpoint(), "--rdzv_id=job", "--log_dir",
-                         (root / "logs").string(), "--no_python"},
+  auto result = run(cmd({"--rdzv_backend=c10d", "--rdzv_endpoint=" + local_endpoint(),
+                         "--rdzv_id=job", "--log_dir", (root / "logs").string(), "--no_python"},
                         {worker(), "error_fifo", "3"}),
                     base_env(), dir_.path(), std::chrono::seconds(20));
   ASSERT_EQ(result.code, 3) << "a hang shows as -1: " << result.err;
-  const std::string error_file = (root / "logs" / "job" / "attempt_0" / "0" / "error.json").string();
+  const std::string error_file =
+      (root / "logs" / "job" / "attempt_0" / "0" / "error.json").string();
   EXPECT_NE(result.err.find("FAILED"), std::string::npos) << result.err;
   EXPECT_NE(result.err.find("error_file: " + error_file), std::string::npos) << result.err;
   EXPECT_NE(result.err.find(error_file + " is a FIFO, not a regular file"), std::string::npos)
@@ -674,20 +702,28 @@ TEST_F(DdprunTest, BadCommandLinesGetOneLineAndExitCode2) {
       {{"--nnodes=two", w}, "--nnodes: expected N or MIN:MAX"},
       {{"--nnodes=1:2", w}, "the static backend needs a fixed number of nodes"},
       {{"--rdzv_backend=zookeeper", w}, "--rdzv_backend: expected static, c10d or etcd"},
-      {{"--rdzv_backend=etcd", w}, "--rdzv_backend=etcd needs --rdzv_endpoint host[:port][,host[:port]...]"},
+      {{"--rdzv_backend=etcd", w},
+       "--rdzv_backend=etcd needs --rdzv_endpoint host[:port][,host[:port]...]"},
       {{"--rdzv_backend=etcd-v2", w}, "etcd's v2 API is not supported"},
-      {{"--rdzv_backend=etcd", "--rdzv_endpoint=h1:2379,h2:99999", w}, "--rdzv_endpoint: expected host[:port]"},
+      {{"--rdzv_backend=etcd", "--rdzv_endpoint=h1:2379,h2:99999", w},
+       "--rdzv_endpoint: expected host[:port]"},
       {{"--rdzv_backend=etcd", "--rdzv_endpoint=h1:2379,", w}, "--rdzv_endpoint: trailing ','"},
-      {{"--rdzv_backend=etcd", "--rdzv_endpoint=h1", "--rdzv_conf=protocol=ftp", w}, "protocol: expected http or https, got 'ftp'"},
-      {{"--rdzv_backend=etcd", "--rdzv_endpoint=h1", "--rdzv_conf=cacert=/nonexistent.pem", w}, "cacert: cannot read '/nonexistent.pem'"},
-      {{"--rdzv_backend=c10d", "--rdzv_endpoint=h1", "--rdzv_conf=username=u", w}, "username: only for --rdzv_backend=etcd"},
+      {{"--rdzv_backend=etcd", "--rdzv_endpoint=h1", "--rdzv_conf=protocol=ftp", w},
+       "protocol: expected http or https, got 'ftp'"},
+      {{"--rdzv_backend=etcd", "--rdzv_endpoint=h1", "--rdzv_conf=cacert=/nonexistent.pem", w},
+       "cacert: cannot read '/nonexistent.pem'"},
+      {{"--rdzv_backend=c10d", "--rdzv_endpoint=h1", "--rdzv_conf=username=u", w},
+       "username: only for --rdzv_backend=etcd"},
       {{"--rdzv_backend=c10d", w}, "needs --rdzv_endpoint"},
-      {{"--rdzv_backend=c10d", "--rdzv_endpoint=host:99999", w}, "--rdzv_endpoint: expected host[:port]"},
+      {{"--rdzv_backend=c10d", "--rdzv_endpoint=host:99999", w},
+       "--rdzv_endpoint: expected host[:port]"},
       {{"--rdzv_conf=join_timeout", w}, "--rdzv_conf: expected key=value"},
       {{"--rdzv_conf=join_timeout=soon", w}, "join_timeout: expected a non-negative number"},
       {{"--rdzv_conf=keepalive=3", w}, "--rdzv_conf: unknown key 'keepalive' (known: join_timeout"},
-      {{"--rdzv_conf=keep_alive_interval=0", w}, "keep_alive_interval: expected a positive number of seconds"},
-      {{"--rdzv_conf=keep_alive_max_attempt=0", w}, "keep_alive_max_attempt: expected a positive integer"},
+      {{"--rdzv_conf=keep_alive_interval=0", w},
+       "keep_alive_interval: expected a positive number of seconds"},
+      {{"--rdzv_conf=keep_alive_max_attempt=0", w},
+       "keep_alive_max_attempt: expected a positive integer"},
       {{"--rdzv_conf=is_host=maybe", w}, "is_host: expected true or false, got 'maybe'"},
       {{"--nnodes=2", "--node_rank=2", w}, "--node_rank: expected an integer in [0, 2)"},
       {{"--master_port=70000", w}, "--master_port: expected a port in 1..65535"},
@@ -696,7 +732,8 @@ TEST_F(DdprunTest, BadCommandLinesGetOneLineAndExitCode2) {
       {{"-r", "5", w}, "-r/--redirects: expected 0 (none)"},
       {{"--tee=0:9", w}, "-t/--tee: expected 0 (none)"},
       {{"--nproc_per_node=2", "-r", "3:1", w}, "local rank 3 does not exist"},
-      {{"--nproc_per_node=2", "--local_ranks_filter=0,2", w}, "--local_ranks_filter: expected comma-separated local ranks in [0, 2)"},
+      {{"--nproc_per_node=2", "--local_ranks_filter=0,2", w},
+       "--local_ranks_filter: expected comma-separated local ranks in [0, 2)"},
       {{"--signals_to_handle=SIGKILL", w}, "unknown or unsupported signal 'SIGKILL'"},
       {{"--exit_barrier_timeout=-3", w}, "--exit_barrier_timeout: expected a non-negative number"},
       {{"--standalone", "--nnodes=2", w}, "--standalone runs a single node"},
@@ -738,7 +775,8 @@ TEST_F(DdprunTest, BadPetValueNamesTheVariable) {
   env["PET_MAX_RESTARTS"] = "many";
   auto result = run({ddprun(), "--no_python", worker(), "exit", "0"}, env, dir_.path());
   EXPECT_EQ(result.code, 2);
-  EXPECT_NE(result.err.find("--max_restarts (from PET_MAX_RESTARTS)"), std::string::npos) << result.err;
+  EXPECT_NE(result.err.find("--max_restarts (from PET_MAX_RESTARTS)"), std::string::npos)
+      << result.err;
 }
 
 TEST_F(DdprunTest, MasterPortInUseIsAClearError) {
@@ -763,13 +801,30 @@ TEST_F(DdprunTest, MasterPortInUseIsAClearError) {
 TEST_F(DdprunTest, HelpAndVersion) {
   auto help = run({ddprun(), "--help"}, base_env(), dir_.path());
   EXPECT_EQ(help.code, 0);
-  for (const char* flag : {"--nnodes", "--nproc_per_node,--nproc-per-node", "--standalone",
-                           "--rdzv_backend", "--rdzv_endpoint", "--rdzv_id", "--rdzv_conf",
-                           "--node_rank", "--master_addr", "--master_port", "--local_addr",
-                           "--max_restarts", "--monitor_interval", "--role", "--no_python",
-                           "-m,--module", "--log_dir", "-r,--redirects", "-t,--tee",
-                           "--local_ranks_filter", "--signals_to_handle",
-                           "--exit_barrier_timeout", "--version", "usage: ddprun"}) {
+  for (const char* flag : {"--nnodes",
+                           "--nproc_per_node,--nproc-per-node",
+                           "--standalone",
+                           "--rdzv_backend",
+                           "--rdzv_endpoint",
+                           "--rdzv_id",
+                           "--rdzv_conf",
+                           "--node_rank",
+                           "--master_addr",
+                           "--master_port",
+                           "--local_addr",
+                           "--max_restarts",
+                           "--monitor_interval",
+                           "--role",
+                           "--no_python",
+                           "-m,--module",
+                           "--log_dir",
+                           "-r,--redirects",
+                           "-t,--tee",
+                           "--local_ranks_filter",
+                           "--signals_to_handle",
+                           "--exit_barrier_timeout",
+                           "--version",
+                           "usage: ddprun"}) {
     EXPECT_NE(help.out.find(flag), std::string::npos) << flag;
   }
   auto version = run({ddprun(), "--version"}, base_env(), dir_.path());
@@ -790,10 +845,12 @@ TEST_F(DdprunTest, PythonProgramRunsUnbufferedWithPython3) {
   std::ofstream(dir_.path() / "train.py") << "print('hi')\n";
   auto env = base_env();
   env["PATH"] = dir_.str() + "/bin:" + env["PATH"];
-  auto script = run(cmd({"--standalone"}, {(dir_.path() / "train.py").string(), "--lr", "${local_rank}"}),
-                    env, dir_.path());
+  auto script =
+      run(cmd({"--standalone"}, {(dir_.path() / "train.py").string(), "--lr", "${local_rank}"}),
+          env, dir_.path());
   EXPECT_EQ(script.code, 0) << script.err;
-  EXPECT_EQ(script.out, "[default0]:python3 -u " + (dir_.path() / "train.py").string() + " --lr 0\n");
+  EXPECT_EQ(script.out,
+            "[default0]:python3 -u " + (dir_.path() / "train.py").string() + " --lr 0\n");
   auto module = run(cmd({"--standalone", "-m"}, {"pkg.mod", "x"}), env, dir_.path());
   EXPECT_EQ(module.code, 0) << module.err;
   EXPECT_EQ(module.out, "[default0]:python3 -u -m pkg.mod x\n");
@@ -830,9 +887,11 @@ class PythonWithoutTorchTest : public DdprunTest {
         << result.err;
     const std::string note = "=\nddprun: note: the workers ran " + program + " with " + python() +
                              " (" + origin + "), which has no module named 'torch'\n";
-    EXPECT_NE(result.err.find(note), std::string::npos)
-        << "expected:\n" << note << "got:\n" << result.err;
-    EXPECT_NE(result.err.find("ddprun: note: if " + program + " uses PyTorch, set PYTHON_EXEC to a "
+    EXPECT_NE(result.err.find(note), std::string::npos) << "expected:\n"
+                                                        << note << "got:\n"
+                                                        << result.err;
+    EXPECT_NE(result.err.find("ddprun: note: if " + program +
+                              " uses PyTorch, set PYTHON_EXEC to a "
                               "Python that has it, e.g. PYTHON_EXEC=/usr/bin/python3 ddprun ...\n"),
               std::string::npos)
         << result.err;

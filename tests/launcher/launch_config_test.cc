@@ -50,13 +50,15 @@ TEST(LaunchConfig, APasswordFileIsItsFirstLineWithoutItsLineEnd) {
   std::ofstream(lf) << "s3cret\nsecond line\n";
   std::ofstream(empty) << "\r\n";
   for (const auto& file : {crlf, lf}) {
-    auto parsed = parse({"--rdzv_backend=etcd", "--rdzv_endpoint=127.0.0.1", "--nnodes=1:2",
-                         "--rdzv_conf=username=root,password_file=" + file, "--no_python", "/bin/true"});
+    auto parsed =
+        parse({"--rdzv_backend=etcd", "--rdzv_endpoint=127.0.0.1", "--nnodes=1:2",
+               "--rdzv_conf=username=root,password_file=" + file, "--no_python", "/bin/true"});
     ASSERT_TRUE(parsed.config) << parsed.output;
     EXPECT_EQ(parsed.config->etcd_password, "s3cret") << file;
   }
-  auto refused = parse({"--rdzv_backend=etcd", "--rdzv_endpoint=127.0.0.1", "--nnodes=1:2",
-                        "--rdzv_conf=username=root,password_file=" + empty, "--no_python", "/bin/true"});
+  auto refused =
+      parse({"--rdzv_backend=etcd", "--rdzv_endpoint=127.0.0.1", "--nnodes=1:2",
+             "--rdzv_conf=username=root,password_file=" + empty, "--no_python", "/bin/true"});
   EXPECT_FALSE(refused.config);
   EXPECT_EQ(refused.exit_code, 2);
   EXPECT_NE(refused.output.find("password_file"), std::string::npos) << refused.output;

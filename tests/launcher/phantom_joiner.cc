@@ -33,7 +33,8 @@ int main(int argc, char** argv) {
     options.timeout = std::chrono::seconds(60);
     ddp::TcpStore store(options);
     const std::string round = "rdzv/" + std::string(argv[3]) + "/round_0";
-    if (std::string(argv[4]) == "after_rec0") store.wait({round + "/rec_0"}, std::chrono::seconds(60));
+    if (std::string(argv[4]) == "after_rec0")
+      store.wait({round + "/rec_0"}, std::chrono::seconds(60));
     const std::int64_t index = store.add(round + "/arrivals", 1) - 1;
     std::printf("%lld\n", static_cast<long long>(index));
     std::fflush(stdout);

@@ -17,7 +17,8 @@ namespace {
 using namespace std::chrono_literals;
 
 // An executable shell script `name` in `dir` with `body` after its #! line.
-std::string write_script(const test::TempDir& dir, const std::string& name, const std::string& body) {
+std::string write_script(const test::TempDir& dir, const std::string& name,
+                         const std::string& body) {
   const std::string path = (dir.path() / name).string();
   std::ofstream(path) << "#!/bin/sh\n" << body << "\n";
   ::chmod(path.c_str(), 0755);
@@ -25,8 +26,9 @@ std::string write_script(const test::TempDir& dir, const std::string& name, cons
 }
 
 bool system_python_has_torch() {
-  return std::system("/usr/bin/python3 -c 'import importlib.util, sys; "
-                     "sys.exit(importlib.util.find_spec(\"torch\") is None)' 2>/dev/null") == 0;
+  return std::system(
+             "/usr/bin/python3 -c 'import importlib.util, sys; "
+             "sys.exit(importlib.util.find_spec(\"torch\") is None)' 2>/dev/null") == 0;
 }
 
 TEST(PythonFindsTorch, TrueForAPythonWithTorch) {

@@ -100,9 +100,9 @@ int main(int argc, char** argv) {
     write_file(dir + "/store_r" + rank + "_" + std::to_string(::getpid()),
                env_or("DDP_STORE_ADDR", "x") + ":" + env_or("DDP_STORE_PORT", "x") + " " +
                    env_or("DDP_STORE_PREFIX", "x"));
-    write_file(dir + "/ws" + env_or("WORLD_SIZE", "x") + "_r" + rank + "_" +
-                   std::to_string(::getpid()),
-               env_or("GROUP_RANK", "x"));
+    write_file(
+        dir + "/ws" + env_or("WORLD_SIZE", "x") + "_r" + rank + "_" + std::to_string(::getpid()),
+        env_or("GROUP_RANK", "x"));
     while (::access((dir + "/finish").c_str(), F_OK) != 0) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
@@ -112,7 +112,8 @@ int main(int argc, char** argv) {
     nlohmann::json data;
     data["message"]["message"] = std::string("RuntimeError: ") + argv[3];
     data["message"]["extraInfo"]["py_callstack"] =
-        std::string("Traceback (most recent call last):\n  File \"train.py\", line 3\nRuntimeError: ") +
+        std::string(
+            "Traceback (most recent call last):\n  File \"train.py\", line 3\nRuntimeError: ") +
         argv[3];
     data["message"]["extraInfo"]["timestamp"] = std::to_string(std::time(nullptr));
     write_file(env_or("TORCHELASTIC_ERROR_FILE", "/nonexistent/error.json"), data.dump());
@@ -152,7 +153,8 @@ int main(int argc, char** argv) {
       char target[512] = {};
       const std::string link = std::string("/proc/self/fd/") + entry->d_name;
       ssize_t n = ::readlink(link.c_str(), target, sizeof(target) - 1);
-      listing += std::to_string(fd) + " " + (n > 0 ? std::string(target, static_cast<std::size_t>(n)) : "?") + "\n";
+      listing += std::to_string(fd) + " " +
+                 (n > 0 ? std::string(target, static_cast<std::size_t>(n)) : "?") + "\n";
     }
     ::closedir(fds);
     write_file(std::string(argv[2]) + "/fds_" + rank + ".txt", listing);

@@ -118,8 +118,9 @@ TEST(DecideRound, SurvivorsComeBeforeNewcomersAndNodeRanksComeFirst) {
   const RoundRule rule{1, 3};
   Lineage previous{{"a", "b"}, ""};
   // A newcomer x arrived first; at max, survivors are kept first.
-  EXPECT_EQ(decide_round({arrival("x"), arrival("b"), arrival("a"), arrival("y")}, previous, rule, false),
-            (std::vector<int>{2, 1, 0}));
+  EXPECT_EQ(
+      decide_round({arrival("x"), arrival("b"), arrival("a"), arrival("y")}, previous, rule, false),
+      (std::vector<int>{2, 1, 0}));
   // --node_rank where given orders the group.
   EXPECT_EQ(decide_round({arrival("p", 2), arrival("q", 0), arrival("r", 1)}, {}, rule, false),
             (std::vector<int>{1, 2, 0}));
@@ -192,7 +193,8 @@ TEST(DynamicRendezvous, TooFewNodesFailAfterTheJoinTimeoutNamingTheCounts) {
     c.node(0).step();
     FAIL() << "expected a timeout";
   } catch (const TimeoutError& e) {
-    EXPECT_NE(std::string(e.what()).find("1 of at least 2 nodes joined"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("1 of at least 2 nodes joined"), std::string::npos)
+        << e.what();
   }
 }
 
@@ -370,9 +372,9 @@ TEST(DynamicRendezvous, AnArrivalWithoutItsRecordHoldsTheRoundForItsGraceThenFor
   // Before: the decider waited 10 s on multi_get and threw: "rendezvous failed"
   // on every node, instead of forming without the dead joiner.
   Cluster c({2, 2});
-  c.add_node().begin_join();                     // index 0: the decider
+  c.add_node().begin_join();                      // index 0: the decider
   c.store().add("rdzv/job/round_0/arrivals", 1);  // index 1: took its index, then died
-  c.add_node().begin_join();                     // index 2
+  c.add_node().begin_join();                      // index 2
   EXPECT_TRUE(c.form({0, 1}).empty()) << "the record may still come";
   c.time().advance(4s);
   EXPECT_TRUE(c.form({0, 1}).empty());
@@ -389,7 +391,7 @@ TEST(DynamicRendezvous, ARecordThatComesWithinTheGraceIsCounted) {
   Cluster c({2, 3});
   c.add_node().begin_join();
   c.add_node().begin_join();
-  c.time().advance(30s);  // last call over for the two...
+  c.time().advance(30s);                          // last call over for the two...
   c.store().add("rdzv/job/round_0/arrivals", 1);  // ...when a third takes its index
   EXPECT_TRUE(c.form({0, 1}).empty()) << "the decider waits for the third's record";
   c.time().advance(2s);
@@ -433,7 +435,8 @@ TEST(DynamicRendezvous, AHugeArrivalCountIsClampedNotNarrowedNorBuiltAsKeys) {
     c.node(0).step();
     FAIL() << "expected the join timeout";
   } catch (const TimeoutError& e) {
-    EXPECT_NE(std::string(e.what()).find("1000000001 of at least 1 nodes joined"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("1000000001 of at least 1 nodes joined"),
+              std::string::npos)
         << e.what();
   }
 }

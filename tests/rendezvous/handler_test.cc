@@ -56,7 +56,6 @@ std::vector<std::unique_ptr<RendezvousHandler>> static_job(const std::shared_ptr
   return handlers;
 }
 
-
 TEST(StaticRendezvous, RanksFollowGroupRankWithDifferentLocalSizes) {
   auto store = std::make_shared<MemoryStore>();
   const std::vector<int> sizes = {2, 1, 3};
@@ -65,7 +64,8 @@ TEST(StaticRendezvous, RanksFollowGroupRankWithDifferentLocalSizes) {
   // Join in reverse order: ranks must not depend on arrival.
   for (int node = 2; node >= 0; --node) {
     threads.emplace_back([&, node] {
-      auto handler = make_static_rendezvous(params(3, node, sizes[static_cast<std::size_t>(node)]), with(store));
+      auto handler = make_static_rendezvous(params(3, node, sizes[static_cast<std::size_t>(node)]),
+                                            with(store));
       infos[static_cast<std::size_t>(node)] = handler->next_rendezvous();
     });
   }
@@ -105,8 +105,11 @@ TEST(StaticRendezvous, DuplicateNodeRankIsRejected) {
   auto p = params(2, 1, 1);
   p.join_timeout = std::chrono::milliseconds(300);
   // The first node 1 waits for node 0, which never comes.
-  std::thread t([&] { EXPECT_THROW(make_static_rendezvous(p, with(store))->next_rendezvous(), TimeoutError); });
-  while (!store->check({"rdzv/r/instance"})) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  std::thread t([&] {
+    EXPECT_THROW(make_static_rendezvous(p, with(store))->next_rendezvous(), TimeoutError);
+  });
+  while (!store->check({"rdzv/r/instance"}))
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   const std::string node_1 = "rdzv/r/" + store->get("rdzv/r/instance") + "/round_0/node_1";
   while (!store->check({node_1})) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   try {
@@ -180,7 +183,8 @@ TEST(C10dRendezvous, RangeClosesAfterLastCallAndALateNodeIsAdmittedByAReform) {
   RendezvousInfo late_info;
   std::thread joiner([&] { late_info = late->next_rendezvous(); });
   auto watch = first->watch_round(info, [] {});
-  for (int i = 0; i < 500 && !watch->ended(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  for (int i = 0; i < 500 && !watch->ended(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   ASSERT_TRUE(watch->ended());
   EXPECT_EQ(watch->ended()->kind, RoundEnd::Kind::kNodeJoined);
   auto second = first->next_rendezvous();
@@ -317,9 +321,7 @@ TEST(JobInstance, HeartbeatParamsAreChecked) {
   EXPECT_THROW(make_static_rendezvous(p, with(store)), InvalidArgument);
 }
 
-TEST(Rendezvous, FindFreePort) {
-  EXPECT_GT(find_free_port("127.0.0.1"), 0);
-}
+TEST(Rendezvous, FindFreePort) { EXPECT_GT(find_free_port("127.0.0.1"), 0); }
 
 }  // namespace
 }  // namespace ddp

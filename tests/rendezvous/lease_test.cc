@@ -10,8 +10,8 @@
 
 #include <functional>
 #include <map>
-#include <mutex>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <vector>
@@ -241,8 +241,9 @@ TEST(LeaseRendezvous, ADeadJobsKeysAreCollectedWhenAnotherJobTakesItsRunIdOver) 
   newcomer.begin_join();
   // Only the new job's keys: its claim, its keep-alive, its arrival in a
   // first round of its own (no "current" left to continue from).
-  EXPECT_EQ(c.store().keys(), (std::set<std::string>{"rdzv/job/config", alive_key(newcomer.member()),
-                                                      "rdzv/job/round_0/rec_0"}));
+  EXPECT_EQ(c.store().keys(),
+            (std::set<std::string>{"rdzv/job/config", alive_key(newcomer.member()),
+                                   "rdzv/job/round_0/rec_0"}));
   EXPECT_EQ(c.store().get("rdzv/job/config", 0ms), "nnodes=1:3");
 }
 

@@ -64,8 +64,9 @@ TEST(Records, StaticNodeRoundTripsAndOutOfRangeFieldsAreRefused) {
   EXPECT_EQ(back.nonce, n.nonce);
   const std::string key = "rdzv/job/0123456789abcdef/round_0/node_1";
   for (const std::string value :
-       {"0 0 h 1", "4097 0 h 1", "2147483648 0 h 1", "1 65536 h 1", "1 -1 h 1", "1 0 h", "1 0 h 1 extra",
-        "1 0 h -1", "1 0 h 18446744073709551616", "1x 0 h 1", "1 0 h\x01 1", "", "1 0 h 0x1"}) {
+       {"0 0 h 1", "4097 0 h 1", "2147483648 0 h 1", "1 65536 h 1", "1 -1 h 1", "1 0 h",
+        "1 0 h 1 extra", "1 0 h -1", "1 0 h 18446744073709551616", "1x 0 h 1", "1 0 h\x01 1", "",
+        "1 0 h 0x1"}) {
     expect_refused([&] { parse_static_node(value, key); }, key, value);
   }
 }
@@ -107,7 +108,8 @@ TEST(Records, AssignmentIsCheckedAgainstItsDecision) {
   EXPECT_EQ(back.watched_member, "abc");
   EXPECT_TRUE(parse_assignment("spare", "k", d).spare);
   const std::string key = "rdzv/job/round_1/assign_0_3";
-  for (const std::string value : {"3 0 abc 0", "0 6 abc 0", "0 0 abc 3", "0 0 - 1", "0 0 abc", "spare now"}) {
+  for (const std::string value :
+       {"3 0 abc 0", "0 6 abc 0", "0 0 abc 3", "0 0 - 1", "0 0 abc", "spare now"}) {
     expect_refused([&] { parse_assignment(value, key, d); }, key, value);
   }
   Decision single;
@@ -118,10 +120,11 @@ TEST(Records, AssignmentIsCheckedAgainstItsDecision) {
 }
 
 TEST(Records, MembersCurrentAndKeepAlives) {
-  EXPECT_EQ(parse_members(encode_members({"a", "b-1", "C_2"}), "k"), (std::vector<std::string>{"a", "b-1", "C_2"}));
+  EXPECT_EQ(parse_members(encode_members({"a", "b-1", "C_2"}), "k"),
+            (std::vector<std::string>{"a", "b-1", "C_2"}));
   EXPECT_TRUE(parse_members("", "k").empty());
-  expect_refused([] { parse_members("a b/c", "rdzv/job/round_0/members_0"); }, "rdzv/job/round_0/members_0",
-                 "a b/c");
+  expect_refused([] { parse_members("a b/c", "rdzv/job/round_0/members_0"); },
+                 "rdzv/job/round_0/members_0", "a b/c");
   const Current c = parse_current(encode_current({7, 3}), "k");
   EXPECT_EQ(c.round, 7);
   EXPECT_EQ(c.nodes, 3);
@@ -139,9 +142,9 @@ TEST(Records, MembersCurrentAndKeepAlives) {
 
 TEST(Records, EveryRoundEndRoundTripsAndOddTextIsNone) {
   // Before: encode_round_end(kStoreLost) wrote a value parse_round_end refused.
-  for (RoundEnd::Kind kind : {RoundEnd::Kind::kRestart, RoundEnd::Kind::kAbort, RoundEnd::Kind::kDone,
-                              RoundEnd::Kind::kNodeLost, RoundEnd::Kind::kNodeJoined,
-                              RoundEnd::Kind::kStoreLost}) {
+  for (RoundEnd::Kind kind :
+       {RoundEnd::Kind::kRestart, RoundEnd::Kind::kAbort, RoundEnd::Kind::kDone,
+        RoundEnd::Kind::kNodeLost, RoundEnd::Kind::kNodeJoined, RoundEnd::Kind::kStoreLost}) {
     RoundEnd end;
     end.kind = kind;
     end.node = 2;
@@ -152,8 +155,9 @@ TEST(Records, EveryRoundEndRoundTripsAndOddTextIsNone) {
     EXPECT_EQ(back->kind, kind);
     EXPECT_EQ(encode_round_end(*back), encode_round_end(end));
   }
-  for (const std::string value : {"restart 1", "restart 1 3 4", "restart x 3", "restart 1 3x", "lost 2",
-                                  "lost 2 a/b", "joined", "done now", "", "lost -1 m", "abort 1 99999"}) {
+  for (const std::string value :
+       {"restart 1", "restart 1 3 4", "restart x 3", "restart 1 3x", "lost 2", "lost 2 a/b",
+        "joined", "done now", "", "lost -1 m", "abort 1 99999"}) {
     EXPECT_FALSE(parse_round_end(value)) << value;
   }
 }

@@ -28,10 +28,13 @@ TEST(EndKeyWatch, NoWakeUpRunsAfterTheDestructorReturned) {
     auto destroyed = std::make_shared<std::atomic<bool>>(false);
     auto counts = std::make_shared<std::atomic<int>>(0);
     auto late_count = std::make_shared<std::atomic<int>>(0);
-    auto watch = watch_end_key(store, "end", [destroyed, counts, late_count] {
-      ++*counts;
-      if (destroyed->load()) ++*late_count;
-    }, "test");
+    auto watch = watch_end_key(
+        store, "end",
+        [destroyed, counts, late_count] {
+          ++*counts;
+          if (destroyed->load()) ++*late_count;
+        },
+        "test");
     const int set_after = delay_us(random), destroy_after = delay_us(random);
     std::thread setter([&] {
       std::this_thread::sleep_for(std::chrono::microseconds(set_after));

@@ -101,8 +101,8 @@ class SlurmDdprunTest : public ::testing::Test {
   // workers' environments by RANK.
   std::map<int, nlohmann::json> run_one_node(const std::vector<std::string>& args,
                                              const std::map<std::string, std::string>& env) {
-    auto result = run(cmd(args, {worker(), "env", out_.str()}), env, dir_.path(),
-                      std::chrono::seconds(60));
+    auto result =
+        run(cmd(args, {worker(), "env", out_.str()}), env, dir_.path(), std::chrono::seconds(60));
     EXPECT_EQ(result.code, 0) << result.err;
     return worker_envs(out_.path());
   }
@@ -137,12 +137,15 @@ TEST_F(SlurmDdprunTest, TwoNodesStaticBackendFromTheJob) {
   ASSERT_EQ(code0, 0) << logs_;
   ASSERT_EQ(code1, 0) << logs_;
   // Each agent says what it took from the job.
-  EXPECT_NE(logs_.find("from SLURM: --master_addr=localhost (the first host of SLURM_STEP_NODELIST), "
-                       "--master_port=" + std::to_string(store_port_of(job)) +
-                       " (20000 + SLURM_JOB_ID mod 10000), --nnodes=2 (SLURM_NNODES), "
-                       "--node_rank=1 (SLURM_NODEID), --nproc_per_node=2 (SLURM_NTASKS_PER_NODE), "
-                       "--rdzv_id=" + std::to_string(job) + " (SLURM_JOB_ID)"),
-            std::string::npos)
+  EXPECT_NE(
+      logs_.find("from SLURM: --master_addr=localhost (the first host of SLURM_STEP_NODELIST), "
+                 "--master_port=" +
+                 std::to_string(store_port_of(job)) +
+                 " (20000 + SLURM_JOB_ID mod 10000), --nnodes=2 (SLURM_NNODES), "
+                 "--node_rank=1 (SLURM_NODEID), --nproc_per_node=2 (SLURM_NTASKS_PER_NODE), "
+                 "--rdzv_id=" +
+                 std::to_string(job) + " (SLURM_JOB_ID)"),
+      std::string::npos)
       << logs_;
 
   auto envs = worker_envs(out_.path());
@@ -211,10 +214,10 @@ TEST_F(SlurmDdprunTest, ExplicitFlagsWin) {
   const std::uint16_t port = free_port();
   auto env = srun_env(job_id_with_free_port(), 2, 1, "node[03-01]");
   env["SLURM_GPUS_ON_NODE"] = "4";
-  auto envs = run_one_node({"--nnodes=1", "--node_rank=0", "--rdzv_id=mine", "--master_addr=127.0.0.1",
-                            "--master_port=" + std::to_string(port), "--nproc_per_node=1",
-                            "--no_python"},
-                           env);
+  auto envs =
+      run_one_node({"--nnodes=1", "--node_rank=0", "--rdzv_id=mine", "--master_addr=127.0.0.1",
+                    "--master_port=" + std::to_string(port), "--nproc_per_node=1", "--no_python"},
+                   env);
   ASSERT_EQ(envs.size(), 1u);
   EXPECT_EQ(envs[0]["WORLD_SIZE"], "1");
   EXPECT_EQ(envs[0]["GROUP_RANK"], "0");
@@ -296,36 +299,69 @@ TEST_F(SlurmDdprunTest, BadValuesAreOneLineErrorsNamingTheVariable) {
     std::string message;
   };
   const std::vector<Case> cases = {
-      {"non-numeric SLURM_NNODES", {{"SLURM_NNODES", "two"}}, {}, {},
+      {"non-numeric SLURM_NNODES",
+       {{"SLURM_NNODES", "two"}},
+       {},
+       {},
        "ddprun: error: SLURM_NNODES: 'two' is not a positive integer (the number of nodes); "
        "--nnodes overrides it"},
-      {"malformed node list", {{"SLURM_STEP_NODELIST", "node[01-04"}}, {}, {},
+      {"malformed node list",
+       {{"SLURM_STEP_NODELIST", "node[01-04"}},
+       {},
+       {},
        "ddprun: error: SLURM_STEP_NODELIST: 'node[01-04' is not a valid host list: unbalanced "
        "'['; --master_addr overrides it"},
-      {"reversed range, c10d", {{"SLURM_STEP_NODELIST", "node[04-01]"}}, {}, {"--rdzv_backend=c10d"},
+      {"reversed range, c10d",
+       {{"SLURM_STEP_NODELIST", "node[04-01]"}},
+       {},
+       {"--rdzv_backend=c10d"},
        "ddprun: error: SLURM_STEP_NODELIST: 'node[04-01]' is not a valid host list: reversed "
        "range '04-01'; --master_addr overrides it"},
-      {"outside a step", {}, {"SLURM_STEP_ID"}, {},
+      {"outside a step",
+       {},
+       {"SLURM_STEP_ID"},
+       {},
        "ddprun: error: this SLURM job has 2 nodes (SLURM_NNODES=2) but ddprun runs outside a job "
        "step (SLURM_STEP_ID is not set"},
-      {"node id out of range", {{"SLURM_NODEID", "2"}}, {}, {},
+      {"node id out of range",
+       {{"SLURM_NODEID", "2"}},
+       {},
+       {},
        "ddprun: error: --node_rank (from SLURM_NODEID): expected an integer in [0, 2)"},
-      {"non-numeric node id", {{"SLURM_NODEID", "first"}}, {}, {},
+      {"non-numeric node id",
+       {{"SLURM_NODEID", "first"}},
+       {},
+       {},
        "ddprun: error: SLURM_NODEID: 'first' is not a non-negative integer (this node's index); "
        "--node_rank overrides it"},
-      {"non-numeric job id", {{"SLURM_JOB_ID", "12x"}}, {}, {},
+      {"non-numeric job id",
+       {{"SLURM_JOB_ID", "12x"}},
+       {},
+       {},
        "ddprun: error: SLURM_JOB_ID: '12x' is not a positive integer (a SLURM job id); --rdzv_id "
        "overrides it"},
-      {"job id with the run id given", {{"SLURM_JOB_ID", "12x"}}, {}, {"--rdzv_id=r"},
+      {"job id with the run id given",
+       {{"SLURM_JOB_ID", "12x"}},
+       {},
+       {"--rdzv_id=r"},
        "ddprun: error: SLURM_JOB_ID: '12x' is not a positive integer (a SLURM job id); "
        "--master_port overrides it"},
-      {"non-numeric GPU count", {{"SLURM_GPUS_ON_NODE", "all"}}, {}, {},
+      {"non-numeric GPU count",
+       {{"SLURM_GPUS_ON_NODE", "all"}},
+       {},
+       {},
        "ddprun: error: SLURM_GPUS_ON_NODE: 'all' is not a non-negative integer (GPUs on this "
        "node); --nproc_per_node overrides it"},
-      {"bad tasks per node", {{"SLURM_NTASKS_PER_NODE", "2(x1)"}}, {}, {},
+      {"bad tasks per node",
+       {{"SLURM_NTASKS_PER_NODE", "2(x1)"}},
+       {},
+       {},
        "ddprun: error: SLURM_NTASKS_PER_NODE: '2(x1)' is not a task count per node: no entry for "
        "node 1 (1 node listed); --nproc_per_node overrides it"},
-      {"nnodes from SLURM against a range", {}, {}, {"--nnodes=1:2"},
+      {"nnodes from SLURM against a range",
+       {},
+       {},
+       {"--nnodes=1:2"},
        "ddprun: error: --nnodes=1:2: the static backend needs a fixed number of nodes"},
   };
   for (const auto& c : cases) {

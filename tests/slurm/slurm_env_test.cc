@@ -23,9 +23,9 @@
 namespace ddp::launcher {
 namespace {
 
+using ddp::test::RunResult;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
-using ddp::test::RunResult;
 
 // The message of the InvalidArgument that `f` throws ("" when none).
 template <typename F>
@@ -76,16 +76,17 @@ TEST(Hostlist, SeveralBracketGroupsNestLikeSlurm) {
               ElementsAre("rack1-node01", "rack1-node02", "rack2-node01", "rack2-node02"));
   EXPECT_THAT(expand_hostlist("n[1-2][3-4]"), ElementsAre("n13", "n14", "n23", "n24"));
   // Three groups: the second is the outermost loop, then the first, then the last.
-  EXPECT_THAT(expand_hostlist("a[1-2]b[1-2]c[1-2]"),
-              ElementsAre("a1b1c1", "a1b1c2", "a2b1c1", "a2b1c2", "a1b2c1", "a1b2c2", "a2b2c1",
-                          "a2b2c2"));
+  EXPECT_THAT(
+      expand_hostlist("a[1-2]b[1-2]c[1-2]"),
+      ElementsAre("a1b1c1", "a1b1c2", "a2b1c1", "a2b1c2", "a1b2c1", "a1b2c2", "a2b2c1", "a2b2c2"));
 }
 
 TEST(Hostlist, FirstHostChecksTheWholeList) {
   EXPECT_EQ(first_host("node[01-04,07],gpu-a[1-2]"), "node01");
   EXPECT_EQ(first_host("rack[3-4]-node[09-10]"), "rack3-node09");
   EXPECT_EQ(first_host(",b[2,1]"), "b2");
-  EXPECT_THAT(error_of([] { first_host("node[01-04],bad[2-1]"); }), HasSubstr("reversed range '2-1'"));
+  EXPECT_THAT(error_of([] { first_host("node[01-04],bad[2-1]"); }),
+              HasSubstr("reversed range '2-1'"));
 }
 
 TEST(Hostlist, MalformedListsAreClearErrors) {
@@ -141,17 +142,69 @@ std::string find_scontrol() {
 // Hand-written lists: what SLURM writes itself and what people type.
 const std::vector<std::string>& written_lists() {
   static const std::vector<std::string> lists = {
-      "node[01-04,07],gpu-a[1-2]", "node[1-4]", "node[098-101]", "node01", "a,b,c",
-      "rack[1-2]-node[01-02]", "n[1-2][3-4]", "n[01-04]a[1-2]", "a[1-2]b[1-2]c[1-2]",
-      "x[1-2],y[3-4]z[5-6]", "n[1-2]x[3]", "n[1]-[2]", "n[1-2]-[3-4]", "node-[1-2]",
-      "10.0.0.[1-3]", "a.b[1-2]", "[1-3]", "n[1-3],m[5]", "n[1-3],m", "n[0-0]", "n[1-1,1-1]",
-      "n[2,1]", "n1,n1", "n[1-2],n1", "n[01-100]", "n[0-3]", "n[00-3]", "n[010-011]",
-      "n[01-0100]", "n[9-10]", "n[09-11]", "n[08-011]", "n[1-02]", "n[01-2]", "n[001-10]",
-      "n[5]", "n[0001-0003]", "n[1-2,3-4]b[1-2]", "n[1-3],n[2-4]", "foo", "a-b-c", "a_b.c-d",
-      "N[1-2]", "n_[1-2]", "n[01,2,003]", "n[1-2,4,6-7]", "n[1-2],,m", ",a", "a,", " a , b ",
-      "a b", "tux[0-3],tux[10-12],login1", "compute-[0-1]-[00-03]", "c[1-2]-g[1-2]-n[1-2]",
-      "n[1-65536]", "n[65535-65536]", "n[999999-1000001]", "gpu[1-4,8],cpu[100-102,7]",
-      "a[1-3]b[7]", "x", "xy-12.z_3", "n[0000-0002]", "n[1-9,10-11,012]",
+      "node[01-04,07],gpu-a[1-2]",
+      "node[1-4]",
+      "node[098-101]",
+      "node01",
+      "a,b,c",
+      "rack[1-2]-node[01-02]",
+      "n[1-2][3-4]",
+      "n[01-04]a[1-2]",
+      "a[1-2]b[1-2]c[1-2]",
+      "x[1-2],y[3-4]z[5-6]",
+      "n[1-2]x[3]",
+      "n[1]-[2]",
+      "n[1-2]-[3-4]",
+      "node-[1-2]",
+      "10.0.0.[1-3]",
+      "a.b[1-2]",
+      "[1-3]",
+      "n[1-3],m[5]",
+      "n[1-3],m",
+      "n[0-0]",
+      "n[1-1,1-1]",
+      "n[2,1]",
+      "n1,n1",
+      "n[1-2],n1",
+      "n[01-100]",
+      "n[0-3]",
+      "n[00-3]",
+      "n[010-011]",
+      "n[01-0100]",
+      "n[9-10]",
+      "n[09-11]",
+      "n[08-011]",
+      "n[1-02]",
+      "n[01-2]",
+      "n[001-10]",
+      "n[5]",
+      "n[0001-0003]",
+      "n[1-2,3-4]b[1-2]",
+      "n[1-3],n[2-4]",
+      "foo",
+      "a-b-c",
+      "a_b.c-d",
+      "N[1-2]",
+      "n_[1-2]",
+      "n[01,2,003]",
+      "n[1-2,4,6-7]",
+      "n[1-2],,m",
+      ",a",
+      "a,",
+      " a , b ",
+      "a b",
+      "tux[0-3],tux[10-12],login1",
+      "compute-[0-1]-[00-03]",
+      "c[1-2]-g[1-2]-n[1-2]",
+      "n[1-65536]",
+      "n[65535-65536]",
+      "n[999999-1000001]",
+      "gpu[1-4,8],cpu[100-102,7]",
+      "a[1-3]b[7]",
+      "x",
+      "xy-12.z_3",
+      "n[0000-0002]",
+      "n[1-9,10-11,012]",
   };
   return lists;
 }
@@ -159,9 +212,9 @@ const std::vector<std::string>& written_lists() {
 // Lists SLURM itself refuses ("Invalid hostlist"): ddprun refuses them too.
 const std::vector<std::string>& refused_lists() {
   static const std::vector<std::string> lists = {
-      "n[3-1]", "n[]", "n[1,,2]", "n[a-b]", "n[1-3]x", "a.b[1-2].c", "n[[1-3]]", "n[1-3]]",
-      "n[1-2-3]", "n[-2]", "n[1-65537]", "a[1-2]b[1-2]c", "n[1-3]x,m", "n[1-3]x[1]y",
-      "n[1-2]y,m[1-2]z", "n[1-3]]x", ",", "n[2-1],ok",
+      "n[3-1]",    "n[]",         "n[1,,2]",         "n[a-b]",   "n[1-3]x",    "a.b[1-2].c",
+      "n[[1-3]]",  "n[1-3]]",     "n[1-2-3]",        "n[-2]",    "n[1-65537]", "a[1-2]b[1-2]c",
+      "n[1-3]x,m", "n[1-3]x[1]y", "n[1-2]y,m[1-2]z", "n[1-3]]x", ",",          "n[2-1],ok",
   };
   return lists;
 }
@@ -281,10 +334,10 @@ TEST_F(ScontrolComparison, GeneratedLists) {
 // Lists that scontrol reads by accident (and SLURM never writes): ddprun
 // refuses them rather than guess. What scontrol makes of them is noted.
 TEST(Hostlist, ListsScontrolMisreadsAreRefused) {
-  for (const char* list : {"n[1-3",     // scontrol: "n]"
-                           "n]",        // scontrol: "n]"
-                           "n[1-]",     // scontrol: "n1"
-                           "n[ 1-2]",   // scontrol: "n01 n02"
+  for (const char* list : {"n[1-3",       // scontrol: "n]"
+                           "n]",          // scontrol: "n]"
+                           "n[1-]",       // scontrol: "n1"
+                           "n[ 1-2]",     // scontrol: "n01 n02"
                            "n[+1-2]"}) {  // scontrol: "n01 n02"
     SCOPED_TRACE(list);
     EXPECT_NE(error_of([&] { expand_hostlist(list); }), "");
@@ -370,14 +423,12 @@ TEST(SlurmEnvironment, TheBatchScript) {
 
 TEST(SlurmEnvironment, WorkersPerNode) {
   // GPUs first, when positive.
-  auto gpus = environment({{"SLURM_JOB_ID", "1"},
-                           {"SLURM_GPUS_ON_NODE", "4"},
-                           {"SLURM_NTASKS_PER_NODE", "2"}});
+  auto gpus = environment(
+      {{"SLURM_JOB_ID", "1"}, {"SLURM_GPUS_ON_NODE", "4"}, {"SLURM_NTASKS_PER_NODE", "2"}});
   EXPECT_EQ(gpus.workers_per_node()->value, 4);
   EXPECT_EQ(gpus.workers_per_node()->variable, "SLURM_GPUS_ON_NODE");
-  auto no_gpus = environment({{"SLURM_JOB_ID", "1"},
-                              {"SLURM_GPUS_ON_NODE", "0"},
-                              {"SLURM_NTASKS_PER_NODE", "2"}});
+  auto no_gpus = environment(
+      {{"SLURM_JOB_ID", "1"}, {"SLURM_GPUS_ON_NODE", "0"}, {"SLURM_NTASKS_PER_NODE", "2"}});
   EXPECT_EQ(no_gpus.workers_per_node()->value, 2);
   // The compressed per-node form: this node's entry.
   auto per_node = environment({{"SLURM_JOB_ID", "1"},
@@ -391,7 +442,8 @@ TEST(SlurmEnvironment, SingleNodeWithoutNodeId) {
   auto env = environment({{"SLURM_JOB_ID", "1"}, {"SLURM_NNODES", "1"}});
   EXPECT_EQ(env.node_id().value, 0);
   auto two = environment({{"SLURM_JOB_ID", "1"}, {"SLURM_NNODES", "2"}});
-  EXPECT_THAT(error_of([&] { two.node_id(); }), HasSubstr("SLURM_NODEID: is not set in a job of 2 nodes"));
+  EXPECT_THAT(error_of([&] { two.node_id(); }),
+              HasSubstr("SLURM_NODEID: is not set in a job of 2 nodes"));
 }
 
 TEST(SlurmEnvironment, ErrorsNameTheVariableAndItsValue) {
@@ -403,40 +455,59 @@ TEST(SlurmEnvironment, ErrorsNameTheVariableAndItsValue) {
   };
   const std::vector<Case> cases = {
       {{{"SLURM_JOB_ID", "1"}, {"SLURM_NNODES", "two"}},
-       [](const SlurmEnvironment& e) { e.num_nodes(); }, "SLURM_NNODES",
+       [](const SlurmEnvironment& e) { e.num_nodes(); },
+       "SLURM_NNODES",
        "SLURM_NNODES: 'two' is not a positive integer"},
       {{{"SLURM_JOB_ID", "1"}, {"SLURM_NNODES", "0"}},
-       [](const SlurmEnvironment& e) { e.num_nodes(); }, "SLURM_NNODES",
+       [](const SlurmEnvironment& e) { e.num_nodes(); },
+       "SLURM_NNODES",
        "SLURM_NNODES: '0' is not a positive integer"},
       {{{"SLURM_JOB_ID", "1"}, {"SLURM_NNODES", "2x"}},
-       [](const SlurmEnvironment& e) { e.num_nodes(); }, "SLURM_NNODES",
+       [](const SlurmEnvironment& e) { e.num_nodes(); },
+       "SLURM_NNODES",
        "SLURM_NNODES: '2x' is not a positive integer"},
       {{{"SLURM_JOB_ID", "1"}, {"SLURM_NODEID", "-1"}},
-       [](const SlurmEnvironment& e) { e.node_id(); }, "SLURM_NODEID",
+       [](const SlurmEnvironment& e) { e.node_id(); },
+       "SLURM_NODEID",
        "SLURM_NODEID: '-1' is not a non-negative integer"},
-      {{{"SLURM_JOB_ID", "12a"}}, [](const SlurmEnvironment& e) { e.job_id(); }, "SLURM_JOB_ID",
+      {{{"SLURM_JOB_ID", "12a"}},
+       [](const SlurmEnvironment& e) { e.job_id(); },
+       "SLURM_JOB_ID",
        "SLURM_JOB_ID: '12a' is not a positive integer"},
-      {{{"SLURM_JOB_ID", "0"}}, [](const SlurmEnvironment& e) { e.store_port(); }, "SLURM_JOB_ID",
+      {{{"SLURM_JOB_ID", "0"}},
+       [](const SlurmEnvironment& e) { e.store_port(); },
+       "SLURM_JOB_ID",
        "SLURM_JOB_ID: '0' is not a positive integer"},
       {{{"SLURM_JOB_ID", "1"}, {"SLURM_JOB_NODELIST", "node[01-04"}},
-       [](const SlurmEnvironment& e) { e.master_host(); }, "SLURM_JOB_NODELIST",
+       [](const SlurmEnvironment& e) { e.master_host(); },
+       "SLURM_JOB_NODELIST",
        "SLURM_JOB_NODELIST: 'node[01-04' is not a valid host list: unbalanced '['"},
-      {{{"SLURM_JOB_ID", "1"}, {"SLURM_STEP_ID", "0"}, {"SLURM_STEP_NODELIST", "n[5-4]"},
+      {{{"SLURM_JOB_ID", "1"},
+        {"SLURM_STEP_ID", "0"},
+        {"SLURM_STEP_NODELIST", "n[5-4]"},
         {"SLURM_JOB_NODELIST", "ok"}},
-       [](const SlurmEnvironment& e) { e.master_host(); }, "SLURM_STEP_NODELIST",
+       [](const SlurmEnvironment& e) { e.master_host(); },
+       "SLURM_STEP_NODELIST",
        "SLURM_STEP_NODELIST: 'n[5-4]' is not a valid host list: reversed range '5-4'"},
-      {{{"SLURM_JOB_ID", "1"}}, [](const SlurmEnvironment& e) { e.master_host(); },
-       "SLURM_JOB_NODELIST", "SLURM_JOB_NODELIST: is not set"},
-      {{{"SLURM_JOB_ID", "1"}}, [](const SlurmEnvironment& e) { e.num_nodes(); }, "SLURM_NNODES",
+      {{{"SLURM_JOB_ID", "1"}},
+       [](const SlurmEnvironment& e) { e.master_host(); },
+       "SLURM_JOB_NODELIST",
+       "SLURM_JOB_NODELIST: is not set"},
+      {{{"SLURM_JOB_ID", "1"}},
+       [](const SlurmEnvironment& e) { e.num_nodes(); },
+       "SLURM_NNODES",
        "SLURM_NNODES: is not set"},
       {{{"SLURM_JOB_ID", "1"}, {"SLURM_GPUS_ON_NODE", "many"}},
-       [](const SlurmEnvironment& e) { e.workers_per_node(); }, "SLURM_GPUS_ON_NODE",
+       [](const SlurmEnvironment& e) { e.workers_per_node(); },
+       "SLURM_GPUS_ON_NODE",
        "SLURM_GPUS_ON_NODE: 'many' is not a non-negative integer"},
       {{{"SLURM_JOB_ID", "1"}, {"SLURM_NTASKS_PER_NODE", "2(x"}},
-       [](const SlurmEnvironment& e) { e.workers_per_node(); }, "SLURM_NTASKS_PER_NODE",
+       [](const SlurmEnvironment& e) { e.workers_per_node(); },
+       "SLURM_NTASKS_PER_NODE",
        "SLURM_NTASKS_PER_NODE: '2(x' is not a task count per node"},
       {{{"SLURM_JOB_ID", "1"}, {"SLURM_NODEID", "2"}, {"SLURM_NTASKS_PER_NODE", "2(x2)"}},
-       [](const SlurmEnvironment& e) { e.workers_per_node(); }, "SLURM_NTASKS_PER_NODE",
+       [](const SlurmEnvironment& e) { e.workers_per_node(); },
+       "SLURM_NTASKS_PER_NODE",
        "SLURM_NTASKS_PER_NODE: '2(x2)' is not a task count per node: no entry for node 2"},
   };
   for (const auto& c : cases) {

@@ -72,7 +72,7 @@ template <typename Env>
 class StoreConformance : public ::testing::Test {
  protected:
   void SetUp() override {
-    if constexpr (requires(Env& env) { env.skip_reason(); }) {
+    if constexpr (requires(Env & env) { env.skip_reason(); }) {
       const std::string reason = env_.skip_reason();
       if (!reason.empty()) GTEST_SKIP() << reason;
     }

@@ -418,7 +418,9 @@ TYPED_TEST(StoreConformance, MultiGetBlocksUntilEveryKeyExists) {
   auto blocked = this->env_.client();
   auto setter = this->env_.client();
   setter->set("m1", "one");
-  auto reader = std::async(std::launch::async, [&] { return blocked->multi_get({"m1", "m2"}, 10s); });
+  auto reader = std::async(std::launch::async, [&] {
+    return blocked->multi_get({"m1", "m2"}, 10s);
+  });
   ASSERT_EQ(reader.wait_for(kStillBlocked), std::future_status::timeout);
   setter->set("m2", "two");
   ASSERT_EQ(reader.wait_for(5s), std::future_status::ready);
@@ -432,8 +434,9 @@ TYPED_TEST(StoreConformance, MultiGetAndWaitWaitForAKeyDeletedMeanwhile) {
   auto waiter = this->env_.client();
   auto& store = *this->store_;
   store.set("a", "a1");
-  auto values =
-      std::async(std::launch::async, [&] { return multi_getter->multi_get({"a", "b"}, 10s); });
+  auto values = std::async(std::launch::async, [&] {
+    return multi_getter->multi_get({"a", "b"}, 10s);
+  });
   auto waited = std::async(std::launch::async, [&] { waiter->wait({"a", "b"}, 10s); });
   ASSERT_EQ(values.wait_for(kStillBlocked), std::future_status::timeout);
   ASSERT_EQ(waited.wait_for(std::chrono::milliseconds(0)), std::future_status::timeout);

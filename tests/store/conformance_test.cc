@@ -26,13 +26,13 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "conformance_suite.h"
 #include "ddp/common/error.h"
 #include "ddp/store/memory_store.h"
 #include "ddp/store/prefix_store.h"
 #include "ddp/store/store.h"
 #include "ddp/store/tcp_store.h"
 #include "ddp/store_server/store_server.h"
-#include "conformance_suite.h"
 
 namespace ddp::conformance {
 namespace {

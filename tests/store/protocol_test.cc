@@ -187,7 +187,8 @@ TEST(Protocol, ALargeRequestNamingTooManyKeysIsRefusedByItsHeadAtEveryCut) {
     if (state == FrameParser::State::kNeedMore) state = parser.consume(rest);
     ASSERT_EQ(state, FrameParser::State::kBad) << "cut " << cut;
     EXPECT_EQ(parser.error().status, Status::kInvalidArgument) << "cut " << cut;
-    EXPECT_NE(parser.error().message.find("20000 keys"), std::string::npos) << parser.error().message;
+    EXPECT_NE(parser.error().message.find("20000 keys"), std::string::npos)
+        << parser.error().message;
     EXPECT_LE(parser.buffered(), kRequestHeadSize) << "the refused frame was assembled";
   }
   // 5,000 keys (20 KiB) is under the head check's size: the decoder refuses it.
@@ -491,9 +492,10 @@ TEST(Protocol, RequestIdsTravelWithNonIdempotentOperations) {
 
 TEST(Protocol, VersionOneHelloIsUnsupportedVersionNotMalformed) {
   // A version 1 client's hello: magic and version, nothing after.
-  std::string payload("\x01"
-                      "DDPS\x01\x00",
-                      7);
+  std::string payload(
+      "\x01"
+      "DDPS\x01\x00",
+      7);
   Request decoded;
   auto result = decode_request(payload, Limits{}, decoded);
   EXPECT_EQ(result.status, Status::kBadVersion) << result.message;

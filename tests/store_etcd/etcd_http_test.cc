@@ -30,10 +30,10 @@ namespace ddp {
 namespace {
 
 using namespace std::chrono_literals;
-using ::testing::HasSubstr;
 using etcd::BadReply;
 using etcd::Connection;
 using etcd::Json;
+using ::testing::HasSubstr;
 using SteadyClock = std::chrono::steady_clock;
 
 double seconds_since(SteadyClock::time_point start) {
@@ -57,8 +57,8 @@ TEST(EtcdBase64, PaddedTextRoundTripsForEveryLength) {
 TEST(EtcdBase64, UnpaddedOrMalformedTextIsRefusedNotDecodedPastTheEnd) {
   // Before: "aGVsbG8" decoded to "hel\0\0", the decoder writing two bytes past
   // its buffer (AddressSanitizer: heap-buffer-overflow).
-  for (const char* text : {"aGVsbG8", "aGVsbA", "a", "ab=", "a===", "====", "ab=c", "aGVs bG8=",
-                           "aGVs\nbG8=", "aGVsbG8*", "YQ==YQ=="}) {
+  for (const char* text : {"aGVsbG8", "aGVsbA", "a", "ab=", "a===", "====", "ab=c",
+                           "aGVs bG8=", "aGVs\nbG8=", "aGVsbG8*", "YQ==YQ=="}) {
     EXPECT_FALSE(etcd::is_padded_base64(text)) << text;
     EXPECT_THROW(etcd::base64_decode(text), ProtocolError) << text;
   }
@@ -87,14 +87,18 @@ TEST(EtcdReplies, DeepWideOrOddlyTypedRepliesAreErrorsNotCrashes) {
   EXPECT_THROW(etcd::decode_reply("t", "e:1", "/p", ok_reply("[1,2]")), BadReply);
   EXPECT_THROW(etcd::decode_reply("t", "e:1", "/p", ok_reply("not json")), BadReply);
   // An error reply whose fields have other types than etcd's.
-  EXPECT_THROW(etcd::decode_reply("t", "e:1", "/p", ok_reply(R"({"error":7,"code":"x","message":[1]})")),
-               Error);
-  EXPECT_THROW(etcd::decode_reply("t", "e:1", "/p", ok_reply(R"({"error":{"grpc_code":"x","message":{}}})")),
-               Error);
+  EXPECT_THROW(
+      etcd::decode_reply("t", "e:1", "/p", ok_reply(R"({"error":7,"code":"x","message":[1]})")),
+      Error);
+  EXPECT_THROW(
+      etcd::decode_reply("t", "e:1", "/p", ok_reply(R"({"error":{"grpc_code":"x","message":{}}})")),
+      Error);
   // A fine reply passes, with its bytes decodable.
-  Json good = etcd::decode_reply("t", "e:1", "/p", ok_reply(R"({"kvs":[{"key":"aw==","value":"dg=="}]})"));
+  Json good =
+      etcd::decode_reply("t", "e:1", "/p", ok_reply(R"({"kvs":[{"key":"aw==","value":"dg=="}]})"));
   EXPECT_EQ(etcd::json_bytes(good["kvs"][0], "value"), "v");
-  EXPECT_THROW(etcd::decode_stream_message("e:1", R"({"result":{"events":[{"kv":{"key":"a"}}]}})"), BadReply);
+  EXPECT_THROW(etcd::decode_stream_message("e:1", R"({"result":{"events":[{"kv":{"key":"a"}}]}})"),
+               BadReply);
 }
 
 // ---------------------------------------------------------------------------
@@ -129,7 +133,9 @@ TEST(EtcdConnection, AHugeContentLengthIsABadReplyNotAnAllocation) {
   // Before: the parser had no body limit and reserved the announced length:
   // std::bad_alloc, which was neither a ddp::Error nor retried.
   Pair pair;
-  pair.send("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 4611686018427387904\r\n\r\n{");
+  pair.send(
+      "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
+      "4611686018427387904\r\n\r\n{");
   try {
     pair.connection->post("/v3/kv/range", "{}", "", Deadline(5s), Deadline(5s));
     FAIL() << "took an endless reply";
@@ -145,7 +151,8 @@ TEST(EtcdConnection, AnEndlessChunkedBodyStopsAtTheLimit) {
     const std::string chunk = "10000\r\n" + std::string(0x10000, 'A') + "\r\n";
     for (int i = 0; i < 64; ++i) pair.send(chunk);  // 4 MiB, four times the limit
   });
-  EXPECT_THROW(pair.connection->post("/v3/kv/range", "{}", "", Deadline(5s), Deadline(10s)), BadReply);
+  EXPECT_THROW(pair.connection->post("/v3/kv/range", "{}", "", Deadline(5s), Deadline(10s)),
+               BadReply);
 }
 
 TEST(EtcdConnection, AWatchMessageWithoutEndStopsAtTheLimit) {
@@ -249,7 +256,8 @@ TEST(EtcdWatchSilence, AFrozenMemberIsLeftAndTheWaitSeesTheKeyOnAnother) {
   std::this_thread::sleep_for(1s);
   const auto written = SteadyClock::now();
   writer.set("end", "restart 1 3");
-  ASSERT_EQ(got.wait_for(30s), std::future_status::ready) << "the wait never left the frozen member";
+  ASSERT_EQ(got.wait_for(30s), std::future_status::ready)
+      << "the wait never left the frozen member";
   EXPECT_EQ(got.get(), "restart 1 3");
   const double took = seconds_since(written);
   // watch_check_interval (2 s) of silence, a check that gets no answer in as
@@ -268,10 +276,13 @@ TEST(EtcdWatchSilence, APrefixWatchResumesFromItsMemberFreezingWithoutLosingEven
   std::vector<std::string> seen;
   // From a revision read first: "from now" would be whenever the watch is
   // created, which may be after the writes when member 0 froze before it.
-  auto watch = store.watch_prefix("w/", store.revision() + 1, [&](const StoreEvent& e) {
-    std::lock_guard lock(mutex);
-    seen.push_back(e.key);
-  }, nullptr);
+  auto watch = store.watch_prefix(
+      "w/", store.revision() + 1,
+      [&](const StoreEvent& e) {
+        std::lock_guard lock(mutex);
+        seen.push_back(e.key);
+      },
+      nullptr);
   writer.set("w/1", "a");
   cluster.freeze(0);
   writer.set("w/2", "b");
@@ -301,13 +312,14 @@ TEST(EtcdWatchStop, StoppingAWatchWhileItConnectsDoesNotBlameTheEndpoint) {
   const int silent = test::listen_loopback(silent_port);  // connects, never answers
   auto options = options_for({{"127.0.0.1", silent_port}, cluster.client_endpoints()[0]});
   auto transport = std::make_shared<etcd::Transport>(options);
-  auto watch = etcd::start_watch(transport, "t/a", "t/b", 2, 0, [](const StoreEvent&) {},
-                                 [](const std::string&) {});
+  auto watch = etcd::start_watch(
+      transport, "t/a", "t/b", 2, 0, [](const StoreEvent&) {}, [](const std::string&) {});
   std::this_thread::sleep_for(300ms);  // connected, waiting for the status reply
   const auto stop = SteadyClock::now();
   watch.reset();
   EXPECT_LT(seconds_since(stop), 1.0);
-  EXPECT_EQ(transport->current_endpoint().port, silent_port) << "the stopped watch blamed its endpoint";
+  EXPECT_EQ(transport->current_endpoint().port, silent_port)
+      << "the stopped watch blamed its endpoint";
   ::close(silent);
 }
 

@@ -144,7 +144,8 @@ std::vector<std::int64_t> race_across_a_kill(
       }
     });
   }
-  EXPECT_TRUE(eventually([&] { return done.load() >= threads_n * kCalls / 4 || failures > 0; }, 10s));
+  EXPECT_TRUE(
+      eventually([&] { return done.load() >= threads_n * kCalls / 4 || failures > 0; }, 10s));
   cluster.kill(0);
   for (auto& thread : threads) thread.join();
   std::vector<std::int64_t> all;
@@ -171,9 +172,11 @@ TEST(EtcdStore, AddsApplyExactlyOnceUnderContentionAndAcrossAMemberKill) {
   DDP_SKIP_WITHOUT_ETCD();
   test::EtcdCluster cluster(3);
   auto clients = clients_of(cluster, 4);
-  auto all = race_across_a_kill(cluster, clients, [](EtcdStore& c, int) { return c.add("counter", 1); });
+  auto all =
+      race_across_a_kill(cluster, clients, [](EtcdStore& c, int) { return c.add("counter", 1); });
   ASSERT_FALSE(all.empty());
-  EXPECT_EQ(all, sequence(1, 400)) << "an add was lost, doubled, or two adds returned the same value";
+  EXPECT_EQ(all, sequence(1, 400))
+      << "an add was lost, doubled, or two adds returned the same value";
   EXPECT_EQ(clients[0]->get("counter"), "400");
   // The clients' markers are not keys of the store.
   EXPECT_EQ(clients[0]->num_keys(), 1);
@@ -227,7 +230,8 @@ TEST(EtcdStore, TakeOverDeletesAPrefixAndSetsTheKeyInOneStepOnlyWhenTheKeyHoldsW
   store.take_ticket("rdzv/j/round_4/arrivals");
   store.set("rdzv/jx/other", "another run id");
   EXPECT_FALSE(store.take_over("rdzv/j/config", "someone else", "new job", "rdzv/j/"));
-  EXPECT_TRUE(store.check({"rdzv/j/current", "rdzv/j/round_3/closed"})) << "a failed take-over deletes nothing";
+  EXPECT_TRUE(store.check({"rdzv/j/current", "rdzv/j/round_3/closed"}))
+      << "a failed take-over deletes nothing";
   EXPECT_TRUE(store.take_over("rdzv/j/config", "old job", "new job", "rdzv/j/"));
   EXPECT_EQ(store.get("rdzv/j/config", 1s), "new job");
   EXPECT_FALSE(store.check({"rdzv/j/current"}));
@@ -259,7 +263,8 @@ TEST(EtcdStore, LeaseKeepsItsKeysWhileRefreshedAndDeletesThemAfterItsTtl) {
   EXPECT_TRUE(store.check({"alive"})) << "a refreshed lease expired";
   // No more refreshes: gone after about the TTL (etcd checks every 500 ms).
   auto stopped = SteadyClock::now();
-  EXPECT_TRUE(eventually([&] { return !store.check({"alive"}); }, 10s)) << "the key outlived its lease";
+  EXPECT_TRUE(eventually([&] { return !store.check({"alive"}); }, 10s))
+      << "the key outlived its lease";
   EXPECT_LT(seconds_since(stopped), 8.0);
   EXPECT_FALSE(store.refresh_lease(lease));
   EXPECT_EQ(store.lease_time_left(lease), -1);
@@ -509,7 +514,8 @@ class TlsFiles {
 
 TEST(EtcdStore, TlsWithTheCaWorksWithoutItFailsVerification) {
   DDP_SKIP_WITHOUT_ETCD();
-  if (run_quietly("command -v openssl") != 0) GTEST_SKIP() << "the openssl command is not installed";
+  if (run_quietly("command -v openssl") != 0)
+    GTEST_SKIP() << "the openssl command is not installed";
   TlsFiles files;
   ASSERT_TRUE(files.make()) << "openssl could not make the test certificates";
   test::EtcdCluster::Options cluster_options;

@@ -206,7 +206,8 @@ class HostileEtcd {
   void log_request(const Request& request) {
     std::lock_guard lock(log_mutex_);
     log_.push_back({std::string(request.target()),
-                    std::string(request[boost::beast::http::field::authorization]), request.body()});
+                    std::string(request[boost::beast::http::field::authorization]),
+                    request.body()});
   }
 
   // Blocks while the mode is kStall (counting a held request when `request`);
@@ -237,7 +238,8 @@ class HostileEtcd {
     http::response<http::string_body> response;
     http::read(socket, buffer, response);
     if (response.result_int() != 200) {
-      throw std::runtime_error("HTTP " + std::to_string(response.result_int()) + ": " + response.body());
+      throw std::runtime_error("HTTP " + std::to_string(response.result_int()) + ": " +
+                               response.body());
     }
     return response.body();
   }
@@ -255,8 +257,9 @@ class HostileEtcd {
         last_error = e.what();
       }
       if (std::chrono::steady_clock::now() >= deadline) {
-        throw std::runtime_error("HostileEtcd: no /v3/maintenance/status reply from " + upstream_.host +
-                                 ":" + std::to_string(upstream_.port) + ": " + last_error);
+        throw std::runtime_error("HostileEtcd: no /v3/maintenance/status reply from " +
+                                 upstream_.host + ":" + std::to_string(upstream_.port) + ": " +
+                                 last_error);
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
@@ -351,7 +354,8 @@ class HostileEtcd {
         const bool reused = upstream.has_value();
         if (!upstream) {
           upstream.emplace(ioc_);
-          upstream->connect(tcp::endpoint(boost::asio::ip::make_address(upstream_.host), upstream_.port), ec);
+          upstream->connect(
+              tcp::endpoint(boost::asio::ip::make_address(upstream_.host), upstream_.port), ec);
           if (ec) return;
           upstream_tracked.emplace(*this, upstream->native_handle());
         }
@@ -376,7 +380,8 @@ class HostileEtcd {
   }
 
   // Writes a 200 JSON reply; false when the connection broke.
-  bool write_json(tcp::socket& client, const boost::beast::http::request<boost::beast::http::string_body>& request,
+  bool write_json(tcp::socket& client,
+                  const boost::beast::http::request<boost::beast::http::string_body>& request,
                   const Json& body) {
     namespace http = boost::beast::http;
     http::response<http::string_body> response{http::status::ok, 11};
@@ -400,7 +405,9 @@ class HostileEtcd {
     }
     return true;
   }
-  static bool send_all(int fd, const std::string& data) { return send_all(fd, data.data(), data.size()); }
+  static bool send_all(int fd, const std::string& data) {
+    return send_all(fd, data.data(), data.size());
+  }
 
   static std::string chunk(const std::string& data) {
     char size[32];
@@ -421,8 +428,9 @@ class HostileEtcd {
 
   void huge_content_length(tcp::socket& client) {
     const int fd = client.native_handle();
-    const std::string head = std::string("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: ") +
-                             kHugeLength + "\r\n\r\n{\"header\":{";
+    const std::string head =
+        std::string("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: ") +
+        kHugeLength + "\r\n\r\n{\"header\":{";
     if (send_all(fd, head)) hold(fd);
   }
 
@@ -430,8 +438,9 @@ class HostileEtcd {
   // stops taking them, the cap, or shutdown.
   void endless_chunks(tcp::socket& client, const std::string& first, char filler) {
     const int fd = client.native_handle();
-    std::string data = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n" +
-                       chunk(first);
+    std::string data =
+        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n" +
+        chunk(first);
     if (!send_all(fd, data)) return;
     const std::string more = chunk(std::string(kChunk, filler));
     for (std::uint64_t sent = first.size(); sent < kEndlessCap; sent += kChunk) {
@@ -445,7 +454,9 @@ class HostileEtcd {
     if (request.is_object() && request.contains("key") && request["key"].is_string()) {
       key = request["key"].get<std::string>();
     }
-    endless_chunks(client, R"({"header":)" + header_.dump() + R"(,"kvs":[{"key":")" + key + R"(","value":")", 'A');
+    endless_chunks(
+        client, R"({"header":)" + header_.dump() + R"(,"kvs":[{"key":")" + key + R"(","value":")",
+        'A');
   }
 
   void endless_watch_line(tcp::socket& client) {
@@ -458,7 +469,8 @@ class HostileEtcd {
 
   Json kv_of(const std::string& key, bool keys_only) const {
     const std::string revision = header_.value("revision", std::string("1"));
-    Json kv = {{"key", key}, {"create_revision", revision}, {"mod_revision", revision}, {"version", "1"}};
+    Json kv = {
+        {"key", key}, {"create_revision", revision}, {"mod_revision", revision}, {"version", "1"}};
     if (!keys_only) kv["value"] = "aGVsbG8";  // "hello" without its '='
     return kv;
   }
@@ -468,7 +480,9 @@ class HostileEtcd {
   Json unpadded_range(const Json& range, Json header) const {
     Json reply = {{"header", std::move(header)}, {"count", "1"}};
     if (!range.value("count_only", false)) {
-      const std::string key = range.contains("key") && range["key"].is_string() ? range["key"].get<std::string>() : "AA==";
+      const std::string key = range.contains("key") && range["key"].is_string()
+                                  ? range["key"].get<std::string>()
+                                  : "AA==";
       reply["kvs"] = Json::array({kv_of(key, range.value("keys_only", false))});
     }
     return reply;
@@ -485,11 +499,13 @@ class HostileEtcd {
     Json responses = Json::array();
     for (const auto& op : request.value("success", Json::array())) {
       if (op.contains("request_range")) {
-        responses.push_back({{"response_range", unpadded_range(op["request_range"], inner_header())}});
+        responses.push_back(
+            {{"response_range", unpadded_range(op["request_range"], inner_header())}});
       } else if (op.contains("request_put")) {
         responses.push_back({{"response_put", {{"header", inner_header()}}}});
       } else if (op.contains("request_delete_range")) {
-        responses.push_back({{"response_delete_range", {{"header", inner_header()}, {"deleted", "1"}}}});
+        responses.push_back(
+            {{"response_delete_range", {{"header", inner_header()}, {"deleted", "1"}}}});
       }
     }
     return {{"header", header_}, {"succeeded", true}, {"responses", responses}};
@@ -515,7 +531,8 @@ class HostileEtcd {
       } else if (op.contains("request_put")) {
         responses.push_back({{"response_put", {{"header", inner_header()}}}});
       } else if (op.contains("request_delete_range")) {
-        responses.push_back({{"response_delete_range", {{"header", inner_header()}, {"deleted", "0"}}}});
+        responses.push_back(
+            {{"response_delete_range", {{"header", inner_header()}, {"deleted", "0"}}}});
       }
     }
     return {{"header", other_header_}, {"succeeded", true}, {"responses", responses}};
@@ -528,7 +545,8 @@ class HostileEtcd {
                    const boost::beast::http::request<boost::beast::http::string_body>& request) {
     tcp::socket upstream(ioc_);
     error_code ec;
-    upstream.connect(tcp::endpoint(boost::asio::ip::make_address(upstream_.host), upstream_.port), ec);
+    upstream.connect(tcp::endpoint(boost::asio::ip::make_address(upstream_.host), upstream_.port),
+                     ec);
     if (ec) return;
     Tracked tracked(*this, upstream.native_handle());
     boost::beast::http::write(upstream, request, ec);

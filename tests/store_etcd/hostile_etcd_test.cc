@@ -231,8 +231,9 @@ class HostileEtcdTest : public ::testing::Test {
   // `max_reply_bytes`: the memory tests take 8 MiB, so that what they measure
   // is the bound, not the allocator (a message grown to 64 MiB by doubling
   // leaves its freed halves resident in AddressSanitizer's quarantine).
-  std::unique_ptr<EtcdStore> store_on(std::vector<EtcdEndpoint> endpoints,
-                                      std::size_t max_reply_bytes = EtcdStoreOptions{}.max_reply_bytes) {
+  std::unique_ptr<EtcdStore> store_on(
+      std::vector<EtcdEndpoint> endpoints,
+      std::size_t max_reply_bytes = EtcdStoreOptions{}.max_reply_bytes) {
     EtcdStoreOptions options;
     options.endpoints = std::move(endpoints);
     options.max_reply_bytes = max_reply_bytes;
@@ -326,7 +327,8 @@ TEST_F(HostileEtcdTest, PassModeServesSetGetAddTxnsAndABlockingGetWokenByASet) {
 // Values that are not etcd's base64 (etcd always pads)
 
 TEST_F(HostileEtcdTest, UnpaddedBase64FromTheOnlyEndpointIsProtocolErrorNamingIt) {
-  expect_get_fails_naming_the_proxy(Mode::kUnpaddedBase64, ErrorKind::kProtocol, HasSubstr("base64"));
+  expect_get_fails_naming_the_proxy(Mode::kUnpaddedBase64, ErrorKind::kProtocol,
+                                    HasSubstr("base64"));
 }
 
 TEST_F(HostileEtcdTest, UnpaddedBase64FromTheFirstEndpointMovesTheCallToTheNext) {
@@ -337,7 +339,8 @@ TEST_F(HostileEtcdTest, UnpaddedBase64FromTheFirstEndpointMovesTheCallToTheNext)
 // A reply that announces 2^62 bytes
 
 TEST_F(HostileEtcdTest, HugeContentLengthFromTheOnlyEndpointIsProtocolErrorNamingIt) {
-  expect_get_fails_naming_the_proxy(Mode::kHugeContentLength, ErrorKind::kProtocol, says_too_large());
+  expect_get_fails_naming_the_proxy(Mode::kHugeContentLength, ErrorKind::kProtocol,
+                                    says_too_large());
 }
 
 TEST_F(HostileEtcdTest, HugeContentLengthFromTheFirstEndpointMovesTheCallToTheNext) {
@@ -372,7 +375,8 @@ TEST_F(HostileEtcdTest, EndlessBodyFromTheOnlyEndpointKeepsMemoryBounded) {
 // A member of another cluster
 
 TEST_F(HostileEtcdTest, OtherClusterAsTheOnlyEndpointIsAnErrorNamingIt) {
-  expect_get_fails_naming_the_proxy(Mode::kOtherCluster, std::nullopt, HasSubstr("another etcd cluster"));
+  expect_get_fails_naming_the_proxy(Mode::kOtherCluster, std::nullopt,
+                                    HasSubstr("another etcd cluster"));
 }
 
 TEST_F(HostileEtcdTest, OtherClusterAsTheFirstEndpointMovesTheCallToTheNext) {
@@ -416,11 +420,12 @@ TEST_F(HostileEtcdTest, EndlessWatchLineFromTheOnlyEndpointIsProtocolErrorWithBo
   auto store = store_on({proxy().endpoint()}, kMemoryTestReplyBytes);
   proxy().set_mode(Mode::kEndlessWatchLine);
   RssGrowth rss;
-  Outcome outcome = run_call([&] { return store->get("missing", kLongWait); }, kRequestTimeout + kSlack);
+  Outcome outcome =
+      run_call([&] { return store->get("missing", kLongWait); }, kRequestTimeout + kSlack);
   const std::int64_t growth = rss.stop();
   EXPECT_GT(proxy().hits(Mode::kEndlessWatchLine), 0u);
-  EXPECT_LT(growth, kMaxRssGrowth) << "resident memory grew by " << mib(growth)
-                                   << " reading an endless watch message";
+  EXPECT_LT(growth, kMaxRssGrowth)
+      << "resident memory grew by " << mib(growth) << " reading an endless watch message";
   EXPECT_TRUE(outcome.in_time) << outcome.describe();
   ASSERT_FALSE(outcome.value) << outcome.describe();
   EXPECT_EQ(outcome.kind, ErrorKind::kProtocol) << outcome.describe();
@@ -428,7 +433,8 @@ TEST_F(HostileEtcdTest, EndlessWatchLineFromTheOnlyEndpointIsProtocolErrorWithBo
   EXPECT_THAT(outcome.error, says_too_large());
 }
 
-TEST_F(HostileEtcdTest, EndlessWatchLineFromTheFirstEndpointMovesTheWaitToTheNextWithBoundedMemory) {
+TEST_F(HostileEtcdTest,
+       EndlessWatchLineFromTheFirstEndpointMovesTheWaitToTheNextWithBoundedMemory) {
   auto store = store_on({proxy().endpoint(), real()}, kMemoryTestReplyBytes);
   auto writer = store_on({real()});
   proxy().set_mode(Mode::kEndlessWatchLine);
@@ -443,8 +449,8 @@ TEST_F(HostileEtcdTest, EndlessWatchLineFromTheFirstEndpointMovesTheWaitToTheNex
   const std::int64_t growth = rss.stop();
   EXPECT_TRUE(outcome.in_time) << outcome.describe();
   EXPECT_EQ(outcome.value, "found") << outcome.describe();
-  EXPECT_LT(growth, kMaxRssGrowth) << "resident memory grew by " << mib(growth)
-                                   << " reading an endless watch message";
+  EXPECT_LT(growth, kMaxRssGrowth)
+      << "resident memory grew by " << mib(growth) << " reading an endless watch message";
 }
 
 // ---------------------------------------------------------------------------
@@ -453,8 +459,10 @@ TEST_F(HostileEtcdTest, EndlessWatchLineFromTheFirstEndpointMovesTheWaitToTheNex
 TEST_F(HostileEtcdTest, NoCredentialReachesAMemberOfAnotherCluster) {
   // Before: a fresh connection authenticated (or sent its token) before the
   // endpoint proved its cluster, and watch streams never checked it at all.
-  if (std::system("command -v etcdctl >/dev/null 2>&1") != 0) GTEST_SKIP() << "etcdctl is not installed";
-  const std::string etcdctl = "ETCDCTL_API=3 etcdctl --endpoints=" + cluster_->urls() + " >/dev/null 2>&1 ";
+  if (std::system("command -v etcdctl >/dev/null 2>&1") != 0)
+    GTEST_SKIP() << "etcdctl is not installed";
+  const std::string etcdctl =
+      "ETCDCTL_API=3 etcdctl --endpoints=" + cluster_->urls() + " >/dev/null 2>&1 ";
   ASSERT_EQ(std::system((etcdctl + "user add root:s3cret-pw").c_str()), 0);
   ASSERT_EQ(std::system((etcdctl + "auth enable").c_str()), 0);
   EtcdStoreOptions options;
@@ -474,7 +482,8 @@ TEST_F(HostileEtcdTest, NoCredentialReachesAMemberOfAnotherCluster) {
   for (const auto& seen : proxy().requests()) {
     EXPECT_EQ(seen.path, "/v3/maintenance/status") << "sent to another cluster: " << seen.body;
     EXPECT_EQ(seen.authorization, "") << "a token went to another cluster (" << seen.path << ")";
-    EXPECT_EQ(seen.body.find("s3cret-pw"), std::string::npos) << "the password went to another cluster";
+    EXPECT_EQ(seen.body.find("s3cret-pw"), std::string::npos)
+        << "the password went to another cluster";
   }
 }
 

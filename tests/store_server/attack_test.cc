@@ -24,8 +24,8 @@
 #include <vector>
 
 #include "ddp/common/error.h"
-#include "ddp/store_server/store_server.h"
 #include "ddp/store/tcp_store.h"
+#include "ddp/store_server/store_server.h"
 #include "process_state.h"
 #include "store_attackers.h"
 
@@ -94,7 +94,8 @@ TEST(StoreAttack, HonestClientsKeepWorkingAndServerMemoryStaysBounded) {
   client_options.connect_timeout = 10s;
   client_options.timeout = 10s;
   std::vector<std::unique_ptr<TcpStore>> honest;
-  for (int i = 0; i < kHonestClients; ++i) honest.push_back(std::make_unique<TcpStore>(client_options));
+  for (int i = 0; i < kHonestClients; ++i)
+    honest.push_back(std::make_unique<TcpStore>(client_options));
 
   const double rss_before = rss_mib();
   std::atomic<bool> sampling{true};
@@ -153,7 +154,8 @@ TEST(StoreAttack, HonestClientsKeepWorkingAndServerMemoryStaysBounded) {
             const std::string key = "honest/" + std::to_string(i) + "/" + std::to_string(k % 8);
             const std::string value = std::to_string(k);
             honest[i]->set(key, value);
-            if (honest[i]->get(key) != value) throw std::runtime_error("read back a different value");
+            if (honest[i]->get(key) != value)
+              throw std::runtime_error("read back a different value");
             ++done[i];
           }
         } catch (const std::exception& e) {
@@ -169,7 +171,8 @@ TEST(StoreAttack, HonestClientsKeepWorkingAndServerMemoryStaysBounded) {
   const auto attackers_deadline = Clock::now() + kAttackerDeadline;
   while (Clock::now() < attackers_deadline &&
          ((flood && flood->cycles() < kFloodCycles) ||
-          (amplifier && amplifier->answered() + amplifier->unexpected() + amplifier->lost() < kEmptyKeyRequests))) {
+          (amplifier && amplifier->answered() + amplifier->unexpected() + amplifier->lost() <
+                            kEmptyKeyRequests))) {
     std::this_thread::sleep_for(10ms);
   }
 
@@ -204,16 +207,18 @@ TEST(StoreAttack, HonestClientsKeepWorkingAndServerMemoryStaysBounded) {
   // Generous: on an idle machine this takes well under a second.
   EXPECT_LT(honest_elapsed, 15s) << "honest clients took "
                                  << std::chrono::duration<double>(honest_elapsed).count() << " s";
-  EXPECT_FALSE(safety_stop.load()) << "RSS grew past " << kSafetyStopMib
-                                   << " MiB; the pipelining client was stopped early";
-  EXPECT_LT(growth, kRssGrowthBoundMib)
-      << "the server process grew by " << growth << " MiB (from " << rss_before << " MiB) while a client "
-      << "pipelined " << gets_sent << " gets of a " << (kValueBytes >> 20) << " MiB value without reading";
+  EXPECT_FALSE(safety_stop.load())
+      << "RSS grew past " << kSafetyStopMib << " MiB; the pipelining client was stopped early";
+  EXPECT_LT(growth, kRssGrowthBoundMib) << "the server process grew by " << growth << " MiB (from "
+                                        << rss_before << " MiB) while a client "
+                                        << "pipelined " << gets_sent << " gets of a "
+                                        << (kValueBytes >> 20) << " MiB value without reading";
   // The attack ran: the attackers got through to the server.
   EXPECT_GT(gets_sent, 0u);
   EXPECT_GT(garbage_connections, 0u);
-  EXPECT_EQ(flood_cycles, kFloodCycles) << "parked-and-closed cycles done in time"
-                                           << (flood ? "; first failure: " + flood->first_error() : "");
+  EXPECT_EQ(flood_cycles, kFloodCycles)
+      << "parked-and-closed cycles done in time"
+      << (flood ? "; first failure: " + flood->first_error() : "");
   // Every empty-key request got the reply it should: `invalid argument` over
   // the limit, `timeout` at it; none was lost or answered otherwise.
   if (amplifier) {
@@ -225,7 +230,8 @@ TEST(StoreAttack, HonestClientsKeepWorkingAndServerMemoryStaysBounded) {
   // The parked-and-closed sessions did not accumulate.
   EXPECT_EQ(clients_after_attack, static_cast<std::size_t>(kHonestClients))
       << "sessions the server still holds " << std::chrono::duration<double>(leave_elapsed).count()
-      << " s after every attacker closed its connections (" << flood_cycles << " parked-and-closed cycles)";
+      << " s after every attacker closed its connections (" << flood_cycles
+      << " parked-and-closed cycles)";
 
   // The server still serves, and every attacker's connection goes away.
   TcpStore after(client_options);
@@ -234,18 +240,24 @@ TEST(StoreAttack, HonestClientsKeepWorkingAndServerMemoryStaysBounded) {
   honest.clear();
   const auto deadline = Clock::now() + 10s;
   while (server.num_clients() > 1 && Clock::now() < deadline) std::this_thread::sleep_for(10ms);
-  EXPECT_EQ(server.num_clients(), 1u) << "connections the server still holds after every attacker closed";
+  EXPECT_EQ(server.num_clients(), 1u)
+      << "connections the server still holds after every attacker closed";
   server.stop();
-  std::printf("[ info ] rss before %.1f MiB, peak growth %.1f MiB; %llu gets pipelined, %zu garbage "
-              "connections, %llu parked-and-closed cycles, %llu+%llu empty-key requests (worst reply %.1f ms "
-              "over the limit, %.1f ms at it), at most %zu connections, back to %zu in %.0f ms; honest clients "
-              "%.2f s\n",
-              rss_before, growth, static_cast<unsigned long long>(gets_sent), garbage_connections,
-              static_cast<unsigned long long>(flood_cycles), static_cast<unsigned long long>(empty_key_refused),
-              static_cast<unsigned long long>(empty_key_timed_out), amplifier ? amplifier->worst_many_ms() : 0.0,
-              amplifier ? amplifier->worst_limit_ms() : 0.0, clients_peak.load(), clients_after_attack,
-              std::chrono::duration<double, std::milli>(leave_elapsed).count(),
-              std::chrono::duration<double>(honest_elapsed).count());
+  std::printf(
+      "[ info ] rss before %.1f MiB, peak growth %.1f MiB; %llu gets pipelined, %zu garbage "
+      "connections, %llu parked-and-closed cycles, %llu+%llu empty-key requests (worst reply %.1f "
+      "ms "
+      "over the limit, %.1f ms at it), at most %zu connections, back to %zu in %.0f ms; honest "
+      "clients "
+      "%.2f s\n",
+      rss_before, growth, static_cast<unsigned long long>(gets_sent), garbage_connections,
+      static_cast<unsigned long long>(flood_cycles),
+      static_cast<unsigned long long>(empty_key_refused),
+      static_cast<unsigned long long>(empty_key_timed_out),
+      amplifier ? amplifier->worst_many_ms() : 0.0, amplifier ? amplifier->worst_limit_ms() : 0.0,
+      clients_peak.load(), clients_after_attack,
+      std::chrono::duration<double, std::milli>(leave_elapsed).count(),
+      std::chrono::duration<double>(honest_elapsed).count());
 }
 
 }  // namespace

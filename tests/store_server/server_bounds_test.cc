@@ -99,8 +99,8 @@ TEST(ServerBounds, TooManyKeysInOneRequestIsInvalidArgumentAndTheConnectionGoesO
   for (Op op : {Op::kWait, Op::kMultiGet}) {
     raw.send_bytes(empty_keys_frame(op, protocol::kMaxKeysPerRequest + 1, 0));
     auto reply = raw.read_reply(op);
-    EXPECT_EQ(reply.status, Status::kInvalidArgument) << protocol::to_string(reply.status) << ": "
-                                                      << reply.message;
+    EXPECT_EQ(reply.status, Status::kInvalidArgument)
+        << protocol::to_string(reply.status) << ": " << reply.message;
     EXPECT_NE(std::string(reply.message).find(std::to_string(protocol::kMaxKeysPerRequest)),
               std::string::npos)
         << reply.message;

@@ -19,8 +19,8 @@
 #include <fstream>
 #include <thread>
 
-#include "ddp/common/error.h"
 #include "daemon_process.h"
+#include "ddp/common/error.h"
 #include "net_util.h"
 #include "process_state.h"
 #include "server_test_util.h"
@@ -355,8 +355,8 @@ TEST(Hardening, DaemonSurvivesTheUseAfterFreeInput) {
   daemon.stop(kStopGrace);
   const int status = daemon.exit_status();
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
-      << "the daemon ended with status " << status << " (a sanitizer report exits non-zero): "
-      << daemon.log_tail(kLogBytes);
+      << "the daemon ended with status " << status
+      << " (a sanitizer report exits non-zero): " << daemon.log_tail(kLogBytes);
 }
 
 TEST(Hardening, DaemonMaxStoreFlagBoundsWhatItHolds) {

@@ -5,7 +5,6 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 
-#include "net_util.h"
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -13,6 +12,7 @@
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include "net_util.h"
 
 #include <algorithm>
 #include <atomic>
@@ -28,9 +28,9 @@
 #include <vector>
 
 #include "ddp/common/error.h"
-#include "ddp/store_server/store_server.h"
-#include "ddp/store/tcp_store.h"
 #include "ddp/store/protocol.h"
+#include "ddp/store/tcp_store.h"
+#include "ddp/store_server/store_server.h"
 #include "server_test_util.h"
 
 extern char** environ;
@@ -480,7 +480,6 @@ TEST(StoreServer, BadOptionsAreInvalidArgument) {
   options.max_frame_size = 8;
   EXPECT_THROW(StoreServer{options}, InvalidArgument);
 }
-
 
 TEST(TcpStoreClient, DeadServerIsNetworkErrorWithinTheConnectTimeout) {
   auto options = client_options(test::free_port());

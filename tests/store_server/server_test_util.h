@@ -20,9 +20,9 @@
 #include <string>
 #include <thread>
 
-#include "ddp/store_server/store_server.h"
-#include "ddp/store/tcp_store.h"
 #include "ddp/store/protocol.h"
+#include "ddp/store/tcp_store.h"
+#include "ddp/store_server/store_server.h"
 #include "net_util.h"
 
 namespace ddp::test {

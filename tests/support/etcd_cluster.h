@@ -55,12 +55,12 @@
 #include "temp_dir.h"
 
 // Skips the current test when /usr/bin/etcd is missing.
-#define DDP_SKIP_WITHOUT_ETCD()                                                  \
-  do {                                                                           \
-    if (!::ddp::test::EtcdCluster::available()) {                                \
+#define DDP_SKIP_WITHOUT_ETCD()                                                      \
+  do {                                                                               \
+    if (!::ddp::test::EtcdCluster::available()) {                                    \
       GTEST_SKIP() << "etcd is not installed (" << ::ddp::test::EtcdCluster::kBinary \
-                   << " missing): skipping the etcd test";                       \
-    }                                                                            \
+                   << " missing): skipping the etcd test";                           \
+    }                                                                                \
   } while (false)
 
 namespace ddp::test {
@@ -97,7 +97,8 @@ class EtcdCluster {
         start_all(round);
         return;
       } catch (const std::runtime_error& e) {
-        const bool collision = std::string(e.what()).find("address already in use") != std::string::npos;
+        const bool collision =
+            std::string(e.what()).find("address already in use") != std::string::npos;
         kill_all();
         if (!collision || round == 2) {
           end_janitor();
@@ -137,7 +138,8 @@ class EtcdCluster {
     return text;
   }
   std::string url(int i) const {
-    return std::string(tls() ? "https" : "http") + "://127.0.0.1:" + std::to_string(members_[i].client_port);
+    return std::string(tls() ? "https" : "http") +
+           "://127.0.0.1:" + std::to_string(members_[i].client_port);
   }
   std::uint16_t client_port(int i) const { return members_[i].client_port; }
   bool running(int i) const { return members_[i].pid > 0; }
@@ -239,11 +241,10 @@ class EtcdCluster {
       initial += other.name + "=http://127.0.0.1:" + std::to_string(other.peer_port);
     }
     std::vector<std::string> args = {
-        options_.binary, "--name", m.name, "--data-dir", m.data_dir,
-        "--listen-client-urls", client, "--advertise-client-urls", client,
-        "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-        "--initial-cluster", initial, "--initial-cluster-state", state,
-        "--initial-cluster-token", token_,
+        options_.binary, "--name", m.name, "--data-dir", m.data_dir, "--listen-client-urls", client,
+        "--advertise-client-urls", client, "--listen-peer-urls", peer,
+        "--initial-advertise-peer-urls", peer, "--initial-cluster", initial,
+        "--initial-cluster-state", state, "--initial-cluster-token", token_,
         // Room for the conformance suite's 8 MiB value (base64 in JSON).
         "--max-request-bytes", "33554432",
         std::string("--enable-grpc-gateway=") + (options_.grpc_gateway ? "true" : "false")};

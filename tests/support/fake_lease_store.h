@@ -44,7 +44,9 @@ class FakeLeaseStore final : public LeaseStore {
     data_.set(key, value);
   }
   using Store::get;
-  std::string get(const std::string& key, Duration timeout) override { return data_.get(key, timeout); }
+  std::string get(const std::string& key, Duration timeout) override {
+    return data_.get(key, timeout);
+  }
   std::int64_t add(const std::string& key, std::int64_t delta) override {
     note(key);
     return data_.add(key, delta);
@@ -55,7 +57,9 @@ class FakeLeaseStore final : public LeaseStore {
     return data_.compare_set(key, expected, desired);
   }
   using Store::wait;
-  void wait(const std::vector<std::string>& keys, Duration timeout) override { data_.wait(keys, timeout); }
+  void wait(const std::vector<std::string>& keys, Duration timeout) override {
+    data_.wait(keys, timeout);
+  }
   bool check(const std::vector<std::string>& keys) override { return data_.check(keys); }
   bool delete_key(const std::string& key) override {
     std::lock_guard lock(mutex_);
@@ -66,10 +70,12 @@ class FakeLeaseStore final : public LeaseStore {
   }
   std::int64_t num_keys() override { return data_.num_keys(); }
   using Store::multi_get;
-  std::vector<std::string> multi_get(const std::vector<std::string>& keys, Duration timeout) override {
+  std::vector<std::string> multi_get(const std::vector<std::string>& keys,
+                                     Duration timeout) override {
     return data_.multi_get(keys, timeout);
   }
-  void multi_set(const std::vector<std::string>& keys, const std::vector<std::string>& values) override {
+  void multi_set(const std::vector<std::string>& keys,
+                 const std::vector<std::string>& values) override {
     for (const auto& key : keys) note(key);
     data_.multi_set(keys, values);
   }
@@ -108,7 +114,8 @@ class FakeLeaseStore final : public LeaseStore {
   void set_with_lease(const std::string& key, const std::string& value, LeaseId id) override {
     std::lock_guard lock(mutex_);
     auto it = leases_.find(id);
-    if (it == leases_.end()) throw InvalidArgument("FakeLeaseStore", "no lease " + std::to_string(id));
+    if (it == leases_.end())
+      throw InvalidArgument("FakeLeaseStore", "no lease " + std::to_string(id));
     it->second.keys.insert(key);
     written_.insert(key);
     data_.set(key, value);
@@ -129,9 +136,12 @@ class FakeLeaseStore final : public LeaseStore {
   bool take_over(const std::string& key, const std::string& expected, const std::string& desired,
                  const std::string& prefix) override {
     std::lock_guard lock(mutex_);
-    if (key.rfind(prefix, 0) != 0) throw InvalidArgument("FakeLeaseStore", "key not below the prefix");
+    if (key.rfind(prefix, 0) != 0)
+      throw InvalidArgument("FakeLeaseStore", "key not below the prefix");
     const bool exists = data_.check({key});
-    if (expected.empty() ? exists : !exists || data_.get(key, std::chrono::milliseconds(0)) != expected) return false;
+    if (expected.empty() ? exists
+                         : !exists || data_.get(key, std::chrono::milliseconds(0)) != expected)
+      return false;
     for (const auto& other : std::set<std::string>(written_)) {
       if (other != key && other.rfind(prefix, 0) == 0) delete_key(other);
     }

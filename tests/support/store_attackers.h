@@ -79,10 +79,12 @@ inline bool send_all(int fd, std::string_view bytes, Clock::time_point deadline,
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) return false;
     if (stop != nullptr && stop->load()) return false;
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
     if (left.count() <= 0) return false;
     pollfd pfd{fd, POLLOUT, 0};
-    ::poll(&pfd, 1, static_cast<int>(std::min<std::int64_t>(left.count(), stop != nullptr ? 10 : 100)));
+    ::poll(&pfd, 1,
+           static_cast<int>(std::min<std::int64_t>(left.count(), stop != nullptr ? 10 : 100)));
   }
   return true;
 }
@@ -90,15 +92,19 @@ inline bool send_all(int fd, std::string_view bytes, Clock::time_point deadline,
 // Reads one frame's payload before `deadline`; throws std::runtime_error naming
 // what went wrong (closed, timed out, bad frame, `*stop` set: looked at every
 // 10 ms).
-inline std::string read_frame(int fd, Clock::time_point deadline, const std::atomic<bool>* stop = nullptr) {
+inline std::string read_frame(int fd, Clock::time_point deadline,
+                              const std::atomic<bool>* stop = nullptr) {
   protocol::FrameParser parser(~std::uint32_t{0});
   char buf[4096];
   while (true) {
     if (stop != nullptr && stop->load()) throw std::runtime_error("stopped");
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
     if (left.count() <= 0) throw std::runtime_error("no reply from the server in time");
     pollfd pfd{fd, POLLIN, 0};
-    if (::poll(&pfd, 1, static_cast<int>(std::min<std::int64_t>(left.count(), stop != nullptr ? 10 : 100))) <= 0) {
+    if (::poll(&pfd, 1,
+               static_cast<int>(
+                   std::min<std::int64_t>(left.count(), stop != nullptr ? 10 : 100))) <= 0) {
       continue;
     }
     // Bytes past the frame would be lost, which is fine here: every caller has
@@ -111,10 +117,12 @@ inline std::string read_frame(int fd, Clock::time_point deadline, const std::ato
     }
     std::string_view input(buf, static_cast<std::size_t>(n));
     switch (parser.consume(input)) {
-      case protocol::FrameParser::State::kGood: return std::string(parser.payload());
+      case protocol::FrameParser::State::kGood:
+        return std::string(parser.payload());
       case protocol::FrameParser::State::kBad:
         throw std::runtime_error("bad reply frame: " + parser.error().message);
-      case protocol::FrameParser::State::kNeedMore: break;
+      case protocol::FrameParser::State::kNeedMore:
+        break;
     }
   }
 }
@@ -135,13 +143,16 @@ inline std::string hello_frame() {
 // Sends a hello with a fresh client id and reads the reply; returns the
 // server's limits. Throws std::runtime_error when it fails or is refused (a
 // server asking for auth is refused too: the attackers know no token).
-inline protocol::Limits handshake(int fd, Clock::time_point deadline, const std::atomic<bool>* stop = nullptr) {
-  if (!send_all(fd, hello_frame(), deadline, stop)) throw std::runtime_error("sending the hello failed");
+inline protocol::Limits handshake(int fd, Clock::time_point deadline,
+                                  const std::atomic<bool>* stop = nullptr) {
+  if (!send_all(fd, hello_frame(), deadline, stop))
+    throw std::runtime_error("sending the hello failed");
   const std::string payload = read_frame(fd, deadline, stop);
   protocol::Reply hello;
   const auto result = protocol::decode_reply(protocol::Op::kHello, payload, hello);
   if (!result.ok() || hello.status != protocol::Status::kOk) {
-    throw std::runtime_error("hello refused: " + (result.ok() ? std::string(hello.message) : result.message));
+    throw std::runtime_error("hello refused: " +
+                             (result.ok() ? std::string(hello.message) : result.message));
   }
   if (!hello.nonce.empty()) throw std::runtime_error("the server asks for a token");
   return hello.limits;
@@ -169,10 +180,12 @@ class IdleConnections {
     const std::string hello = hello_frame();
     for (int i = 0; i < count; ++i) {
       const int fd = connect_loopback(port);
-      if (fd < 0) throw sys_error("idle connection " + std::to_string(i) + " of " + std::to_string(count));
+      if (fd < 0)
+        throw sys_error("idle connection " + std::to_string(i) + " of " + std::to_string(count));
       fds_.push_back(fd);
       if (i % 2 == 1) {
-        send_all(fd, std::string_view(hello).substr(0, hello.size() / 2), Clock::now() + std::chrono::seconds(1));
+        send_all(fd, std::string_view(hello).substr(0, hello.size() / 2),
+                 Clock::now() + std::chrono::seconds(1));
       }
     }
   }
@@ -392,8 +405,8 @@ class ParkedFlood {
   // `flood_bytes` more bytes behind it (past the server's 1 MiB bound on what
   // a parked connection may buffer), then close. Stops by itself after
   // `max_cycles` cycles (0: none).
-  explicit ParkedFlood(std::uint16_t port, std::size_t flood_bytes = 1536 * 1024, std::uint64_t max_cycles = 0,
-                       std::string key = "attack/never-set")
+  explicit ParkedFlood(std::uint16_t port, std::size_t flood_bytes = 1536 * 1024,
+                       std::uint64_t max_cycles = 0, std::string key = "attack/never-set")
       : port_(port), max_cycles_(max_cycles) {
     protocol::Request get;
     get.op = protocol::Op::kGet;
@@ -477,9 +490,11 @@ class ParkedFlood {
 // A wait or multi_get frame of `count` empty keys and timeout `timeout_ms`,
 // encoded by hand: the codec would need a view per key (millions of them).
 // The layout is checked against the codec by EmptyKeyAmplifier.
-inline std::string empty_keys_frame(protocol::Op op, std::uint32_t count, std::uint64_t timeout_ms) {
+inline std::string empty_keys_frame(protocol::Op op, std::uint32_t count,
+                                    std::uint64_t timeout_ms) {
   const std::uint64_t payload_size = 1 + 8 + 4 + std::uint64_t{count} * 4;
-  if (payload_size > ~std::uint32_t{0}) throw std::invalid_argument("empty_keys_frame: too many keys");
+  if (payload_size > ~std::uint32_t{0})
+    throw std::invalid_argument("empty_keys_frame: too many keys");
   std::string frame;
   frame.reserve(4 + static_cast<std::size_t>(payload_size));
   const auto put = [&frame](std::uint64_t value, int bytes) {
@@ -504,7 +519,8 @@ class EmptyKeyAmplifier {
   // without end, or until `max_requests` were answered (then it closes its
   // connection). Throws std::logic_error when the hand-built frames no longer
   // match the codec.
-  explicit EmptyKeyAmplifier(std::uint16_t port, std::uint32_t many_keys = 8u << 20, std::uint64_t max_requests = 0)
+  explicit EmptyKeyAmplifier(std::uint16_t port, std::uint32_t many_keys = 8u << 20,
+                             std::uint64_t max_requests = 0)
       : port_(port), max_requests_(max_requests) {
     for (protocol::Op op : {protocol::Op::kWait, protocol::Op::kMultiGet}) {
       protocol::Request q;
@@ -557,7 +573,8 @@ class EmptyKeyAmplifier {
   void note(const std::string& what) {
     std::lock_guard lock(mutex_);
     // Short: a server that lists every missing key would make it megabytes.
-    if (first_error_.empty()) first_error_ = what.size() <= 300 ? what : what.substr(0, 300) + "...";
+    if (first_error_.empty())
+      first_error_ = what.size() <= 300 ? what : what.substr(0, 300) + "...";
   }
 
   void loop() {
@@ -584,7 +601,8 @@ class EmptyKeyAmplifier {
       }
       // i % 4: wait of many, multi_get of the limit, multi_get of many, wait of the limit.
       const bool many = i % 2 == 0;
-      const protocol::Op op = (i % 4 == 0 || i % 4 == 3) ? protocol::Op::kWait : protocol::Op::kMultiGet;
+      const protocol::Op op =
+          (i % 4 == 0 || i % 4 == 3) ? protocol::Op::kWait : protocol::Op::kMultiGet;
       std::string& frame = many ? many_ : limit_;
       frame[4] = static_cast<char>(op);
       const auto begin = Clock::now();
@@ -598,16 +616,19 @@ class EmptyKeyAmplifier {
           payload = read_frame(fd, Clock::now() + std::chrono::seconds(5), &stop_);
         } catch (const std::exception&) {
         }
-        const auto took = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - begin).count();
+        const auto took =
+            std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - begin).count();
         store_max(worst_many_ns_, took);
         protocol::Reply reply;
         const bool decoded = !payload.empty() && protocol::decode_reply(op, payload, reply).ok();
-        if ((decoded && reply.status == protocol::Status::kInvalidArgument) || (!decoded && !sent)) {
+        if ((decoded && reply.status == protocol::Status::kInvalidArgument) ||
+            (!decoded && !sent)) {
           refused_.fetch_add(1);
         } else if (!stop_.load()) {
           unexpected_.fetch_add(1);
           note(std::string(protocol::to_string(op)) + " of many keys: " +
-               (decoded ? std::string(protocol::to_string(reply.status)) + ": " + std::string(reply.message)
+               (decoded ? std::string(protocol::to_string(reply.status)) + ": " +
+                              std::string(reply.message)
                         : std::string("sent whole, no reply")));
         }
         ::close(fd);
@@ -616,19 +637,24 @@ class EmptyKeyAmplifier {
         continue;
       }
       try {
-        if (!send_all(fd, frame, deadline, &stop_)) throw std::runtime_error("the server closed the connection");
+        if (!send_all(fd, frame, deadline, &stop_))
+          throw std::runtime_error("the server closed the connection");
         const std::string payload = read_frame(fd, deadline, &stop_);
-        const auto took = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - begin).count();
+        const auto took =
+            std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - begin).count();
         store_max(many ? worst_many_ns_ : worst_limit_ns_, took);
         protocol::Reply reply;
         const auto result = protocol::decode_reply(op, payload, reply);
-        const protocol::Status expected = many ? protocol::Status::kInvalidArgument : protocol::Status::kTimeout;
+        const protocol::Status expected =
+            many ? protocol::Status::kInvalidArgument : protocol::Status::kTimeout;
         if (result.ok() && reply.status == expected) {
           (many ? refused_ : timed_out_).fetch_add(1);
         } else {
           unexpected_.fetch_add(1);
-          note(std::string(protocol::to_string(op)) + " of " + (many ? "many" : "the limit of") + " keys: " +
-               (result.ok() ? std::string(protocol::to_string(reply.status)) + ": " + std::string(reply.message)
+          note(std::string(protocol::to_string(op)) + " of " + (many ? "many" : "the limit of") +
+               " keys: " +
+               (result.ok() ? std::string(protocol::to_string(reply.status)) + ": " +
+                                  std::string(reply.message)
                             : result.message));
         }
         ++i;
@@ -646,7 +672,7 @@ class EmptyKeyAmplifier {
 
   std::uint16_t port_;
   std::uint64_t max_requests_;
-  std::string many_;   // the opcode byte (frame[4]) is set before each send
+  std::string many_;  // the opcode byte (frame[4]) is set before each send
   std::string limit_;
   std::atomic<bool> stop_{false};
   std::atomic<std::uint64_t> refused_{0};

@@ -35,8 +35,8 @@ bool torch_available() {
 
 // Runs the reference script on every case; one line of indices per case.
 std::vector<std::string> torch_reference(const std::vector<Case>& cases) {
-  auto dir = std::filesystem::temp_directory_path() /
-             fmt::format("ddp_sampler_test_{}", ::getpid());
+  auto dir =
+      std::filesystem::temp_directory_path() / fmt::format("ddp_sampler_test_{}", ::getpid());
   std::filesystem::create_directories(dir);
   auto in_path = dir / "cases.txt";
   auto out_path = dir / "out.txt";

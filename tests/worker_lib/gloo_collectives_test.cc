@@ -31,7 +31,8 @@ TEST_P(AllreduceTest, EveryDtypeAndOpMatchesReference) {
   options.max_segment_bytes = 4096;  // several segments per rank even for small buffers
   options.shm_slot_bytes = GetParam().shm_slot_bytes;
   auto groups = make_groups(world, std::make_shared<MemoryStore>(), options);
-  for (std::size_t count : {std::size_t{1}, std::size_t{7}, std::size_t{1000}, std::size_t{9001}, std::size_t{30001}}) {
+  for (std::size_t count :
+       {std::size_t{1}, std::size_t{7}, std::size_t{1000}, std::size_t{9001}, std::size_t{30001}}) {
     for (DType dtype : all_dtypes()) {
       for (ReduceOp op : all_ops()) {
         run_threads(world, [&](int r) {
@@ -50,23 +51,22 @@ TEST_P(AllreduceTest, EveryDtypeAndOpMatchesReference) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Algorithms, AllreduceTest,
-                         ::testing::Values(AlgoCase{AllreduceAlgorithm::kAuto, 3},
-                                           AlgoCase{AllreduceAlgorithm::kRing, 3},
-                                           AlgoCase{AllreduceAlgorithm::kDirect, 3},
-                                           AlgoCase{AllreduceAlgorithm::kBcube, 4},
-                                           AlgoCase{AllreduceAlgorithm::kRing, 2},
-                                           AlgoCase{AllreduceAlgorithm::kAuto, 1},
-                                           // 4 KiB slots: many chunks, all on the one-barrier path
-                                           AlgoCase{AllreduceAlgorithm::kSharedMemory, 3, 4096},
-                                           // 64 KiB slots: split chunks plus a small tail
-                                           AlgoCase{AllreduceAlgorithm::kSharedMemory, 3, 64 * 1024},
-                                           AlgoCase{AllreduceAlgorithm::kSharedMemory, 2, 64 * 1024},
-                                           AlgoCase{AllreduceAlgorithm::kSharedMemory, 4, 48 * 1024}),
-                         [](const auto& info) {
-                           return fmt::format("{}_world{}_slot{}k", to_string(info.param.algorithm),
-                                              info.param.world, info.param.shm_slot_bytes / 1024);
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Algorithms, AllreduceTest,
+    ::testing::Values(
+        AlgoCase{AllreduceAlgorithm::kAuto, 3}, AlgoCase{AllreduceAlgorithm::kRing, 3},
+        AlgoCase{AllreduceAlgorithm::kDirect, 3}, AlgoCase{AllreduceAlgorithm::kBcube, 4},
+        AlgoCase{AllreduceAlgorithm::kRing, 2}, AlgoCase{AllreduceAlgorithm::kAuto, 1},
+        // 4 KiB slots: many chunks, all on the one-barrier path
+        AlgoCase{AllreduceAlgorithm::kSharedMemory, 3, 4096},
+        // 64 KiB slots: split chunks plus a small tail
+        AlgoCase{AllreduceAlgorithm::kSharedMemory, 3, 64 * 1024},
+        AlgoCase{AllreduceAlgorithm::kSharedMemory, 2, 64 * 1024},
+        AlgoCase{AllreduceAlgorithm::kSharedMemory, 4, 48 * 1024}),
+    [](const auto& info) {
+      return fmt::format("{}_world{}_slot{}k", to_string(info.param.algorithm), info.param.world,
+                         info.param.shm_slot_bytes / 1024);
+    });
 
 TEST(GlooCollectives, IntegerSumAndProductWrapLikePyTorch) {
   auto groups = make_groups(2, std::make_shared<MemoryStore>());
@@ -89,7 +89,8 @@ TEST(GlooCollectives, BroadcastEveryDtypeFromEveryRoot) {
     for (int root = 0; root < world; ++root) {
       run_threads(world, [&](int r) {
         TypedBuffer buf(dtype, 5000);
-        for (std::size_t i = 0; i < buf.count(); ++i) buf.set(i, r == root ? (i * 5 + root) % 97 : 0);
+        for (std::size_t i = 0; i < buf.count(); ++i)
+          buf.set(i, r == root ? (i * 5 + root) % 97 : 0);
         groups[r]->broadcast(buf.view(), root)->wait();
         for (std::size_t i = 0; i < buf.count(); ++i) {
           ASSERT_EQ(buf.get(i), static_cast<double>((i * 5 + root) % 97))
@@ -208,7 +209,8 @@ TEST(GlooCollectives, ManyOutstandingWorksCompleteInIssueOrder) {
     std::vector<WorkPtr> works;
     for (int k = 0; k < kOps; ++k) {
       bufs[k].assign(64 + k * 37, static_cast<float>(r + k));
-      works.push_back(groups[r]->allreduce(Buffer::of(bufs[k]), k % 2 ? ReduceOp::kMax : ReduceOp::kSum));
+      works.push_back(
+          groups[r]->allreduce(Buffer::of(bufs[k]), k % 2 ? ReduceOp::kMax : ReduceOp::kSum));
     }
     for (int k = kOps - 1; k >= 0; --k) {
       // Waiting on a later Work first: when it is done, all earlier ones are too.

@@ -123,8 +123,8 @@ TEST(GlooFailures, DestroyingTheGroupCancelsQueuedWork) {
 }
 
 TEST(CollectiveDescriptor, RoundTripsAndDescribes) {
-  detail::CollectiveDescriptor d{detail::CollectiveOp::kReduce, DType::kBFloat16, ReduceOp::kMin,
-                                 3, 42, 1234567};
+  detail::CollectiveDescriptor d{
+      detail::CollectiveOp::kReduce, DType::kBFloat16, ReduceOp::kMin, 3, 42, 1234567};
   auto bytes = d.encode();
   EXPECT_EQ(detail::CollectiveDescriptor::decode(bytes.data()), d);
   EXPECT_EQ(d.describe(), "reduce(seq=42, count=1234567, dtype=bfloat16, op=min, root=3)");
@@ -133,14 +133,16 @@ TEST(CollectiveDescriptor, RoundTripsAndDescribes) {
 }
 
 TEST(CollectiveDescriptor, FindMismatchGroupsRanks) {
-  detail::CollectiveDescriptor a{detail::CollectiveOp::kAllreduce, DType::kFloat32, ReduceOp::kSum,
-                                 -1, 7, 10};
+  detail::CollectiveDescriptor a{
+      detail::CollectiveOp::kAllreduce, DType::kFloat32, ReduceOp::kSum, -1, 7, 10};
   auto b = a;
   EXPECT_EQ(detail::find_mismatch({a, b, a}), "");
   b.dtype = DType::kFloat16;
   auto text = detail::find_mismatch({a, b, a, b});
-  EXPECT_THAT(text, HasSubstr("ranks [0,2] called allreduce(seq=7, count=10, dtype=float32, op=sum)"));
-  EXPECT_THAT(text, HasSubstr("ranks [1,3] called allreduce(seq=7, count=10, dtype=float16, op=sum)"));
+  EXPECT_THAT(text,
+              HasSubstr("ranks [0,2] called allreduce(seq=7, count=10, dtype=float32, op=sum)"));
+  EXPECT_THAT(text,
+              HasSubstr("ranks [1,3] called allreduce(seq=7, count=10, dtype=float16, op=sum)"));
 }
 
 TEST(ArrivalTracker, NamesRanksThatDidNotEnter) {

@@ -27,19 +27,36 @@ void expect_widen_matches(DType dtype) {
     if (std::isnan(expected)) {
       ASSERT_TRUE(std::isnan(out[i])) << std::hex << i;
     } else {
-      ASSERT_EQ(std::bit_cast<std::uint32_t>(out[i]), std::bit_cast<std::uint32_t>(expected)) << std::hex << i;
+      ASSERT_EQ(std::bit_cast<std::uint32_t>(out[i]), std::bit_cast<std::uint32_t>(expected))
+          << std::hex << i;
     }
   }
 }
 
 std::vector<float> interesting_floats() {
-  std::vector<float> v = {0.0f, -0.0f, 1.0f, -1.0f, 65504.0f, 65519.9f, 65520.0f, 1e30f, -1e30f,
-                          std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
-                          6.0e-8f, 5.9e-8f, 2.98e-8f, 3.0e-8f, 6.1e-5f, 6.2e-5f, 1e-40f,
+  std::vector<float> v = {0.0f,
+                          -0.0f,
+                          1.0f,
+                          -1.0f,
+                          65504.0f,
+                          65519.9f,
+                          65520.0f,
+                          1e30f,
+                          -1e30f,
+                          std::numeric_limits<float>::infinity(),
+                          -std::numeric_limits<float>::infinity(),
+                          6.0e-8f,
+                          5.9e-8f,
+                          2.98e-8f,
+                          3.0e-8f,
+                          6.1e-5f,
+                          6.2e-5f,
+                          1e-40f,
                           std::numeric_limits<float>::quiet_NaN()};
   // Every rounding boundary of the 16-bit formats: floats with each low-bit pattern.
   for (std::uint32_t e = 100; e < 150; ++e) {
-    for (std::uint32_t low : {0x0u, 0xfffu, 0x1000u, 0x1001u, 0x2000u, 0x3000u, 0x7fffu, 0x8000u, 0x8001u, 0x18000u}) {
+    for (std::uint32_t low :
+         {0x0u, 0xfffu, 0x1000u, 0x1001u, 0x2000u, 0x3000u, 0x7fffu, 0x8000u, 0x8001u, 0x18000u}) {
       v.push_back(std::bit_cast<float>((e << 23) | low));
       v.push_back(std::bit_cast<float>(0x80000000u | (e << 23) | low));
     }
@@ -56,7 +73,8 @@ std::vector<float> interesting_floats() {
 template <typename T16>
 void expect_narrow_matches(DType dtype, float factor) {
   const auto input = interesting_floats();
-  for (std::size_t n : {std::size_t{1}, std::size_t{7}, std::size_t{8}, std::size_t{9}, input.size()}) {
+  for (std::size_t n :
+       {std::size_t{1}, std::size_t{7}, std::size_t{8}, std::size_t{9}, input.size()}) {
     std::vector<std::uint16_t> out(n);
     detail::floats_to_16(dtype, input.data(), out.data(), n, factor);
     for (std::size_t i = 0; i < n; ++i) {

@@ -7,8 +7,8 @@
 
 #include "ddp/common/error.h"
 #include "ddp/store/prefix_store.h"
-#include "ddp/store_server/store_server.h"
 #include "ddp/store/tcp_store.h"
+#include "ddp/store_server/store_server.h"
 #include "net_util.h"
 #include "process_util.h"
 
@@ -78,13 +78,15 @@ TEST(EnvInit, EveryCollectiveOverTcpWithSharedMemoryDisabled) {
 // namespace, as on another host) makes every rank fall back to TCP together;
 // every collective still gives the right answer. Needs root for unshare.
 TEST(EnvInit, RankOnAnotherHostsSharedMemoryMakesEveryRankFallBackToTcp) {
-  if (::geteuid() != 0 || ::access("/usr/bin/unshare", X_OK) != 0) GTEST_SKIP() << "needs root and unshare";
+  if (::geteuid() != 0 || ::access("/usr/bin/unshare", X_OK) != 0)
+    GTEST_SKIP() << "needs root and unshare";
   const int port = free_port();
   Procs procs;
   for (int r = 0; r < 3; ++r) {
-    std::map<std::string, std::string> env = {{"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(port)},
-                                              {"RANK", std::to_string(r)}, {"WORLD_SIZE", "3"},
-                                              {"LOCAL_RANK", "0"}, {"DDP_TIMEOUT", "30"}};
+    std::map<std::string, std::string> env = {
+        {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(port)},
+        {"RANK", std::to_string(r)},  {"WORLD_SIZE", "3"},
+        {"LOCAL_RANK", "0"},          {"DDP_TIMEOUT", "30"}};
     if (r == 2) {
       procs.start({"/usr/bin/unshare", "--mount", "--propagation", "private", "/bin/sh", "-c",
                    "mount -t tmpfs tmpfs /dev/shm && exec \"$0\" all", smoke()},

@@ -54,7 +54,8 @@ TEST(NcclGpu, WithoutADeviceCreationFailsWithAClearError) {
     make_nccl_process_group(std::make_shared<MemoryStore>(), 0, 1);
     FAIL() << "expected an error without a CUDA device";
   } catch (const Error& e) {
-    EXPECT_TRUE(e.kind() == ErrorKind::kBackend || e.kind() == ErrorKind::kInvalidArgument) << e.what();
+    EXPECT_TRUE(e.kind() == ErrorKind::kBackend || e.kind() == ErrorKind::kInvalidArgument)
+        << e.what();
   }
 }
 

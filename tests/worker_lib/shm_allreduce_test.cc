@@ -27,8 +27,8 @@ namespace ddp::test {
 namespace {
 
 using namespace std::chrono_literals;
-using ::testing::HasSubstr;
 using detail::ShmAllreduce;
+using ::testing::HasSubstr;
 
 // Segments of this process in /dev/shm (names carry the creator's pid).
 std::vector<std::string> own_segments() {
@@ -48,7 +48,9 @@ std::vector<std::unique_ptr<ShmAllreduce>> make_shm(int world, std::size_t slot_
   ShmAllreduce::Options options;
   options.slot_bytes = slot_bytes;
   options.timeout = 10s;
-  run_threads(world, [&](int r) { out[static_cast<std::size_t>(r)] = ShmAllreduce::create(*store, r, world, options); });
+  run_threads(world, [&](int r) {
+    out[static_cast<std::size_t>(r)] = ShmAllreduce::create(*store, r, world, options);
+  });
   return out;
 }
 
@@ -62,22 +64,26 @@ TEST(ShmAllreduce, EveryRankEndsWithIdenticalBitsOfTheSum) {
       for (int r = 0; r < world; ++r) {
         std::mt19937 rng(static_cast<unsigned>(r * 1000 + count));
         std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-        for (std::size_t i = 0; i < count; ++i) data[static_cast<std::size_t>(r)].push_back(dist(rng));
+        for (std::size_t i = 0; i < count; ++i)
+          data[static_cast<std::size_t>(r)].push_back(dist(rng));
       }
       std::vector<double> reference(count, 0.0);
-      for (const auto& d : data) for (std::size_t i = 0; i < count; ++i) reference[i] += d[i];
+      for (const auto& d : data)
+        for (std::size_t i = 0; i < count; ++i) reference[i] += d[i];
       run_threads(world, [&](int r) {
         auto& mine = data[static_cast<std::size_t>(r)];
-        shm[static_cast<std::size_t>(r)]->allreduce(mine.data(), count, DType::kFloat32,
-                                                    detail::reduce_function(DType::kFloat32, ReduceOp::kSum),
-                                                    1, Deadline(10s));
+        shm[static_cast<std::size_t>(r)]->allreduce(
+            mine.data(), count, DType::kFloat32,
+            detail::reduce_function(DType::kFloat32, ReduceOp::kSum), 1, Deadline(10s));
       });
       for (int r = 1; r < world; ++r) {
-        ASSERT_EQ(0, std::memcmp(data[0].data(), data[static_cast<std::size_t>(r)].data(), count * 4))
+        ASSERT_EQ(0,
+                  std::memcmp(data[0].data(), data[static_cast<std::size_t>(r)].data(), count * 4))
             << "world " << world << " count " << count << " rank " << r;
       }
       for (std::size_t i = 0; i < count; ++i) {
-        ASSERT_NEAR(data[0][i], reference[i], 1e-5) << "world " << world << " count " << count << " i " << i;
+        ASSERT_NEAR(data[0][i], reference[i], 1e-5)
+            << "world " << world << " count " << count << " i " << i;
       }
     }
   }
@@ -89,10 +95,11 @@ TEST(ShmAllreduce, AverageIsTakenInsideTheReduction) {
   for (std::size_t count : {std::size_t{10}, std::size_t{50000}}) {
     run_threads(world, [&](int r) {
       std::vector<double> v(count, 3.0 * (r + 1));  // 3, 6, 9: mean 6
-      shm[static_cast<std::size_t>(r)]->allreduce(v.data(), count, DType::kFloat64,
-                                                  detail::reduce_function(DType::kFloat64, ReduceOp::kSum),
-                                                  world, Deadline(10s));
-      for (std::size_t i = 0; i < count; ++i) ASSERT_EQ(v[i], 6.0) << "count " << count << " i " << i;
+      shm[static_cast<std::size_t>(r)]->allreduce(
+          v.data(), count, DType::kFloat64,
+          detail::reduce_function(DType::kFloat64, ReduceOp::kSum), world, Deadline(10s));
+      for (std::size_t i = 0; i < count; ++i)
+        ASSERT_EQ(v[i], 6.0) << "count " << count << " i " << i;
     });
   }
 }
@@ -106,11 +113,12 @@ TEST(ShmAllreduce, ManyBackToBackCallsReuseTheSlotsSafely) {
       const std::size_t count = round % 3 == 0 ? 5000 : 17;
       std::vector<std::int64_t> v(count);
       for (std::size_t i = 0; i < count; ++i) v[i] = round * 10 + r + static_cast<std::int64_t>(i);
-      shm[static_cast<std::size_t>(r)]->allreduce(v.data(), count, DType::kInt64,
-                                                  detail::reduce_function(DType::kInt64, ReduceOp::kSum),
-                                                  1, Deadline(10s));
+      shm[static_cast<std::size_t>(r)]->allreduce(
+          v.data(), count, DType::kInt64, detail::reduce_function(DType::kInt64, ReduceOp::kSum), 1,
+          Deadline(10s));
       for (std::size_t i = 0; i < count; ++i) {
-        ASSERT_EQ(v[i], 3 * (round * 10 + static_cast<std::int64_t>(i)) + 3) << "round " << round << " i " << i;
+        ASSERT_EQ(v[i], 3 * (round * 10 + static_cast<std::int64_t>(i)) + 3)
+            << "round " << round << " i " << i;
       }
     }
   });

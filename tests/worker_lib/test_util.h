@@ -40,7 +40,7 @@ inline void run_threads(int n, const std::function<void(int)>& fn) {
 
 // Creates a Gloo group per rank (in parallel, as real ranks do) over `store`.
 inline std::vector<std::shared_ptr<ProcessGroup>> make_groups(int n, std::shared_ptr<Store> store,
-                                                               GlooOptions options = {}) {
+                                                              GlooOptions options = {}) {
   if (options.hostname.empty() && options.iface.empty()) options.hostname = "127.0.0.1";
   std::vector<std::shared_ptr<ProcessGroup>> groups(n);
   run_threads(n, [&](int r) { groups[r] = make_gloo_process_group(store, r, n, options); });
@@ -59,32 +59,86 @@ struct TypedBuffer {
   void set(std::size_t i, double v) {
     void* p = bytes.data() + i * element_size(dtype);
     switch (dtype) {
-      case DType::kFloat32: { float x = static_cast<float>(v); std::memcpy(p, &x, 4); break; }
-      case DType::kFloat64: std::memcpy(p, &v, 8); break;
-      case DType::kFloat16: { auto x = Half::from_float(static_cast<float>(v)); std::memcpy(p, &x, 2); break; }
-      case DType::kBFloat16: { auto x = BFloat16::from_float(static_cast<float>(v)); std::memcpy(p, &x, 2); break; }
-      case DType::kInt32: { auto x = static_cast<std::int32_t>(v); std::memcpy(p, &x, 4); break; }
-      case DType::kInt64: { auto x = static_cast<std::int64_t>(v); std::memcpy(p, &x, 8); break; }
-      case DType::kUInt8: { auto x = static_cast<std::uint8_t>(static_cast<std::int64_t>(v)); std::memcpy(p, &x, 1); break; }
+      case DType::kFloat32: {
+        float x = static_cast<float>(v);
+        std::memcpy(p, &x, 4);
+        break;
+      }
+      case DType::kFloat64:
+        std::memcpy(p, &v, 8);
+        break;
+      case DType::kFloat16: {
+        auto x = Half::from_float(static_cast<float>(v));
+        std::memcpy(p, &x, 2);
+        break;
+      }
+      case DType::kBFloat16: {
+        auto x = BFloat16::from_float(static_cast<float>(v));
+        std::memcpy(p, &x, 2);
+        break;
+      }
+      case DType::kInt32: {
+        auto x = static_cast<std::int32_t>(v);
+        std::memcpy(p, &x, 4);
+        break;
+      }
+      case DType::kInt64: {
+        auto x = static_cast<std::int64_t>(v);
+        std::memcpy(p, &x, 8);
+        break;
+      }
+      case DType::kUInt8: {
+        auto x = static_cast<std::uint8_t>(static_cast<std::int64_t>(v));
+        std::memcpy(p, &x, 1);
+        break;
+      }
     }
   }
   double get(std::size_t i) const {
     const void* p = bytes.data() + i * element_size(dtype);
     switch (dtype) {
-      case DType::kFloat32: { float x; std::memcpy(&x, p, 4); return x; }
-      case DType::kFloat64: { double x; std::memcpy(&x, p, 8); return x; }
-      case DType::kFloat16: { std::uint16_t x; std::memcpy(&x, p, 2); return Half::to_float(x); }
-      case DType::kBFloat16: { std::uint16_t x; std::memcpy(&x, p, 2); return BFloat16::to_float(x); }
-      case DType::kInt32: { std::int32_t x; std::memcpy(&x, p, 4); return x; }
-      case DType::kInt64: { std::int64_t x; std::memcpy(&x, p, 8); return static_cast<double>(x); }
-      case DType::kUInt8: { std::uint8_t x; std::memcpy(&x, p, 1); return x; }
+      case DType::kFloat32: {
+        float x;
+        std::memcpy(&x, p, 4);
+        return x;
+      }
+      case DType::kFloat64: {
+        double x;
+        std::memcpy(&x, p, 8);
+        return x;
+      }
+      case DType::kFloat16: {
+        std::uint16_t x;
+        std::memcpy(&x, p, 2);
+        return Half::to_float(x);
+      }
+      case DType::kBFloat16: {
+        std::uint16_t x;
+        std::memcpy(&x, p, 2);
+        return BFloat16::to_float(x);
+      }
+      case DType::kInt32: {
+        std::int32_t x;
+        std::memcpy(&x, p, 4);
+        return x;
+      }
+      case DType::kInt64: {
+        std::int64_t x;
+        std::memcpy(&x, p, 8);
+        return static_cast<double>(x);
+      }
+      case DType::kUInt8: {
+        std::uint8_t x;
+        std::memcpy(&x, p, 1);
+        return x;
+      }
     }
     return NAN;
   }
 };
 
 inline const std::vector<DType>& all_dtypes() {
-  static const std::vector<DType> kAll = {DType::kFloat32, DType::kFloat64, DType::kFloat16,
+  static const std::vector<DType> kAll = {DType::kFloat32,  DType::kFloat64, DType::kFloat16,
                                           DType::kBFloat16, DType::kInt32,   DType::kInt64,
                                           DType::kUInt8};
   return kAll;
@@ -104,11 +158,11 @@ inline bool is_integral(DType d) {
 // represents every partial result exactly, whatever order the backend reduces in.
 inline double input_value(ReduceOp op, DType dtype, int rank, std::size_t i) {
   auto k = static_cast<int>((static_cast<std::size_t>(rank) * 7 + i * 3) % 11);
-  if (op == ReduceOp::kProduct) return 1 + k % 3;        // 1..3: product of 4 ranks <= 81
+  if (op == ReduceOp::kProduct) return 1 + k % 3;  // 1..3: product of 4 ranks <= 81
   if (op == ReduceOp::kMin || op == ReduceOp::kMax) {
-    return is_signed(dtype) ? k - 5 : k;                  // negatives where the dtype has them
+    return is_signed(dtype) ? k - 5 : k;  // negatives where the dtype has them
   }
-  return k + 1;                                           // 1..11: sum of 4 ranks <= 44
+  return k + 1;  // 1..11: sum of 4 ranks <= 44
 }
 
 // The reference result at element i, computed here independently of the library.
@@ -117,19 +171,34 @@ inline double expected_value(ReduceOp op, DType dtype, int world, std::size_t i)
   for (int r = 1; r < world; ++r) {
     double v = input_value(op, dtype, r, i);
     switch (op) {
-      case ReduceOp::kSum: case ReduceOp::kAvg: acc += v; break;
-      case ReduceOp::kProduct: acc *= v; break;
-      case ReduceOp::kMin: acc = std::min(acc, v); break;
-      case ReduceOp::kMax: acc = std::max(acc, v); break;
+      case ReduceOp::kSum:
+      case ReduceOp::kAvg:
+        acc += v;
+        break;
+      case ReduceOp::kProduct:
+        acc *= v;
+        break;
+      case ReduceOp::kMin:
+        acc = std::min(acc, v);
+        break;
+      case ReduceOp::kMax:
+        acc = std::max(acc, v);
+        break;
     }
   }
   if (op != ReduceOp::kAvg) return acc;
   switch (dtype) {
-    case DType::kFloat32: return static_cast<float>(acc) / static_cast<float>(world);
-    case DType::kFloat64: return acc / world;
-    case DType::kFloat16: return Half::to_float(Half::from_float(static_cast<float>(acc) / static_cast<float>(world)));
-    case DType::kBFloat16: return BFloat16::to_float(BFloat16::from_float(static_cast<float>(acc) / static_cast<float>(world)));
-    default: return std::trunc(acc / world);
+    case DType::kFloat32:
+      return static_cast<float>(acc) / static_cast<float>(world);
+    case DType::kFloat64:
+      return acc / world;
+    case DType::kFloat16:
+      return Half::to_float(Half::from_float(static_cast<float>(acc) / static_cast<float>(world)));
+    case DType::kBFloat16:
+      return BFloat16::to_float(
+          BFloat16::from_float(static_cast<float>(acc) / static_cast<float>(world)));
+    default:
+      return std::trunc(acc / world);
   }
 }
 

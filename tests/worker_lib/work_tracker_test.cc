@@ -75,8 +75,10 @@ TEST(WorkTracker, TimeoutAbortsAndNamesMissingRanks) {
   auto issued = WorkTracker::Clock::now();
   auto w0 = make_work(0);
   auto w1 = make_work(1, "broadcast");
-  tracker.add(w0, 0, [] { return false; }, issued);
-  tracker.add(w1, 1, [] { return false; }, issued);
+  tracker.add(
+      w0, 0, [] { return false; }, issued);
+  tracker.add(
+      w1, 1, [] { return false; }, issued);
   EXPECT_EQ(tracker.poll(issued + 500ms), std::nullopt);
   auto failure = tracker.poll(issued + 1500ms);
   ASSERT_TRUE(failure.has_value());
@@ -122,10 +124,17 @@ TEST(WorkTracker, FailingQueryFailsTheWork) {
 TEST(UniqueIdExchange, RankZeroPublishesOthersBlock) {
   MemoryStore store;
   std::string got1, got2;
-  std::thread t1([&] { got1 = exchange_unique_id(store, 1, [] { return std::string("x"); }, 5s); });
-  std::thread t2([&] { got2 = exchange_unique_id(store, 2, [] { return std::string("y"); }, 5s); });
+  std::thread t1([&] {
+    got1 = exchange_unique_id(
+        store, 1, [] { return std::string("x"); }, 5s);
+  });
+  std::thread t2([&] {
+    got2 = exchange_unique_id(
+        store, 2, [] { return std::string("y"); }, 5s);
+  });
   std::this_thread::sleep_for(50ms);
-  auto id = exchange_unique_id(store, 0, [] { return std::string("\x01\x00\x02id", 5); }, 5s);
+  auto id = exchange_unique_id(
+      store, 0, [] { return std::string("\x01\x00\x02id", 5); }, 5s);
   t1.join();
   t2.join();
   EXPECT_EQ(id, std::string("\x01\x00\x02id", 5));
@@ -136,7 +145,8 @@ TEST(UniqueIdExchange, RankZeroPublishesOthersBlock) {
 TEST(UniqueIdExchange, TimesOutNamingTheKey) {
   MemoryStore store;
   try {
-    exchange_unique_id(store, 1, [] { return std::string(); }, 100ms);
+    exchange_unique_id(
+        store, 1, [] { return std::string(); }, 100ms);
     FAIL();
   } catch (const TimeoutError& e) {
     EXPECT_THAT(e.what(), HasSubstr("nccl/unique_id"));

@@ -11,10 +11,10 @@
 //   peer-dies the last rank SIGKILLs itself; the others' all-reduce must fail
 //             with NetworkError naming it, long before the group's timeout
 // Exit code 0 on success, 1 on a failed check, 2 on an unexpected error.
-#include <csignal>
-#include <chrono>
-#include <cstdio>
 #include <unistd.h>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
 #include <iostream>
 #include <string>
 #include <thread>
@@ -64,7 +64,8 @@ void run_all() {
         pg->reduce_scatter(out.view(), in.view(), op)->wait();
         for (std::size_t i = 0; i < count; ++i) {
           if (out.get(i) != expected_value(op, dtype, world, me * count + i)) {
-            check(false, fmt::format("reduce_scatter {} {} at {}", to_string(dtype), to_string(op), i));
+            check(false,
+                  fmt::format("reduce_scatter {} {} at {}", to_string(dtype), to_string(op), i));
             break;
           }
         }
@@ -171,7 +172,8 @@ void run_peer_dies() {
     check(false, "allreduce with a dead rank succeeded");
   } catch (const NetworkError& e) {
     const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                        std::chrono::steady_clock::now() - start).count();
+                        std::chrono::steady_clock::now() - start)
+                        .count();
     std::string what = e.what();
     std::cout << "PEER DIED rank " << pg->rank() << " after " << ms << " ms: " << what << std::endl;
     check(what.find(fmt::format("rank {}", world - 1)) != std::string::npos,

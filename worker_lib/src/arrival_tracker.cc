@@ -90,8 +90,8 @@ std::vector<int> ArrivalTracker::missing(std::uint64_t seq, std::chrono::millise
       if (!arrived) absent.push_back(r);
     }
     if (absent.empty() || deadline.expired()) return absent;
-    std::this_thread::sleep_for(std::min<std::chrono::milliseconds>(
-        std::chrono::milliseconds(50), deadline.remaining()));
+    std::this_thread::sleep_for(
+        std::min<std::chrono::milliseconds>(std::chrono::milliseconds(50), deadline.remaining()));
   }
 }
 

@@ -1,7 +1,7 @@
 #include "collective_check.h"
 
-#include <cstring>
 #include <algorithm>
+#include <cstring>
 #include <map>
 
 #include <fmt/format.h>
@@ -30,12 +30,18 @@ T take(const std::uint8_t* in, std::size_t& at) {
 
 const char* to_string(CollectiveOp op) {
   switch (op) {
-    case CollectiveOp::kAllreduce: return "allreduce";
-    case CollectiveOp::kBroadcast: return "broadcast";
-    case CollectiveOp::kAllgather: return "allgather";
-    case CollectiveOp::kReduceScatter: return "reduce_scatter";
-    case CollectiveOp::kReduce: return "reduce";
-    case CollectiveOp::kBarrier: return "barrier";
+    case CollectiveOp::kAllreduce:
+      return "allreduce";
+    case CollectiveOp::kBroadcast:
+      return "broadcast";
+    case CollectiveOp::kAllgather:
+      return "allgather";
+    case CollectiveOp::kReduceScatter:
+      return "reduce_scatter";
+    case CollectiveOp::kReduce:
+      return "reduce";
+    case CollectiveOp::kBarrier:
+      return "barrier";
   }
   return "unknown";
 }

@@ -14,7 +14,12 @@
 namespace ddp::detail {
 
 enum class CollectiveOp : std::uint8_t {
-  kAllreduce, kBroadcast, kAllgather, kReduceScatter, kReduce, kBarrier
+  kAllreduce,
+  kBroadcast,
+  kAllgather,
+  kReduceScatter,
+  kReduce,
+  kBarrier
 };
 const char* to_string(CollectiveOp op);
 

@@ -104,11 +104,12 @@ void check_parameter_consistency(ProcessGroup& group, const std::vector<TensorMe
         message += fmt::format("; this rank ({}) lacks parameter {} ({} on rank 0)", group.rank(),
                                k, meta_str(d0, s0));
       } else if (!has0) {
-        message += fmt::format("; this rank ({}) has an extra parameter {}{}", group.rank(), k, name);
+        message +=
+            fmt::format("; this rank ({}) has an extra parameter {}{}", group.rank(), k, name);
       } else {
-        message += fmt::format("; parameter {}{} is {} on this rank ({}) but {} on rank 0", k, name,
-                               meta_str(params[k].dtype, params[k].shape), group.rank(),
-                               meta_str(d0, s0));
+        message +=
+            fmt::format("; parameter {}{} is {} on this rank ({}) but {} on rank 0", k, name,
+                        meta_str(params[k].dtype, params[k].shape), group.rank(), meta_str(d0, s0));
       }
       break;
     }
@@ -139,8 +140,9 @@ void broadcast_coalesced(ProcessGroup& group, const std::vector<Buffer>& buffers
         }
       }
       const DType dtype = members.front()->dtype;
-      group.broadcast(Buffer{base, pack_bytes / element_size(dtype), dtype, members.front()->device},
-                      root)
+      group
+          .broadcast(Buffer{base, pack_bytes / element_size(dtype), dtype, members.front()->device},
+                     root)
           ->wait();
       if (!is_root) {
         std::size_t off = 0;
@@ -173,9 +175,7 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<ProcessGroup> g
                                                  std::vector<Parameter> params,
                                                  std::vector<ModuleBuffer> buffers,
                                                  DdpOptions options)
-    : group_(std::move(group)),
-      params_(std::move(params)),
-      buffers_(std::move(buffers)),
+    : group_(std::move(group)), params_(std::move(params)), buffers_(std::move(buffers)),
       options_(std::move(options)) {
   if (!group_) throw InvalidArgument(kOrigin, "the process group is null");
   std::vector<TensorMeta> metas;
@@ -188,11 +188,11 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<ProcessGroup> g
     }
     const bool view = options_.reducer.gradient_as_bucket_view;
     if (!view && (p.grad.count != p.value.count || p.grad.dtype != p.value.dtype)) {
-      throw InvalidArgument(kOrigin,
-                            fmt::format("parameter {} ('{}'): the gradient buffer ({} x {}) does "
-                                        "not match the value ({} x {})",
-                                        i, p.name, p.grad.count, to_string(p.grad.dtype),
-                                        p.value.count, to_string(p.value.dtype)));
+      throw InvalidArgument(
+          kOrigin, fmt::format("parameter {} ('{}'): the gradient buffer ({} x {}) does "
+                               "not match the value ({} x {})",
+                               i, p.name, p.grad.count, to_string(p.grad.dtype), p.value.count,
+                               to_string(p.value.dtype)));
     }
     metas.push_back({p.name, p.shape, p.value.dtype});
     Buffer g = view ? Buffer{nullptr, p.value.count, p.value.dtype, p.value.device} : p.grad;
@@ -220,9 +220,9 @@ void DistributedDataParallel::begin_forward() {
 
 void DistributedDataParallel::begin_backward() {
   if (in_forward_) {
-    pending_forward_ms_ = std::chrono::duration<double, std::milli>(
-                              std::chrono::steady_clock::now() - forward_start_)
-                              .count();
+    pending_forward_ms_ =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - forward_start_)
+            .count();
     in_forward_ = false;
   }
   reducer_->prepare_for_backward();

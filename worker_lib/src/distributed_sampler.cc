@@ -34,12 +34,8 @@ std::vector<std::int64_t> torch_randperm(std::int64_t n, std::uint64_t seed) {
 
 DistributedSampler::DistributedSampler(std::size_t dataset_size, int num_replicas, int rank,
                                        bool shuffle, std::uint64_t seed, bool drop_last)
-    : dataset_size_(dataset_size),
-      num_replicas_(num_replicas),
-      rank_(rank),
-      shuffle_(shuffle),
-      seed_(seed),
-      drop_last_(drop_last) {
+    : dataset_size_(dataset_size), num_replicas_(num_replicas), rank_(rank), shuffle_(shuffle),
+      seed_(seed), drop_last_(drop_last) {
   if (num_replicas < 1) {
     throw InvalidArgument("DistributedSampler",
                           fmt::format("num_replicas = {} must be >= 1", num_replicas));
@@ -51,7 +47,8 @@ DistributedSampler::DistributedSampler(std::size_t dataset_size, int num_replica
   const auto replicas = static_cast<std::size_t>(num_replicas);
   if (drop_last_ && dataset_size_ % replicas != 0) {
     // Python: math.ceil((len - num_replicas) / num_replicas), with true division.
-    num_samples_ = dataset_size_ < replicas ? 0 : (dataset_size_ - replicas + replicas - 1) / replicas;
+    num_samples_ =
+        dataset_size_ < replicas ? 0 : (dataset_size_ - replicas + replicas - 1) / replicas;
   } else {
     num_samples_ = (dataset_size_ + replicas - 1) / replicas;
   }

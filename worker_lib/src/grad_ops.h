@@ -74,7 +74,8 @@ inline void scale(const Buffer& b, double factor) {
 template <typename T16>
 void compress(const Buffer& src, std::uint16_t* dst, float factor) {
   if (src.dtype == DType::kFloat32) {
-    detail::floats_to_16(dtype_of<T16>(), static_cast<const float*>(src.data), dst, src.count, factor);
+    detail::floats_to_16(dtype_of<T16>(), static_cast<const float*>(src.data), dst, src.count,
+                         factor);
   } else {
     const auto* p = static_cast<const double*>(src.data);
     for (std::size_t i = 0; i < src.count; ++i)

@@ -28,7 +28,8 @@ __attribute__((target("avx,f16c"))) void half_from_floats_f16c(const float* src,
   std::size_t i = 0;
   for (; i + 8 <= n; i += 8) {
     const __m256 v = _mm256_mul_ps(_mm256_loadu_ps(src + i), f);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i),
+                     _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
   }
   half_from_floats_scalar(src + i, dst + i, n - i, factor);
 }

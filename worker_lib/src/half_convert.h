@@ -16,7 +16,8 @@
 namespace ddp::detail {
 
 // dst[i] = to16(src[i] * factor); dtype is kFloat16 or kBFloat16.
-void floats_to_16(DType dtype, const float* src, std::uint16_t* dst, std::size_t n, float factor = 1.0f);
+void floats_to_16(DType dtype, const float* src, std::uint16_t* dst, std::size_t n,
+                  float factor = 1.0f);
 // dst[i] = float(src[i]); dtype is kFloat16 or kBFloat16.
 void floats_from_16(DType dtype, const std::uint16_t* src, float* dst, std::size_t n);
 

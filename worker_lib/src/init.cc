@@ -13,8 +13,8 @@
 #include "ddp/common/logging.h"
 #include "ddp/common/time.h"
 #include "ddp/store/prefix_store.h"
-#include "ddp/store_server/store_server.h"
 #include "ddp/store/tcp_store.h"
+#include "ddp/store_server/store_server.h"
 #include "ddp/worker/process_group_nccl.h"
 
 namespace ddp {
@@ -49,11 +49,13 @@ int require_int(const char* name, std::int64_t min, std::int64_t max) {
   if (!value) {
     throw InvalidArgument("init_process_group",
                           fmt::format("environment variable {} is not set (expected by env:// and "
-                                      "ddprun; or pass InitOptions)", name));
+                                      "ddprun; or pass InitOptions)",
+                                      name));
   }
   if (*value < min || *value > max) {
     throw InvalidArgument("init_process_group", fmt::format("environment variable {}={} is outside "
-                                                            "[{}, {}]", name, *value, min, max));
+                                                            "[{}, {}]",
+                                                            name, *value, min, max));
   }
   return static_cast<int>(*value);
 }
@@ -107,16 +109,18 @@ void init_process_group(InitOptions options) {
   const char* origin = "init_process_group";
   if (s.initialized) throw InvalidArgument(origin, "the process group is already initialized");
   if (options.backend != "gloo" && options.backend != "nccl") {
-    throw InvalidArgument(origin, fmt::format("unknown backend '{}' (expected gloo or nccl)",
-                                              options.backend));
+    throw InvalidArgument(
+        origin, fmt::format("unknown backend '{}' (expected gloo or nccl)", options.backend));
   }
   if (auto text = env::get(names::kTimeout); text && !text->empty()) {
     options.timeout = env::parse_seconds(*text, "environment variable DDP_TIMEOUT");
   }
   if (options.timeout.count() <= 0) {
-    throw InvalidArgument(origin, fmt::format("timeout {} ms must be positive", options.timeout.count()));
+    throw InvalidArgument(origin,
+                          fmt::format("timeout {} ms must be positive", options.timeout.count()));
   }
-  const int world = options.world_size ? *options.world_size : require_int(names::kWorldSize, 1, 1 << 20);
+  const int world =
+      options.world_size ? *options.world_size : require_int(names::kWorldSize, 1, 1 << 20);
   const int rank = options.rank ? *options.rank : require_int(names::kRank, 0, world - 1);
   if (world < 1 || rank < 0 || rank >= world) {
     throw InvalidArgument(origin, fmt::format("rank {} is outside [0, {})", rank, world));
@@ -199,7 +203,8 @@ void destroy_process_group() {
     // Keep hosting the store until every rank has left, so no rank loses it mid-call.
     try {
       s.store->add("destroyed", 1);
-      Deadline deadline(std::min<std::chrono::milliseconds>(s.options.timeout, std::chrono::seconds(60)));
+      Deadline deadline(
+          std::min<std::chrono::milliseconds>(s.options.timeout, std::chrono::seconds(60)));
       while (!deadline.expired() && s.store->add("destroyed", 0) < s.world_size) {
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
       }
@@ -282,10 +287,10 @@ std::shared_ptr<ProcessGroup> new_group(const std::vector<int>& ranks, const std
   if (it == members.end()) return nullptr;
   const int group_rank = static_cast<int>(it - members.begin());
   auto name = fmt::format("{}", index);
-  auto group = make_group(backend.empty() ? s.options.backend : backend,
-                          std::make_shared<PrefixStore>(fmt::format("pg/{}", index), s.store),
-                          group_rank, static_cast<int>(members.size()), s.options, s.local_rank,
-                          name);
+  auto group =
+      make_group(backend.empty() ? s.options.backend : backend,
+                 std::make_shared<PrefixStore>(fmt::format("pg/{}", index), s.store), group_rank,
+                 static_cast<int>(members.size()), s.options, s.local_rank, name);
   s.subgroups.push_back(group);
   return group;
 }

@@ -8,7 +8,8 @@ namespace ddp {
 
 bool nccl_available() { return false; }
 
-std::shared_ptr<ProcessGroup> make_nccl_process_group(std::shared_ptr<Store>, int, int, NcclOptions) {
+std::shared_ptr<ProcessGroup> make_nccl_process_group(std::shared_ptr<Store>, int, int,
+                                                      NcclOptions) {
   throw BackendError("make_nccl_process_group",
                      "ddp was built without NCCL (configure with CUDA and NCCL under "
                      "/usr/local/cuda, DDP_WITH_NCCL=ON)");

@@ -26,11 +26,16 @@ namespace ddp {
 
 const char* to_string(AllreduceAlgorithm algorithm) {
   switch (algorithm) {
-    case AllreduceAlgorithm::kAuto: return "auto";
-    case AllreduceAlgorithm::kRing: return "ring";
-    case AllreduceAlgorithm::kBcube: return "bcube";
-    case AllreduceAlgorithm::kDirect: return "direct";
-    case AllreduceAlgorithm::kSharedMemory: return "shm";
+    case AllreduceAlgorithm::kAuto:
+      return "auto";
+    case AllreduceAlgorithm::kRing:
+      return "ring";
+    case AllreduceAlgorithm::kBcube:
+      return "bcube";
+    case AllreduceAlgorithm::kDirect:
+      return "direct";
+    case AllreduceAlgorithm::kSharedMemory:
+      return "shm";
   }
   return "unknown";
 }
@@ -53,10 +58,14 @@ constexpr std::uint64_t kP2pSlotPrefix = 0xd2ull << 56;
 template <typename F>
 void with_element_type(DType dtype, F&& f) {
   switch (element_size(dtype)) {
-    case 1: return f(std::uint8_t{});
-    case 2: return f(std::uint16_t{});
-    case 4: return f(std::uint32_t{});
-    default: return f(std::uint64_t{});
+    case 1:
+      return f(std::uint8_t{});
+    case 2:
+      return f(std::uint16_t{});
+    case 4:
+      return f(std::uint32_t{});
+    default:
+      return f(std::uint64_t{});
   }
 }
 
@@ -80,16 +89,17 @@ ProcessGroupGloo::ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int s
     throw InvalidArgument(origin, fmt::format("rank {} is outside [0, {})", rank, size));
   }
   if (options_.timeout.count() <= 0) {
-    throw InvalidArgument(origin, fmt::format("timeout {} ms must be positive",
-                                              options_.timeout.count()));
+    throw InvalidArgument(origin,
+                          fmt::format("timeout {} ms must be positive", options_.timeout.count()));
   }
   if (!ShmAllreduce::valid_slot_bytes(options_.shm_slot_bytes)) {
-    throw InvalidArgument(origin, fmt::format("shm_slot_bytes {} must be a multiple of 64, at least 4096",
-                                              options_.shm_slot_bytes));
+    throw InvalidArgument(origin,
+                          fmt::format("shm_slot_bytes {} must be a multiple of 64, at least 4096",
+                                      options_.shm_slot_bytes));
   }
   if (options_.max_segment_bytes < 1024) {
-    throw InvalidArgument(origin, fmt::format("max_segment_bytes {} must be >= 1024",
-                                              options_.max_segment_bytes));
+    throw InvalidArgument(
+        origin, fmt::format("max_segment_bytes {} must be >= 1024", options_.max_segment_bytes));
   }
   debug_detail_ = options_.debug_detail.value_or(debug_detail_from_env());
   // Settings are checked before any connection: a rank that refuses its own
@@ -118,8 +128,9 @@ ProcessGroupGloo::ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int s
   } catch (const ddp::Error&) {
     throw;
   } catch (const gloo::IoException& e) {
-    throw NetworkError(origin, fmt::format("group '{}' rank {}/{}: connecting the full mesh failed: {}",
-                                           options_.name, rank, size, e.what()));
+    throw NetworkError(origin,
+                       fmt::format("group '{}' rank {}/{}: connecting the full mesh failed: {}",
+                                   options_.name, rank, size, e.what()));
   } catch (const std::exception& e) {
     throw BackendError(origin, fmt::format("group '{}' rank {}/{}: setting up Gloo failed: {}",
                                            options_.name, rank, size, e.what()));
@@ -137,17 +148,19 @@ ProcessGroupGloo::ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int s
   }
   if (options_.allreduce_algorithm == AllreduceAlgorithm::kSharedMemory) {
     if (!shm_ && size > 1) {
-      throw BackendError(origin, fmt::format("group '{}' rank {}/{}: allreduce_algorithm shm, but the "
-                                             "ranks cannot share memory ({})",
-                                             options_.name, rank, size, why_no_shm));
+      throw BackendError(origin,
+                         fmt::format("group '{}' rank {}/{}: allreduce_algorithm shm, but the "
+                                     "ranks cannot share memory ({})",
+                                     options_.name, rank, size, why_no_shm));
     }
   }
   tracker_ = std::make_unique<ArrivalTracker>(store_, rank, size);
   worker_ = std::thread([this] { worker_loop(); });
   p2p_worker_ = std::thread([this] { p2p_loop(); });
-  spdlog::debug("ProcessGroupGloo '{}': rank {}/{} connected ({}, shared memory {}, debug_detail={})",
-                options_.name, rank, size, device_->str(), shm_ ? shm_->segment_name() : "off",
-                debug_detail_);
+  spdlog::debug(
+      "ProcessGroupGloo '{}': rank {}/{} connected ({}, shared memory {}, debug_detail={})",
+      options_.name, rank, size, device_->str(), shm_ ? shm_->segment_name() : "off",
+      debug_detail_);
 }
 
 ProcessGroupGloo::~ProcessGroupGloo() {
@@ -183,9 +196,9 @@ ProcessGroupGloo::~ProcessGroupGloo() {
   p2p_worker_.join();
   for (auto& pending : unfinished) {
     pending.work->fail(std::make_exception_ptr(ShutdownError(
-        "ProcessGroupGloo", fmt::format("{} #{} cancelled: the group was destroyed",
-                                        pending.is_send ? "send" : "recv",
-                                        pending.work->sequence_number()))));
+        "ProcessGroupGloo",
+        fmt::format("{} #{} cancelled: the group was destroyed", pending.is_send ? "send" : "recv",
+                    pending.work->sequence_number()))));
   }
   tracker_.reset();
   context_.reset();
@@ -194,9 +207,9 @@ ProcessGroupGloo::~ProcessGroupGloo() {
 
 void ProcessGroupGloo::check_cpu(const Buffer& buffer, const char* what) const {
   if (buffer.device.is_cuda()) {
-    throw InvalidArgument(fmt::format("ProcessGroupGloo::{}", what),
-                          fmt::format("buffer is on {}; the Gloo backend takes CPU buffers",
-                                      buffer.device.str()));
+    throw InvalidArgument(
+        fmt::format("ProcessGroupGloo::{}", what),
+        fmt::format("buffer is on {}; the Gloo backend takes CPU buffers", buffer.device.str()));
   }
   if (buffer.data == nullptr && buffer.count > 0) {
     throw InvalidArgument(fmt::format("ProcessGroupGloo::{}", what), "buffer data is null");
@@ -213,10 +226,9 @@ WorkPtr ProcessGroupGloo::enqueue_collective(CollectiveDescriptor desc,
     desc.seq = next_seq_++;
     work = std::make_shared<WorkImpl>(desc.seq, to_string(desc.op),
                                       options_.timeout + std::chrono::seconds(10));
-    queue_.push_back(Task{work, desc, [run = std::move(run)](std::uint32_t tag,
-                                                             const std::shared_ptr<WorkImpl>&) {
-                            run(tag);
-                          }});
+    queue_.push_back(Task{
+        work, desc,
+        [run = std::move(run)](std::uint32_t tag, const std::shared_ptr<WorkImpl>&) { run(tag); }});
     queued_.fetch_add(1, std::memory_order_release);
   }
   cv_.notify_one();
@@ -300,10 +312,10 @@ void ProcessGroupGloo::run_task(Task& task) {
     // itself, so that callers can catch the specific subclass (a copy through
     // the ddp::Error base would slice it into a plain ddp::Error).
     auto* own = dynamic_cast<const ddp::Error*>(&e);
-    auto error = own != nullptr && own->kind() != ErrorKind::kTimeout &&
-                         own->kind() != ErrorKind::kNetwork
-                     ? std::current_exception()
-                     : translate(e, desc);
+    auto error =
+        own != nullptr && own->kind() != ErrorKind::kTimeout && own->kind() != ErrorKind::kNetwork
+            ? std::current_exception()
+            : translate(e, desc);
     try {
       std::rethrow_exception(error);
     } catch (const std::exception& translated) {
@@ -327,7 +339,8 @@ void ProcessGroupGloo::check_consistency(const CollectiveDescriptor& desc) {
   gloo::allgather(opts);
   std::vector<CollectiveDescriptor> per_rank;
   for (std::size_t r = 0; r < n; ++r) {
-    per_rank.push_back(CollectiveDescriptor::decode(all.data() + r * CollectiveDescriptor::kEncodedSize));
+    per_rank.push_back(
+        CollectiveDescriptor::decode(all.data() + r * CollectiveDescriptor::kEncodedSize));
   }
   auto mismatch = find_mismatch(per_rank);
   if (!mismatch.empty()) {
@@ -344,12 +357,15 @@ std::exception_ptr ProcessGroupGloo::translate(const std::exception& error,
   const bool timed_out = what.find("imed out") != std::string::npos ||
                          dynamic_cast<const TimeoutError*>(&error) != nullptr;
   // Give the other ranks' progress publisher a moment, then ask who never entered.
-  auto settle = std::min<std::chrono::milliseconds>(std::chrono::milliseconds(500), options_.timeout / 2);
+  auto settle =
+      std::min<std::chrono::milliseconds>(std::chrono::milliseconds(500), options_.timeout / 2);
   auto missing = tracker_->missing(desc.seq, settle);
   auto message = fmt::format(
-      "group '{}' rank {}/{}: {} (collective seq {}) {}; ranks that did not arrive: [{}]; backend: {}",
+      "group '{}' rank {}/{}: {} (collective seq {}) {}; ranks that did not arrive: [{}]; backend: "
+      "{}",
       options_.name, rank(), size(), desc.describe(), desc.seq,
-      timed_out ? fmt::format("timed out after {} ms", options_.timeout.count()) : std::string("failed"),
+      timed_out ? fmt::format("timed out after {} ms", options_.timeout.count())
+                : std::string("failed"),
       fmt::join(missing, ", "), what);
   if (timed_out) return std::make_exception_ptr(TimeoutError(origin, message));
   if (dynamic_cast<const gloo::IoException*>(&error) || dynamic_cast<const NetworkError*>(&error)) {
@@ -447,8 +463,8 @@ WorkPtr ProcessGroupGloo::broadcast(Buffer buffer, int root) {
     throw InvalidArgument("ProcessGroupGloo::broadcast",
                           fmt::format("root {} is outside [0, {})", root, size()));
   }
-  CollectiveDescriptor desc{CollectiveOp::kBroadcast, buffer.dtype, ReduceOp::kSum, root, 0,
-                            buffer.count};
+  CollectiveDescriptor desc{
+      CollectiveOp::kBroadcast, buffer.dtype, ReduceOp::kSum, root, 0, buffer.count};
   return enqueue_collective(desc, [this, buffer, root](std::uint32_t tag) {
     if (buffer.count == 0 || size() == 1) return;
     gloo::BroadcastOptions opts(context_);
@@ -469,13 +485,13 @@ WorkPtr ProcessGroupGloo::allgather(Buffer output, Buffer input) {
                                       to_string(output.dtype), to_string(input.dtype)));
   }
   if (output.count != input.count * static_cast<std::size_t>(size())) {
-    throw InvalidArgument("ProcessGroupGloo::allgather",
-                          fmt::format("output has {} elements; expected input count {} x size {} = {}",
-                                      output.count, input.count, size(),
-                                      input.count * static_cast<std::size_t>(size())));
+    throw InvalidArgument(
+        "ProcessGroupGloo::allgather",
+        fmt::format("output has {} elements; expected input count {} x size {} = {}", output.count,
+                    input.count, size(), input.count * static_cast<std::size_t>(size())));
   }
-  CollectiveDescriptor desc{CollectiveOp::kAllgather, input.dtype, ReduceOp::kSum, -1, 0,
-                            input.count};
+  CollectiveDescriptor desc{
+      CollectiveOp::kAllgather, input.dtype, ReduceOp::kSum, -1, 0, input.count};
   return enqueue_collective(desc, [this, output, input](std::uint32_t tag) {
     if (input.count == 0) return;
     if (size() == 1) {
@@ -501,10 +517,10 @@ WorkPtr ProcessGroupGloo::reduce_scatter(Buffer output, Buffer input, ReduceOp o
                                       to_string(output.dtype), to_string(input.dtype)));
   }
   if (input.count != output.count * static_cast<std::size_t>(size())) {
-    throw InvalidArgument("ProcessGroupGloo::reduce_scatter",
-                          fmt::format("input has {} elements; expected output count {} x size {} = {}",
-                                      input.count, output.count, size(),
-                                      output.count * static_cast<std::size_t>(size())));
+    throw InvalidArgument(
+        "ProcessGroupGloo::reduce_scatter",
+        fmt::format("input has {} elements; expected output count {} x size {} = {}", input.count,
+                    output.count, size(), output.count * static_cast<std::size_t>(size())));
   }
   CollectiveDescriptor desc{CollectiveOp::kReduceScatter, input.dtype, op, -1, 0, input.count};
   return enqueue_collective(desc, [this, output, input, op, fn](std::uint32_t tag) {
@@ -564,20 +580,21 @@ WorkPtr ProcessGroupGloo::barrier() {
 WorkPtr ProcessGroupGloo::send(Buffer buffer, int dst, int tag) {
   check_cpu(buffer, "send");
   if (dst < 0 || dst >= size() || dst == rank()) {
-    throw InvalidArgument("ProcessGroupGloo::send",
-                          fmt::format("destination {} must be another rank in [0, {})", dst, size()));
+    throw InvalidArgument(
+        "ProcessGroupGloo::send",
+        fmt::format("destination {} must be another rank in [0, {})", dst, size()));
   }
   if (tag < 0) throw InvalidArgument("ProcessGroupGloo::send", fmt::format("tag {} < 0", tag));
-  return enqueue_p2p("send", [this, buffer, dst, tag](std::uint32_t,
-                                                 const std::shared_ptr<WorkImpl>& work) {
-    auto ub = context_->createUnboundBuffer(buffer.data, buffer.nbytes());
-    ub->send(dst, kP2pSlotPrefix | static_cast<std::uint32_t>(tag));
-    {
-      std::lock_guard lock(p2p_mutex_);
-      p2p_queue_.push_back(PendingP2p{work, std::move(ub), true, dst, tag});
-    }
-    p2p_cv_.notify_one();
-  });
+  return enqueue_p2p(
+      "send", [this, buffer, dst, tag](std::uint32_t, const std::shared_ptr<WorkImpl>& work) {
+        auto ub = context_->createUnboundBuffer(buffer.data, buffer.nbytes());
+        ub->send(dst, kP2pSlotPrefix | static_cast<std::uint32_t>(tag));
+        {
+          std::lock_guard lock(p2p_mutex_);
+          p2p_queue_.push_back(PendingP2p{work, std::move(ub), true, dst, tag});
+        }
+        p2p_cv_.notify_one();
+      });
 }
 
 WorkPtr ProcessGroupGloo::recv(Buffer buffer, int src, int tag) {
@@ -587,16 +604,16 @@ WorkPtr ProcessGroupGloo::recv(Buffer buffer, int src, int tag) {
                           fmt::format("source {} must be another rank in [0, {})", src, size()));
   }
   if (tag < 0) throw InvalidArgument("ProcessGroupGloo::recv", fmt::format("tag {} < 0", tag));
-  return enqueue_p2p("recv", [this, buffer, src, tag](std::uint32_t,
-                                                 const std::shared_ptr<WorkImpl>& work) {
-    auto ub = context_->createUnboundBuffer(buffer.data, buffer.nbytes());
-    ub->recv(src, kP2pSlotPrefix | static_cast<std::uint32_t>(tag));
-    {
-      std::lock_guard lock(p2p_mutex_);
-      p2p_queue_.push_back(PendingP2p{work, std::move(ub), false, src, tag});
-    }
-    p2p_cv_.notify_one();
-  });
+  return enqueue_p2p(
+      "recv", [this, buffer, src, tag](std::uint32_t, const std::shared_ptr<WorkImpl>& work) {
+        auto ub = context_->createUnboundBuffer(buffer.data, buffer.nbytes());
+        ub->recv(src, kP2pSlotPrefix | static_cast<std::uint32_t>(tag));
+        {
+          std::lock_guard lock(p2p_mutex_);
+          p2p_queue_.push_back(PendingP2p{work, std::move(ub), false, src, tag});
+        }
+        p2p_cv_.notify_one();
+      });
 }
 
 void ProcessGroupGloo::p2p_loop() {

@@ -15,9 +15,9 @@
 
 #include "arrival_tracker.h"
 #include "collective_check.h"
+#include "ddp/worker/process_group_gloo.h"
 #include "reduce_functions.h"
 #include "shm_allreduce.h"
-#include "ddp/worker/process_group_gloo.h"
 #include "work_impl.h"
 
 namespace ddp::detail {
@@ -83,7 +83,7 @@ class ProcessGroupGloo final : public ProcessGroup {
   std::uint64_t next_seq_ = 0;
   std::uint64_t next_p2p_seq_ = 0;
   std::vector<std::uint8_t> direct_scratch_;  // worker thread only
-  std::exception_ptr broken_;  // touched by the worker thread only
+  std::exception_ptr broken_;                 // touched by the worker thread only
   std::string broken_what_;
 
   std::mutex p2p_mutex_;

@@ -15,19 +15,27 @@ namespace {
 
 struct Sum {
   template <typename T>
-  static T apply(T a, T b) { return static_cast<T>(a + b); }
+  static T apply(T a, T b) {
+    return static_cast<T>(a + b);
+  }
 };
 struct Prod {
   template <typename T>
-  static T apply(T a, T b) { return static_cast<T>(a * b); }
+  static T apply(T a, T b) {
+    return static_cast<T>(a * b);
+  }
 };
 struct Min {
   template <typename T>
-  static T apply(T a, T b) { return std::min(a, b); }
+  static T apply(T a, T b) {
+    return std::min(a, b);
+  }
 };
 struct Max {
   template <typename T>
-  static T apply(T a, T b) { return std::max(a, b); }
+  static T apply(T a, T b) {
+    return std::max(a, b);
+  }
 };
 
 template <typename T, typename Op>
@@ -60,15 +68,23 @@ void kernel16(void* out_, const void* a_, const void* b_, std::size_t n) {
 template <typename Op>
 ReduceFn for_dtype(DType dtype) {
   switch (dtype) {
-    case DType::kFloat32: return &kernel<float, Op>;
-    case DType::kFloat64: return &kernel<double, Op>;
-    case DType::kInt32: return &kernel<std::int32_t, Op>;
-    case DType::kInt64: return &kernel<std::int64_t, Op>;
-    case DType::kUInt8: return &kernel<std::uint8_t, Op>;
-    case DType::kFloat16: return &kernel16<DType::kFloat16, Op>;
-    case DType::kBFloat16: return &kernel16<DType::kBFloat16, Op>;
+    case DType::kFloat32:
+      return &kernel<float, Op>;
+    case DType::kFloat64:
+      return &kernel<double, Op>;
+    case DType::kInt32:
+      return &kernel<std::int32_t, Op>;
+    case DType::kInt64:
+      return &kernel<std::int64_t, Op>;
+    case DType::kUInt8:
+      return &kernel<std::uint8_t, Op>;
+    case DType::kFloat16:
+      return &kernel16<DType::kFloat16, Op>;
+    case DType::kBFloat16:
+      return &kernel16<DType::kBFloat16, Op>;
   }
-  throw InvalidArgument("reduce_function", fmt::format("unknown dtype {}", static_cast<int>(dtype)));
+  throw InvalidArgument("reduce_function",
+                        fmt::format("unknown dtype {}", static_cast<int>(dtype)));
 }
 
 // Integer SUM/PRODUCT wrap (as in PyTorch); computed in unsigned arithmetic so
@@ -79,7 +95,8 @@ void wrap_sum(void* out_, const void* a_, const void* b_, std::size_t n) {
   auto* out = static_cast<T*>(out_);
   const auto* a = static_cast<const T*>(a_);
   const auto* b = static_cast<const T*>(b_);
-  for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<T>(static_cast<U>(a[i]) + static_cast<U>(b[i]));
+  for (std::size_t i = 0; i < n; ++i)
+    out[i] = static_cast<T>(static_cast<U>(a[i]) + static_cast<U>(b[i]));
 }
 template <typename T>
 void wrap_prod(void* out_, const void* a_, const void* b_, std::size_t n) {
@@ -115,10 +132,13 @@ ReduceFn reduce_function(DType dtype, ReduceOp op) {
         return &wrap_prod<std::uint8_t>;
       }
       return for_dtype<Prod>(dtype);
-    case ReduceOp::kMin: return for_dtype<Min>(dtype);
-    case ReduceOp::kMax: return for_dtype<Max>(dtype);
+    case ReduceOp::kMin:
+      return for_dtype<Min>(dtype);
+    case ReduceOp::kMax:
+      return for_dtype<Max>(dtype);
   }
-  throw InvalidArgument("reduce_function", fmt::format("unknown reduce op {}", static_cast<int>(op)));
+  throw InvalidArgument("reduce_function",
+                        fmt::format("unknown reduce op {}", static_cast<int>(op)));
 }
 
 namespace {
@@ -142,13 +162,19 @@ void divide16(DType dtype, void* data_, std::size_t n, int divisor) {
 
 void divide_by(void* data, std::size_t count, DType dtype, int divisor) {
   switch (dtype) {
-    case DType::kFloat32: return divide<float>(data, count, divisor);
-    case DType::kFloat64: return divide<double>(data, count, divisor);
-    case DType::kInt32: return divide<std::int32_t>(data, count, divisor);
-    case DType::kInt64: return divide<std::int64_t>(data, count, divisor);
-    case DType::kUInt8: return divide<std::uint8_t>(data, count, divisor);
+    case DType::kFloat32:
+      return divide<float>(data, count, divisor);
+    case DType::kFloat64:
+      return divide<double>(data, count, divisor);
+    case DType::kInt32:
+      return divide<std::int32_t>(data, count, divisor);
+    case DType::kInt64:
+      return divide<std::int64_t>(data, count, divisor);
+    case DType::kUInt8:
+      return divide<std::uint8_t>(data, count, divisor);
     case DType::kFloat16:
-    case DType::kBFloat16: return divide16(dtype, data, count, divisor);
+    case DType::kBFloat16:
+      return divide16(dtype, data, count, divisor);
   }
 }
 

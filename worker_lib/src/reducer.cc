@@ -32,7 +32,8 @@ bool env_debug() {
   return !(v == "0" || v == "false" || v == "no" || v == "off");
 }
 
-double ms_between(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
+double ms_between(std::chrono::steady_clock::time_point a,
+                  std::chrono::steady_clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
 }
 
@@ -55,15 +56,17 @@ Reducer::Reducer(std::shared_ptr<ProcessGroup> group, std::vector<GradientSpec> 
   options_.debug = options_.debug || env_debug();
   if (options_.debug) {
     // A private logger: statistics are asked for explicitly, whatever DDP_LOG_LEVEL says.
-    debug_log_ = std::make_shared<spdlog::logger>("ddp", std::make_shared<spdlog::sinks::stderr_sink_mt>());
+    debug_log_ =
+        std::make_shared<spdlog::logger>("ddp", std::make_shared<spdlog::sinks::stderr_sink_mt>());
     debug_log_->set_level(spdlog::level::info);
   }
   hook_ = options_.comm_hook ? options_.comm_hook : allreduce_hook();
   for (std::size_t i = 0; i < grads_.size(); ++i) {
     GradientSpec& spec = grads_[i];
     if (!grad_ops::is_floating(spec.grad.dtype)) {
-      throw InvalidArgument(kOrigin, fmt::format("{} has dtype {}; gradients must be floating point",
-                                                 describe(spec, i), to_string(spec.grad.dtype)));
+      throw InvalidArgument(kOrigin,
+                            fmt::format("{} has dtype {}; gradients must be floating point",
+                                        describe(spec, i), to_string(spec.grad.dtype)));
     }
     if (spec.grad.device.is_cuda()) {
       throw InvalidArgument(kOrigin, fmt::format("{} is on {}; the Reducer handles CPU memory only",
@@ -76,17 +79,20 @@ Reducer::Reducer(std::shared_ptr<ProcessGroup> group, std::vector<GradientSpec> 
     std::int64_t product = 1;
     for (auto d : spec.shape) {
       if (d < 0) {
-        throw InvalidArgument(kOrigin, fmt::format("{} has a negative dimension", describe(spec, i)));
+        throw InvalidArgument(kOrigin,
+                              fmt::format("{} has a negative dimension", describe(spec, i)));
       }
       product *= d;
     }
     if (static_cast<std::size_t>(product) != spec.grad.count) {
-      throw InvalidArgument(kOrigin, fmt::format("{}: shape [{}] has {} elements but the buffer has {}",
-                                                 describe(spec, i), fmt::join(spec.shape, ", "),
-                                                 product, spec.grad.count));
+      throw InvalidArgument(
+          kOrigin,
+          fmt::format("{}: shape [{}] has {} elements but the buffer has {}", describe(spec, i),
+                      fmt::join(spec.shape, ", "), product, spec.grad.count));
     }
     if (!options_.gradient_as_bucket_view && spec.grad.data == nullptr) {
-      throw InvalidArgument(kOrigin, fmt::format("{} has no memory (data is null)", describe(spec, i)));
+      throw InvalidArgument(kOrigin,
+                            fmt::format("{} has no memory (data is null)", describe(spec, i)));
     }
   }
   ready_.assign(grads_.size(), 0);
@@ -101,8 +107,8 @@ Reducer::~Reducer() { wait_all_noexcept(); }
 
 const GradientSpec& Reducer::spec(std::size_t i) const {
   if (i >= grads_.size()) {
-    throw InvalidArgument(kOrigin, fmt::format("gradient index {} out of range ({} gradients)", i,
-                                               grads_.size()));
+    throw InvalidArgument(
+        kOrigin, fmt::format("gradient index {} out of range ({} gradients)", i, grads_.size()));
   }
   return grads_[i];
 }
@@ -228,8 +234,9 @@ void Reducer::prepare_for_backward() {
 void Reducer::mark_grad_ready(std::size_t i) {
   std::lock_guard lock(mutex_);
   if (i >= grads_.size()) {
-    throw InvalidArgument(kOrigin, fmt::format("mark_grad_ready({}): index out of range ({} gradients)",
-                                               i, grads_.size()));
+    throw InvalidArgument(
+        kOrigin,
+        fmt::format("mark_grad_ready({}): index out of range ({} gradients)", i, grads_.size()));
   }
   if (!in_iteration_) start_iteration_locked();
   if (ready_[i]) {
@@ -311,7 +318,8 @@ void Reducer::finalize() {
   for (std::size_t bi = 0; bi < buckets_.size(); ++bi) {
     Bucket& b = buckets_[bi];
     b.work->wait();
-    hook_->finish(*group_, GradBucket{bi, buckets_.size(), Buffer{b.data(), b.count, b.dtype, b.device}});
+    hook_->finish(*group_,
+                  GradBucket{bi, buckets_.size(), Buffer{b.data(), b.count, b.dtype, b.device}});
   }
   if (used_work) used_work->wait();
   const auto comm_end = Clock::now();
@@ -386,7 +394,7 @@ void Reducer::rebuild() {
   rebuilt_ = true;
   if (options_.debug) {
     debug_log_->info("ddp rank {}: rebuilt {} buckets in ready order", group_->rank(),
-                          buckets_.size());
+                     buckets_.size());
   }
 }
 

@@ -86,7 +86,9 @@ Flag* flags_of(void* base, int world) {
   return reinterpret_cast<Flag*>(static_cast<std::uint8_t*>(base) + flags_offset(world));
 }
 
-std::string errno_text(const char* call) { return fmt::format("{}: {}", call, std::strerror(errno)); }
+std::string errno_text(const char* call) {
+  return fmt::format("{}: {}", call, std::strerror(errno));
+}
 
 // What /proc/<pid>/stat says about a process.
 struct ProcessStat {
@@ -143,10 +145,12 @@ void futex_wait(std::atomic<std::uint32_t>* word, std::uint32_t expected,
   timespec ts{};
   ts.tv_sec = static_cast<time_t>(timeout.count() / 1'000'000'000);
   ts.tv_nsec = static_cast<long>(timeout.count() % 1'000'000'000);
-  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(word), FUTEX_WAIT, expected, &ts, nullptr, 0);
+  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(word), FUTEX_WAIT, expected, &ts, nullptr,
+            0);
 }
 void futex_wake_all(std::atomic<std::uint32_t>* word) {
-  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(word), FUTEX_WAKE, INT_MAX, nullptr,
+            nullptr, 0);
 }
 
 // Removes segments of this library whose creator process is gone (it was killed
@@ -193,8 +197,9 @@ std::unique_ptr<ShmAllreduce> ShmAllreduce::create(Store& store, int rank, int s
     throw InvalidArgument(origin, fmt::format("rank {} of {}: needs at least 2 ranks", rank, size));
   }
   if (!valid_slot_bytes(options.slot_bytes)) {
-    throw InvalidArgument(origin, fmt::format("slot_bytes {} must be a multiple of 64, at least 4096",
-                                              options.slot_bytes));
+    throw InvalidArgument(
+        origin,
+        fmt::format("slot_bytes {} must be a multiple of 64, at least 4096", options.slot_bytes));
   }
   std::unique_ptr<ShmAllreduce> self(new ShmAllreduce(rank, size, options));
   std::string failure;
@@ -207,7 +212,8 @@ std::unique_ptr<ShmAllreduce> ShmAllreduce::create(Store& store, int rank, int s
     } catch (const std::exception& e) {  // std::random_device, allocation
       failure = e.what();
     }
-    store.set("shm/segment", failure.empty() ? fmt::format("{} {:016x}", self->name_, self->nonce_) : "");
+    store.set("shm/segment",
+              failure.empty() ? fmt::format("{} {:016x}", self->name_, self->nonce_) : "");
   } else {
     failure = self->attach(store.get("shm/segment", options.timeout));
   }
@@ -228,7 +234,8 @@ std::unique_ptr<ShmAllreduce> ShmAllreduce::create(Store& store, int rank, int s
   for (int r = 0; r < size; ++r) {
     const auto& answer = answers[static_cast<std::size_t>(r)];
     if (answer == "1") continue;
-    const std::string reason = fmt::format("rank {}: {}", r, answer.size() > 2 ? answer.substr(2) : answer);
+    const std::string reason =
+        fmt::format("rank {}: {}", r, answer.size() > 2 ? answer.substr(2) : answer);
     reasons += (reasons.empty() ? "" : "; ") + reason;
     if (rank == 0 || r == rank) {
       spdlog::info("group '{}': no shared-memory all-reduce, all-reduce uses TCP ({})",
@@ -247,9 +254,9 @@ std::unique_ptr<ShmAllreduce> ShmAllreduce::create(Store& store, int rank, int s
     const std::int64_t pid = record.pid.load();
     const std::uint64_t started = record.start_time.load();
     const auto now = stat_of(pid);
-    self->checkable_[static_cast<std::size_t>(r)] = r != rank && pid != ::getpid() && started != 0 &&
-                                                    now.kind == ProcessStat::Kind::kRunning &&
-                                                    now.start_time == started;
+    self->checkable_[static_cast<std::size_t>(r)] =
+        r != rank && pid != ::getpid() && started != 0 && now.kind == ProcessStat::Kind::kRunning &&
+        now.start_time == started;
   }
   spdlog::debug("group '{}' rank {}: shared-memory all-reduce through {} ({} KiB slots)",
                 options.group_name, rank, self->name_, options.slot_bytes / 1024);
@@ -372,23 +379,25 @@ void ShmAllreduce::wait_for(int peer, std::uint32_t phase, const Deadline& deadl
     if (!reached(value)) {
       std::chrono::nanoseconds slice = kSleepSlice;
       if (deadline.remaining() < kSleepSlice) {  // never() is near ms::max(): compare in ms first
-        slice = std::max<std::chrono::nanoseconds>(deadline.when() - std::chrono::steady_clock::now(),
-                                                   std::chrono::microseconds(100));
+        slice = std::max<std::chrono::nanoseconds>(
+            deadline.when() - std::chrono::steady_clock::now(), std::chrono::microseconds(100));
       }
       futex_wait(&flag.phase, value, slice);
     }
     flag.sleepers.fetch_sub(1, std::memory_order_seq_cst);
     if (reached(flag.phase.load(std::memory_order_acquire))) return;
     if (deadline.expired()) {
-      throw TimeoutError("ShmAllreduce", fmt::format("group '{}' rank {}: timed out waiting for rank {} "
-                                                     "in the shared-memory all-reduce ({})",
-                                                     group_name_, rank_, peer, what));
+      throw TimeoutError("ShmAllreduce",
+                         fmt::format("group '{}' rank {}: timed out waiting for rank {} "
+                                     "in the shared-memory all-reduce ({})",
+                                     group_name_, rank_, peer, what));
     }
     if (!peer_alive(peer)) {
-      throw NetworkError("ShmAllreduce",
-                         fmt::format("group '{}' rank {}: rank {} (pid {}) exited during the "
-                                     "shared-memory all-reduce ({})",
-                                     group_name_, rank_, peer, records_of(base_)[peer].pid.load(), what));
+      throw NetworkError(
+          "ShmAllreduce",
+          fmt::format("group '{}' rank {}: rank {} (pid {}) exited during the "
+                      "shared-memory all-reduce ({})",
+                      group_name_, rank_, peer, records_of(base_)[peer].pid.load(), what));
     }
   }
 }
@@ -426,13 +435,19 @@ void ShmAllreduce::chunk_split(std::uint8_t* data, std::size_t nbytes, std::size
   const std::size_t set = rounds_++ % 2;
   const std::size_t count = nbytes / esize;
   const std::size_t line = 64 / esize;  // parts start on cache lines
-  const std::size_t per = round_up((count + static_cast<std::size_t>(size_) - 1) / static_cast<std::size_t>(size_), line);
-  auto part_begin = [&](int k) { return std::min(count, per * static_cast<std::size_t>(k)) * esize; };
-  auto part_bytes = [&](int k) { return std::min(count, per * static_cast<std::size_t>(k + 1)) * esize - part_begin(k); };
+  const std::size_t per = round_up(
+      (count + static_cast<std::size_t>(size_) - 1) / static_cast<std::size_t>(size_), line);
+  auto part_begin = [&](int k) {
+    return std::min(count, per * static_cast<std::size_t>(k)) * esize;
+  };
+  auto part_bytes = [&](int k) {
+    return std::min(count, per * static_cast<std::size_t>(k + 1)) * esize - part_begin(k);
+  };
 
   std::uint8_t* mine = slot(set, rank_);
   for (int k = 0; k < size_; ++k) {
-    if (k != rank_ && part_bytes(k) > 0) std::memcpy(mine + part_begin(k), data + part_begin(k), part_bytes(k));
+    if (k != rank_ && part_bytes(k) > 0)
+      std::memcpy(mine + part_begin(k), data + part_begin(k), part_bytes(k));
   }
   barrier(deadline, "gather");
   if (const std::size_t len = part_bytes(rank_); len > 0) {

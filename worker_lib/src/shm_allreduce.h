@@ -59,15 +59,17 @@ class ShmAllreduce {
 
   // Slot sizes must be multiples of 64 (every part starts on a cache line) and
   // at least 4096.
-  static constexpr bool valid_slot_bytes(std::size_t bytes) { return bytes >= 4096 && bytes % 64 == 0; }
+  static constexpr bool valid_slot_bytes(std::size_t bytes) {
+    return bytes >= 4096 && bytes % 64 == 0;
+  }
 
   struct Options {
     // false: this rank does not take part and says so (the others then fall back
     // too). Every rank calls create() either way, so no rank waits for nothing.
     bool enabled = true;
-    std::size_t slot_bytes = 1024 * 1024;  // per rank and slot set; >= 4096
+    std::size_t slot_bytes = 1024 * 1024;                        // per rank and slot set; >= 4096
     std::chrono::milliseconds timeout{std::chrono::minutes(5)};  // of the setup's store calls
-    std::string group_name = "default";   // for logs and errors
+    std::string group_name = "default";                          // for logs and errors
   };
 
   // Collective: every rank of the group calls it with the same slot_bytes,
@@ -97,9 +99,9 @@ class ShmAllreduce {
  private:
   ShmAllreduce(int rank, int size, const Options& options);
 
-  std::string create_segment();   // rank 0; "" or why it failed
+  std::string create_segment();                      // rank 0; "" or why it failed
   std::string attach(const std::string& published);  // other ranks; "" or why it failed
-  std::string map(int fd, std::size_t bytes);         // sets base_; "" or why it failed
+  std::string map(int fd, std::size_t bytes);        // sets base_; "" or why it failed
   std::uint8_t* slot(std::size_t set, int rank) const;
   // Publishes this rank's next phase and waits until every peer reached it.
   void barrier(const Deadline& deadline, const char* what);
@@ -119,8 +121,8 @@ class ShmAllreduce {
   bool unlinked_ = true;  // rank 0 owns the name until every rank answered
   void* base_ = nullptr;
   std::size_t mapped_bytes_ = 0;
-  std::uint32_t phase_ = 0;   // barriers passed; the same on every rank
-  std::uint64_t rounds_ = 0;  // chunks reduced; selects the slot set
+  std::uint32_t phase_ = 0;      // barriers passed; the same on every rank
+  std::uint64_t rounds_ = 0;     // chunks reduced; selects the slot set
   std::vector<bool> checkable_;  // peers whose process this rank can watch
 };
 

@@ -81,10 +81,10 @@ std::optional<std::string> WorkTracker::poll(Clock::time_point now) {
   }
   if (hooks_.abort) hooks_.abort();
   lock.lock();
-  auto message = fmt::format("{} #{} timed out after {} ms; ranks that did not arrive: [{}]; the "
-                             "communicator was aborted",
-                             front.work->op(), front.work->sequence_number(), timeout_.count(),
-                             fmt::join(missing, ", "));
+  auto message = fmt::format(
+      "{} #{} timed out after {} ms; ranks that did not arrive: [{}]; the "
+      "communicator was aborted",
+      front.work->op(), front.work->sequence_number(), timeout_.count(), fmt::join(missing, ", "));
   broken_ = message;
   auto first = std::make_exception_ptr(TimeoutError(origin_, message));
   auto rest = std::make_exception_ptr(

@@ -45,8 +45,8 @@ class WorkTracker {
 
   // Registers an issued operation. `collective_seq` is its collective sequence
   // number (nullopt for point-to-point). Throws the group's failure when broken.
-  void add(std::shared_ptr<WorkImpl> work, std::optional<std::uint64_t> collective_seq,
-           Query query, Clock::time_point issued = Clock::now());
+  void add(std::shared_ptr<WorkImpl> work, std::optional<std::uint64_t> collective_seq, Query query,
+           Clock::time_point issued = Clock::now());
 
   // One watchdog step at time `now`: completes finished Works (in order; a
   // later one that finished before an earlier one waits for it, keeping

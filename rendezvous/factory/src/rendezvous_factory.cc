@@ -103,7 +103,8 @@ std::unique_ptr<RendezvousHandler> create_rendezvous(const RendezvousConfig& con
     throw InvalidArgument("rendezvous", "unknown backend '" + config.backend + "' (expected " +
                                             rendezvous_backend_names() + ")");
   }
-  if (backend->store_at == RendezvousBackend::StoreAt::kEtcd) return create_on_etcd(config, *backend);
+  if (backend->store_at == RendezvousBackend::StoreAt::kEtcd)
+    return create_on_etcd(config, *backend);
   bool host_store = config.is_host;
   if (config.host_auto) host_store = config.port == 0 || is_local_address(config.host);
 
@@ -128,8 +129,10 @@ std::unique_ptr<RendezvousHandler> create_rendezvous(const RendezvousConfig& con
       // c10d with an automatic choice: somebody else on this machine hosts it.
       if (!config.host_auto || config.port == 0) {
         throw NetworkError("rendezvous", "cannot host the rendezvous store on port " +
-                                             std::to_string(config.port) + " (is the port already "
-                                             "in use?): " + e.what());
+                                             std::to_string(config.port) +
+                                             " (is the port already "
+                                             "in use?): " +
+                                             e.what());
       }
     }
     if (server) {

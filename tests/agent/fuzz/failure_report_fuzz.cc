@@ -35,8 +35,8 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <string>
 #include <string_view>
@@ -125,7 +125,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
 
   // Another failure observed later, with the earliest possible timestamp:
   // the fuzzed one stays the root cause, in either order.
-  ProcessFailure later = ddp::agent::make_failure(0, 4, 4241, 2, "", observed + std::chrono::seconds(1));
+  ProcessFailure later =
+      ddp::agent::make_failure(0, 4, 4241, 2, "", observed + std::chrono::seconds(1));
   later.timestamp = 0;
   const std::vector<ProcessFailure> failures = {later, failure};
   if (ddp::agent::root_cause(failures) != 1) fail("root cause not by observation");

@@ -99,12 +99,14 @@ bool is_address(const std::string& text) {
 }
 
 bool operator==(const Arrival& a, const Arrival& b) {
-  return a.member == b.member && a.node_rank == b.node_rank && a.local_world_size == b.local_world_size &&
-         a.master_port == b.master_port && a.store_port == b.store_port && a.addr == b.addr;
+  return a.member == b.member && a.node_rank == b.node_rank &&
+         a.local_world_size == b.local_world_size && a.master_port == b.master_port &&
+         a.store_port == b.store_port && a.addr == b.addr;
 }
 bool operator==(const Decision& a, const Decision& b) {
-  return a.decider == b.decider && a.nodes == b.nodes && a.world == b.world && a.considered == b.considered &&
-         a.master_addr == b.master_addr && a.master_port == b.master_port && a.store_port == b.store_port;
+  return a.decider == b.decider && a.nodes == b.nodes && a.world == b.world &&
+         a.considered == b.considered && a.master_addr == b.master_addr &&
+         a.master_port == b.master_port && a.store_port == b.store_port;
 }
 bool operator==(const Assignment& a, const Assignment& b) {
   return a.spare == b.spare && a.group_rank == b.group_rank && a.base_rank == b.base_rank &&
@@ -122,7 +124,8 @@ void check_decision_bounds(const Decision& d) {
   check(d.world >= d.nodes && static_cast<std::int64_t>(d.world) <=
                                   static_cast<std::int64_t>(d.nodes) * kMaxLocalWorldSize,
         "decision: world out of range");
-  check(d.considered >= d.nodes && d.considered <= kMaxArrivals, "decision: considered out of range");
+  check(d.considered >= d.nodes && d.considered <= kMaxArrivals,
+        "decision: considered out of range");
   check(is_address(d.master_addr), "decision: master address is not an address");
 }
 
@@ -174,10 +177,26 @@ Decision fixed_decision(unsigned which) {
   d.master_addr = "10.0.0.1";
   d.master_port = 29500;
   switch (which % 4) {
-    case 0: d.nodes = 1; d.world = 1; d.considered = 1; break;
-    case 1: d.nodes = 4; d.world = 32; d.considered = 6; break;
-    case 2: d.nodes = kMaxNodes; d.world = kMaxNodes * kMaxLocalWorldSize; d.considered = kMaxArrivals; break;
-    default: d.nodes = 2; d.world = 2; d.considered = 2; break;
+    case 0:
+      d.nodes = 1;
+      d.world = 1;
+      d.considered = 1;
+      break;
+    case 1:
+      d.nodes = 4;
+      d.world = 32;
+      d.considered = 6;
+      break;
+    case 2:
+      d.nodes = kMaxNodes;
+      d.world = kMaxNodes * kMaxLocalWorldSize;
+      d.considered = kMaxArrivals;
+      break;
+    default:
+      d.nodes = 2;
+      d.world = 2;
+      d.considered = 2;
+      break;
   }
   return d;
 }
@@ -189,17 +208,21 @@ void fuzz_assignment(const std::string& input, unsigned selector) {
   if (newline != std::string::npos) {
     text = input.substr(newline + 1);
     Decision named;
-    if (parses([&] { named = parse_decision(input.substr(0, newline), kDecisionKey); }, kDecisionKey)) {
+    if (parses([&] { named = parse_decision(input.substr(0, newline), kDecisionKey); },
+               kDecisionKey)) {
       check_decision_bounds(named);
       decision = named;
     }
   }
   Assignment a;
-  if (!parses([&] { a = parse_assignment(text, kAssignmentKey, decision); }, kAssignmentKey)) return;
+  if (!parses([&] { a = parse_assignment(text, kAssignmentKey, decision); }, kAssignmentKey))
+    return;
   if (!a.spare) {
-    check(a.group_rank >= 0 && a.group_rank < decision.nodes, "assignment: group rank out of range");
+    check(a.group_rank >= 0 && a.group_rank < decision.nodes,
+          "assignment: group rank out of range");
     check(a.base_rank >= 0 && a.base_rank < decision.world, "assignment: base rank out of range");
-    check(a.watched_rank >= 0 && a.watched_rank < decision.nodes, "assignment: watched rank out of range");
+    check(a.watched_rank >= 0 && a.watched_rank < decision.nodes,
+          "assignment: watched rank out of range");
     // "-" (no one to watch) only in a round of one.
     check(a.watched_member.empty() ? decision.nodes == 1 : is_member_id(a.watched_member),
           "assignment: watched member is neither a member id nor '-' in a round of one");
@@ -254,7 +277,8 @@ void fuzz_integer(const std::string& text, unsigned selector) {
   const std::int64_t low = kRanges[(selector >> 3) % 4][0];
   const std::int64_t high = kRanges[(selector >> 3) % 4][1];
   std::int64_t value = 0;
-  if (!parses([&] { value = parse_integer(text, kIntegerKey, "counter", low, high); }, kIntegerKey)) return;
+  if (!parses([&] { value = parse_integer(text, kIntegerKey, "counter", low, high); }, kIntegerKey))
+    return;
   check(value >= low && value <= high, "integer: outside [low, high]");
   std::int64_t back = 0;
   reparses([&] { back = parse_integer(std::to_string(value), kIntegerKey, "counter", low, high); },
@@ -262,7 +286,8 @@ void fuzz_integer(const std::string& text, unsigned selector) {
   check(back == value, "integer: round trip changed the value");
   // What a round does with an arrival counter's value.
   const int considered = considered_arrivals(value);
-  check(considered >= 0 && considered <= kMaxArrivals, "considered_arrivals out of [0, kMaxArrivals]");
+  check(considered >= 0 && considered <= kMaxArrivals,
+        "considered_arrivals out of [0, kMaxArrivals]");
 }
 
 void fuzz_round_end(const std::string& text) {
@@ -318,13 +343,27 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         fuzz_arrival(text);
       }
       break;
-    case 1: fuzz_decision(text); break;
-    case 2: fuzz_assignment(text, selector); break;
-    case 3: fuzz_members(text); break;
-    case 4: fuzz_current(text); break;
-    case 5: fuzz_lease_id(text); break;
-    case 6: fuzz_integer(text, selector); break;
-    case 7: fuzz_round_end(text); break;
+    case 1:
+      fuzz_decision(text);
+      break;
+    case 2:
+      fuzz_assignment(text, selector);
+      break;
+    case 3:
+      fuzz_members(text);
+      break;
+    case 4:
+      fuzz_current(text);
+      break;
+    case 5:
+      fuzz_lease_id(text);
+      break;
+    case 6:
+      fuzz_integer(text, selector);
+      break;
+    case 7:
+      fuzz_round_end(text);
+      break;
   }
   return 0;
 }

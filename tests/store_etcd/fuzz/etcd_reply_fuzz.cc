@@ -338,8 +338,10 @@ void fuzz_base64(std::string_view text) {
   check(decodes == padded, "base64_decode and is_padded_base64 disagree");
   if (decodes) {
     std::size_t padding = 0;
-    while (padding < 2 && padding < text.size() && text[text.size() - 1 - padding] == '=') ++padding;
-    check(decoded.size() == text.size() / 4 * 3 - padding, "base64_decode gave the wrong number of bytes");
+    while (padding < 2 && padding < text.size() && text[text.size() - 1 - padding] == '=')
+      ++padding;
+    check(decoded.size() == text.size() / 4 * 3 - padding,
+          "base64_decode gave the wrong number of bytes");
     const std::string again = etcd::base64_encode(decoded);
     check(again.size() == text.size(), "re-encoding changed the length");
     if (canonical_base64(text, padding)) {
@@ -347,7 +349,8 @@ void fuzz_base64(std::string_view text) {
     } else {
       // Decoding drops the low bits of the last digit; only that digit differs.
       const std::size_t last = text.size() - padding - 1;
-      check(again.compare(0, last, text, 0, last) == 0 && again.compare(last + 1, padding, text, last + 1, padding) == 0,
+      check(again.compare(0, last, text, 0, last) == 0 &&
+                again.compare(last + 1, padding, text, last + 1, padding) == 0,
             "non-canonical base64 re-encodes differently beyond its last digit");
     }
   }

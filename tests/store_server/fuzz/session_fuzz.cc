@@ -45,8 +45,8 @@
 #include <string_view>
 
 #include "ddp/common/logging.h"
-#include "ddp/store_server/store_server.h"
 #include "ddp/store/protocol.h"
+#include "ddp/store_server/store_server.h"
 #include "server.h"
 #include "session_input.h"
 

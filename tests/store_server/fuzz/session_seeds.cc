@@ -137,7 +137,8 @@ int main(int argc, char** argv) {
     write(dir, "pipelined-gets", input(0, chunks));
     write(dir, "pipelined-gets-no-read", input(fuzz::kModeNoRead, chunks));
     std::string multi = with_keys(Op::kMultiGet, {"big", "big", "big", "big", "big", "big"}, 0);
-    write(dir, "multi-get-repeated-key", input(fuzz::kModeNoRead, {hello(), chunks[1], multi + multi}));
+    write(dir, "multi-get-repeated-key",
+          input(fuzz::kModeNoRead, {hello(), chunks[1], multi + multi}));
   }
 
   // A parked get (1 ms timeout), more frames while it is parked (the backlog),
@@ -177,11 +178,10 @@ int main(int argc, char** argv) {
     del.request_id = 4;
     write(dir, "all-ops",
           // The second add repeats the first one's request id: a retry, answered from the record.
-          input(0, {hello(), set("k", "v") + frame(add) + frame(add) + frame(cas) +
-                                 frame(multi_set) + set("k", "tail", Op::kAppend) +
-                                 frame(num_keys) + frame(del) +
-                                 with_keys(Op::kMultiGet, {"k", "y"}) +
-                                 with_keys(Op::kCheck, {"k", "x"})}));
+          input(0, {hello(),
+                    set("k", "v") + frame(add) + frame(add) + frame(cas) + frame(multi_set) +
+                        set("k", "tail", Op::kAppend) + frame(num_keys) + frame(del) +
+                        with_keys(Op::kMultiGet, {"k", "y"}) + with_keys(Op::kCheck, {"k", "x"})}));
   }
 
   // Handshake errors: a second hello, an operation before the hello, a token

@@ -29,15 +29,16 @@ Mlp train_single(const Data& data, int batch, int steps) {
 
 struct RunConfig {
   int world = 2;
-  int batch = 4;       // per rank and micro-batch
-  int micro = 1;       // micro-batches per step (the first micro-1 under no_sync)
+  int batch = 4;  // per rank and micro-batch
+  int micro = 1;  // micro-batches per step (the first micro-1 under no_sync)
   int steps = 5;
   DdpOptions options;
 };
 
 // Every rank starts from a DIFFERENT initialization: construction must copy rank 0's.
-std::vector<Mlp> train_ddp(Backend backend, const Data& data, const RunConfig& cfg,
-                           std::vector<std::vector<std::vector<std::size_t>>>* assignments = nullptr) {
+std::vector<Mlp> train_ddp(
+    Backend backend, const Data& data, const RunConfig& cfg,
+    std::vector<std::vector<std::vector<std::size_t>>>* assignments = nullptr) {
   auto groups = make_groups(backend, cfg.world);
   std::vector<Mlp> models;
   for (int r = 0; r < cfg.world; ++r) models.emplace_back(kLayers, r == 0 ? 1u : 100u + r);
@@ -53,19 +54,20 @@ std::vector<Mlp> train_ddp(Backend backend, const Data& data, const RunConfig& c
     const bool view = cfg.options.reducer.gradient_as_bucket_view;
     auto refresh = [&] {
       if (!view) return;
-      for (std::size_t i = 0; i < m.num_params(); ++i) m.grads[i] = static_cast<float*>(model.grad(i).data);
+      for (std::size_t i = 0; i < m.num_params(); ++i)
+        m.grads[i] = static_cast<float*>(model.grad(i).data);
     };
     refresh();
     for (int s = 0; s < cfg.steps; ++s) {
       for (int k = 0; k < cfg.micro; ++k) {
-        const std::size_t off =
-            static_cast<std::size_t>(s) * cfg.world * cfg.micro * cfg.batch +
-            static_cast<std::size_t>(r * cfg.micro + k) * cfg.batch;
+        const std::size_t off = static_cast<std::size_t>(s) * cfg.world * cfg.micro * cfg.batch +
+                                static_cast<std::size_t>(r * cfg.micro + k) * cfg.batch;
         auto step = [&] {
           model.begin_forward();
           model.begin_backward();
           m.backward(&data.x[off * kLayers.front()], &data.t[off * kLayers.back()], cfg.batch,
-                     1.0f / static_cast<float>(cfg.micro), [&](std::size_t i) { model.grad_ready(i); });
+                     1.0f / static_cast<float>(cfg.micro),
+                     [&](std::size_t i) { model.grad_ready(i); });
           model.finalize();
         };
         if (k + 1 < cfg.micro) {
@@ -102,10 +104,10 @@ TEST_P(DdpEquivalence, MatchesOneProcessForSeveralBucketCaps) {
   };
   // 6 tensors of 96, 16, 256, 16, 48, 3 floats.
   const std::vector<Cap> caps = {
-      {4, 4, 6},                      // tiny: every tensor in its own bucket
-      {256, 256, 0},                  // a few small buckets
+      {4, 4, 6},                                        // tiny: every tensor in its own bucket
+      {256, 256, 0},                                    // a few small buckets
       {std::size_t{1} << 30, std::size_t{1} << 30, 1},  // one whole-model bucket
-      {1 * kMiB, 25 * kMiB, 1},       // the defaults (the model is < 1 MiB)
+      {1 * kMiB, 25 * kMiB, 1},                         // the defaults (the model is < 1 MiB)
   };
   for (int world : {2, 3}) {
     if (GetParam() == Backend::kGloo && world == 3) continue;  // keep the suite fast
@@ -180,7 +182,8 @@ TEST_P(DdpEquivalence, ConstructionCopiesRankZerosParametersAndBuffers) {
   std::vector<std::vector<float>> grads(2, std::vector<float>(3, 0.0f));
   std::vector<std::vector<std::int64_t>> running = {{5, 6}, {0, 0}};
   run_threads(2, [&](int r) {
-    DistributedDataParallel model(groups[r], {{"w", {3}, Buffer::of(weights[r]), Buffer::of(grads[r])}},
+    DistributedDataParallel model(groups[r],
+                                  {{"w", {3}, Buffer::of(weights[r]), Buffer::of(grads[r])}},
                                   {{"running", Buffer::of(running[r])}});
     EXPECT_EQ(weights[r], (std::vector<float>{1, 2, 3}));
     EXPECT_EQ(running[r], (std::vector<std::int64_t>{5, 6}));

@@ -14,10 +14,10 @@
 #include <thread>
 #include <vector>
 
+#include "../test_util.h"
 #include "ddp/store/memory_store.h"
 #include "ddp/worker/process_group.h"
 #include "ddp/worker/process_group_gloo.h"
-#include "../test_util.h"
 #include "thread_process_group.h"
 
 namespace ddp::testing {

@@ -81,7 +81,8 @@ TEST(ReducerBuckets, TensorLargerThanCapGetsItsOwnBucket) {
   EXPECT_EQ(assignment[0], expected);
   for (int r = 0; r < 2; ++r) {
     for (std::size_t i = 0; i < sizes.size(); ++i) {
-      for (std::size_t k = 0; k < sizes[i]; ++k) ASSERT_FLOAT_EQ(g[r].data[i][k], mean_value(2, i, k));
+      for (std::size_t k = 0; k < sizes[i]; ++k)
+        ASSERT_FLOAT_EQ(g[r].data[i][k], mean_value(2, i, k));
     }
   }
 }
@@ -90,8 +91,8 @@ TEST(ReducerBuckets, SeparateBucketsPerDtype) {
   auto groups = make_groups(Backend::kThread, 1);
   std::vector<float> f1(4), f2(4);
   std::vector<double> d1(4);
-  std::vector<GradientSpec> specs = {{"a", {}, Buffer::of(f1)}, {"b", {}, Buffer::of(d1)},
-                                     {"c", {}, Buffer::of(f2)}};
+  std::vector<GradientSpec> specs = {
+      {"a", {}, Buffer::of(f1)}, {"b", {}, Buffer::of(d1)}, {"c", {}, Buffer::of(f2)}};
   Reducer reducer(groups[0], specs);
   const std::vector<std::vector<std::size_t>> expected = {{2, 0}, {1}};
   EXPECT_EQ(reducer.bucket_assignment(), expected);
@@ -106,7 +107,8 @@ TEST(ReducerBuckets, RejectsBadSpecsAndOptions) {
     Reducer(groups[0], {{"w", {4, 2}, Buffer::of(f)}});
     FAIL() << "expected InvalidArgument";
   } catch (const InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find("gradient 0 ('w'): shape [4, 2] has 8 elements but the buffer has 6"),
+    EXPECT_NE(std::string(e.what()).find(
+                  "gradient 0 ('w'): shape [4, 2] has 8 elements but the buffer has 6"),
               std::string::npos)
         << e.what();
   }
@@ -171,7 +173,8 @@ TEST_P(ReducerBackends, UnusedParametersContributeZerosAndGloballyUnusedAreUntou
   const std::vector<std::size_t> sizes = {5, 5, 5, 5};
   std::vector<Grads> g = {make_grads(sizes, 0), make_grads(sizes, 1)};
   for (auto& v : g[1].data[1]) v = 1234.0f;  // rank 1 does not use gradient 1
-  for (int r = 0; r < 2; ++r) std::fill(g[r].data[3].begin(), g[r].data[3].end(), -7.0f);  // nobody uses 3
+  for (int r = 0; r < 2; ++r)
+    std::fill(g[r].data[3].begin(), g[r].data[3].end(), -7.0f);  // nobody uses 3
   run_threads(2, [&](int r) {
     ReducerOptions o;
     o.find_unused_parameters = true;
@@ -347,7 +350,8 @@ TEST_P(ReducerBackends, ThousandTinyTensors) {
     o.rebuild_buckets = false;
     Reducer reducer(groups[r], g[r].specs(), o);
     for (int it = 0; it < 2; ++it) {
-      for (std::size_t i = 0; i < 1000; ++i) g[r].data[i][0] = value(r, i, 0) * static_cast<float>(it + 1);
+      for (std::size_t i = 0; i < 1000; ++i)
+        g[r].data[i][0] = value(r, i, 0) * static_cast<float>(it + 1);
       for (std::size_t i = 1000; i-- > 0;) reducer.mark_grad_ready(i);
       reducer.finalize();
       for (std::size_t i = 0; i < 1000; ++i) {
@@ -356,7 +360,8 @@ TEST_P(ReducerBackends, ThousandTinyTensors) {
     }
     buckets[r] = reducer.bucket_assignment().size();
   });
-  EXPECT_EQ(buckets[0], 1u + (4000u - 256u + 1023u) / 1024u);  // 64 in the first, then 256 per bucket
+  EXPECT_EQ(buckets[0],
+            1u + (4000u - 256u + 1023u) / 1024u);  // 64 in the first, then 256 per bucket
 }
 
 // fp16 / bf16 compression: result within the bound stated in comm_hooks.h.
@@ -381,7 +386,9 @@ void check_hook(Backend backend, const std::string& hook, double unit, double ti
     o.bucket_cap_bytes = 4096;
     std::vector<GradientSpec> specs;
     for (std::size_t p = 0; p < 8; ++p) {
-      specs.push_back({"g" + std::to_string(p), {}, Buffer{grads[r].data() + p * 512, 512, DType::kFloat32, {}}});
+      specs.push_back({"g" + std::to_string(p),
+                       {},
+                       Buffer{grads[r].data() + p * 512, 512, DType::kFloat32, {}}});
     }
     Reducer reducer(groups[r], specs, o);
     for (std::size_t p = 8; p-- > 0;) reducer.mark_grad_ready(p);

@@ -33,8 +33,8 @@ class ThreadWork final : public Work {
     const auto limit = timeout.count() == 0 ? timeout_ : timeout;
     if (!cv_.wait_for(lock, limit, [&] { return done_; })) {
       if (timeout.count() != 0) return false;
-      throw TimeoutError("ThreadProcessGroup",
-                         op_ + " #" + std::to_string(seq_) + " timed out; missing ranks: " + missing_);
+      throw TimeoutError("ThreadProcessGroup", op_ + " #" + std::to_string(seq_) +
+                                                   " timed out; missing ranks: " + missing_);
     }
     if (error_) std::rethrow_exception(error_);
     return true;
@@ -134,16 +134,25 @@ class ThreadWorld {
   template <typename T>
   static void reduce_typed(Slot& s) {
     const std::size_t n = s.in[0].count;
-    std::vector<T> acc(static_cast<const T*>(s.in[0].data), static_cast<const T*>(s.in[0].data) + n);
+    std::vector<T> acc(static_cast<const T*>(s.in[0].data),
+                       static_cast<const T*>(s.in[0].data) + n);
     for (std::size_t r = 1; r < s.in.size(); ++r) {
       const T* p = static_cast<const T*>(s.in[r].data);
       for (std::size_t i = 0; i < n; ++i) {
         switch (s.reduce) {
           case ReduceOp::kSum:
-          case ReduceOp::kAvg: acc[i] += p[i]; break;
-          case ReduceOp::kMin: acc[i] = std::min(acc[i], p[i]); break;
-          case ReduceOp::kMax: acc[i] = std::max(acc[i], p[i]); break;
-          case ReduceOp::kProduct: acc[i] *= p[i]; break;
+          case ReduceOp::kAvg:
+            acc[i] += p[i];
+            break;
+          case ReduceOp::kMin:
+            acc[i] = std::min(acc[i], p[i]);
+            break;
+          case ReduceOp::kMax:
+            acc[i] = std::max(acc[i], p[i]);
+            break;
+          case ReduceOp::kProduct:
+            acc[i] *= p[i];
+            break;
         }
       }
     }
@@ -182,13 +191,27 @@ class ThreadWorld {
     }
     if (s.op == "allreduce") {
       switch (s.in[0].dtype) {
-        case DType::kFloat32: reduce_typed<float>(s); break;
-        case DType::kFloat64: reduce_typed<double>(s); break;
-        case DType::kInt32: reduce_typed<std::int32_t>(s); break;
-        case DType::kInt64: reduce_typed<std::int64_t>(s); break;
-        case DType::kUInt8: reduce_typed<std::uint8_t>(s); break;
-        case DType::kFloat16: reduce_16<Half>(s); break;
-        case DType::kBFloat16: reduce_16<BFloat16>(s); break;
+        case DType::kFloat32:
+          reduce_typed<float>(s);
+          break;
+        case DType::kFloat64:
+          reduce_typed<double>(s);
+          break;
+        case DType::kInt32:
+          reduce_typed<std::int32_t>(s);
+          break;
+        case DType::kInt64:
+          reduce_typed<std::int64_t>(s);
+          break;
+        case DType::kUInt8:
+          reduce_typed<std::uint8_t>(s);
+          break;
+        case DType::kFloat16:
+          reduce_16<Half>(s);
+          break;
+        case DType::kBFloat16:
+          reduce_16<BFloat16>(s);
+          break;
       }
     } else if (s.op == "broadcast") {
       const Buffer& src = s.in[s.root];
@@ -232,7 +255,9 @@ class ThreadProcessGroup final : public ProcessGroup {
   WorkPtr allgather(Buffer output, Buffer input) override {
     return join("allgather", input, output, 0, ReduceOp::kSum);
   }
-  WorkPtr reduce_scatter(Buffer, Buffer, ReduceOp) override { return unsupported("reduce_scatter"); }
+  WorkPtr reduce_scatter(Buffer, Buffer, ReduceOp) override {
+    return unsupported("reduce_scatter");
+  }
   WorkPtr reduce(Buffer, int, ReduceOp) override { return unsupported("reduce"); }
   WorkPtr barrier() override { return join("barrier", Buffer{}, Buffer{}, 0, ReduceOp::kSum); }
   WorkPtr send(Buffer, int, int) override { return unsupported("send"); }
@@ -249,7 +274,8 @@ class ThreadProcessGroup final : public ProcessGroup {
     return world_->join(rank(), seq_++, op, in, out, root, reduce);
   }
   [[noreturn]] WorkPtr unsupported(const char* op) {
-    throw BackendError("ThreadProcessGroup", std::string(op) + " is not implemented by the test double");
+    throw BackendError("ThreadProcessGroup",
+                       std::string(op) + " is not implemented by the test double");
   }
 
   std::shared_ptr<ThreadWorld> world_;

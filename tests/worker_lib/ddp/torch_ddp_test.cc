@@ -27,7 +27,6 @@ namespace {
 
 using torch_test::Net;
 
-
 void copy_params(Net& dst, Net& src) {
   ::torch::NoGradGuard g;
   auto d = dst->parameters();
@@ -58,7 +57,8 @@ void run_equivalence(Backend backend, const Config& cfg) {
     const int n = world * cfg.micro * batch;
     for (int s = 0; s < steps; ++s) {
       opt.zero_grad();
-      auto loss = ::torch::mse_loss(reference->forward(x.narrow(0, s * n, n)), y.narrow(0, s * n, n));
+      auto loss =
+          ::torch::mse_loss(reference->forward(x.narrow(0, s * n, n)), y.narrow(0, s * n, n));
       loss.backward();
       opt.step();
     }
@@ -77,8 +77,9 @@ void run_equivalence(Backend backend, const Config& cfg) {
       for (int k = 0; k < cfg.micro; ++k) {
         const int off = ((s * world + r) * cfg.micro + k) * batch;
         auto step = [&] {
-          auto loss = ::torch::mse_loss(model.forward(x.narrow(0, off, batch)), y.narrow(0, off, batch)) /
-                      static_cast<double>(cfg.micro);
+          auto loss =
+              ::torch::mse_loss(model.forward(x.narrow(0, off, batch)), y.narrow(0, off, batch)) /
+              static_cast<double>(cfg.micro);
           loss.backward();
         };
         if (k + 1 < cfg.micro) {
@@ -97,7 +98,8 @@ void run_equivalence(Backend backend, const Config& cfg) {
     auto q = reference->parameters();
     for (std::size_t i = 0; i < p.size(); ++i) {
       EXPECT_TRUE(::torch::allclose(p[i], q[i], 1e-5, 1e-6))
-          << "rank " << r << " param " << i << "\n" << (p[i] - q[i]).abs().max();
+          << "rank " << r << " param " << i << "\n"
+          << (p[i] - q[i]).abs().max();
     }
   }
   for (std::size_t i = 0; i < nets[0]->parameters().size(); ++i) {

@@ -42,26 +42,40 @@ void check_nccl(ncclResult_t status, const std::string& origin, const char* call
 
 ncclDataType_t nccl_type(DType dtype) {
   switch (dtype) {
-    case DType::kFloat32: return ncclFloat32;
-    case DType::kFloat64: return ncclFloat64;
-    case DType::kFloat16: return ncclFloat16;
-    case DType::kBFloat16: return ncclBfloat16;
-    case DType::kInt32: return ncclInt32;
-    case DType::kInt64: return ncclInt64;
-    case DType::kUInt8: return ncclUint8;
+    case DType::kFloat32:
+      return ncclFloat32;
+    case DType::kFloat64:
+      return ncclFloat64;
+    case DType::kFloat16:
+      return ncclFloat16;
+    case DType::kBFloat16:
+      return ncclBfloat16;
+    case DType::kInt32:
+      return ncclInt32;
+    case DType::kInt64:
+      return ncclInt64;
+    case DType::kUInt8:
+      return ncclUint8;
   }
-  throw InvalidArgument("ProcessGroupNccl", fmt::format("unknown dtype {}", static_cast<int>(dtype)));
+  throw InvalidArgument("ProcessGroupNccl",
+                        fmt::format("unknown dtype {}", static_cast<int>(dtype)));
 }
 
 ncclRedOp_t nccl_op(ReduceOp op) {
   switch (op) {
-    case ReduceOp::kSum: return ncclSum;
-    case ReduceOp::kAvg: return ncclAvg;
-    case ReduceOp::kMin: return ncclMin;
-    case ReduceOp::kMax: return ncclMax;
-    case ReduceOp::kProduct: return ncclProd;
+    case ReduceOp::kSum:
+      return ncclSum;
+    case ReduceOp::kAvg:
+      return ncclAvg;
+    case ReduceOp::kMin:
+      return ncclMin;
+    case ReduceOp::kMax:
+      return ncclMax;
+    case ReduceOp::kProduct:
+      return ncclProd;
   }
-  throw InvalidArgument("ProcessGroupNccl", fmt::format("unknown reduce op {}", static_cast<int>(op)));
+  throw InvalidArgument("ProcessGroupNccl",
+                        fmt::format("unknown reduce op {}", static_cast<int>(op)));
 }
 
 // A Work whose completion is a CUDA event: wait() polls the event itself (so it
@@ -77,7 +91,8 @@ class NcclWork final : public WorkImpl {
     auto status = cudaEventQuery(event_);
     if (status == cudaSuccess) return true;
     if (status == cudaErrorNotReady) return false;
-    throw BackendError("ProcessGroupNccl", fmt::format("cudaEventQuery: {}", cudaGetErrorString(status)));
+    throw BackendError("ProcessGroupNccl",
+                       fmt::format("cudaEventQuery: {}", cudaGetErrorString(status)));
   }
 
   bool wait(std::chrono::milliseconds timeout) override {
@@ -133,7 +148,8 @@ ProcessGroupNccl::ProcessGroupNccl(std::shared_ptr<Store> store, int rank, int s
   }
   std::memcpy(id.internal, id_bytes.data(), sizeof(id.internal));
   check_nccl(ncclCommInitRank(&comm_, size, id, rank), origin, "ncclCommInitRank");
-  check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), origin, "cudaStreamCreate");
+  check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), origin,
+             "cudaStreamCreate");
   check_cuda(cudaMalloc(&barrier_scratch_, sizeof(float)), origin, "cudaMalloc");
   arrivals_ = std::make_shared<ArrivalTracker>(store_, rank, size);
   WorkTracker::Hooks hooks;
@@ -201,7 +217,8 @@ WorkPtr ProcessGroupNccl::enqueue(const char* op, bool collective,
   auto status = cudaEventRecord(event, stream_);
   if (status != cudaSuccess) cudaEventDestroy(event);
   check_cuda(status, origin, "cudaEventRecord");
-  auto work = std::make_shared<NcclWork>(seq, op, options_.timeout + std::chrono::seconds(10), event);
+  auto work =
+      std::make_shared<NcclWork>(seq, op, options_.timeout + std::chrono::seconds(10), event);
   std::optional<std::uint64_t> collective_seq;
   if (collective) collective_seq = seq;
   tracker_->add(work, collective_seq, [work] { return work->query(); });
@@ -220,7 +237,8 @@ WorkPtr ProcessGroupNccl::allreduce(Buffer buffer, ReduceOp op) {
 WorkPtr ProcessGroupNccl::broadcast(Buffer buffer, int root) {
   check_device(buffer, "broadcast");
   if (root < 0 || root >= size()) {
-    throw InvalidArgument("ProcessGroupNccl::broadcast", fmt::format("root {} is outside [0, {})", root, size()));
+    throw InvalidArgument("ProcessGroupNccl::broadcast",
+                          fmt::format("root {} is outside [0, {})", root, size()));
   }
   auto type = nccl_type(buffer.dtype);
   return enqueue("broadcast", true, [&] {
@@ -231,11 +249,12 @@ WorkPtr ProcessGroupNccl::broadcast(Buffer buffer, int root) {
 WorkPtr ProcessGroupNccl::allgather(Buffer output, Buffer input) {
   check_device(output, "allgather");
   check_device(input, "allgather");
-  if (output.dtype != input.dtype || output.count != input.count * static_cast<std::size_t>(size())) {
-    throw InvalidArgument("ProcessGroupNccl::allgather",
-                          fmt::format("output ({} x {}) must be input ({} x {}) times size {}",
-                                      output.count, to_string(output.dtype), input.count,
-                                      to_string(input.dtype), size()));
+  if (output.dtype != input.dtype ||
+      output.count != input.count * static_cast<std::size_t>(size())) {
+    throw InvalidArgument(
+        "ProcessGroupNccl::allgather",
+        fmt::format("output ({} x {}) must be input ({} x {}) times size {}", output.count,
+                    to_string(output.dtype), input.count, to_string(input.dtype), size()));
   }
   auto type = nccl_type(input.dtype);
   return enqueue("allgather", true, [&] {
@@ -246,11 +265,12 @@ WorkPtr ProcessGroupNccl::allgather(Buffer output, Buffer input) {
 WorkPtr ProcessGroupNccl::reduce_scatter(Buffer output, Buffer input, ReduceOp op) {
   check_device(output, "reduce_scatter");
   check_device(input, "reduce_scatter");
-  if (output.dtype != input.dtype || input.count != output.count * static_cast<std::size_t>(size())) {
-    throw InvalidArgument("ProcessGroupNccl::reduce_scatter",
-                          fmt::format("input ({} x {}) must be output ({} x {}) times size {}",
-                                      input.count, to_string(input.dtype), output.count,
-                                      to_string(output.dtype), size()));
+  if (output.dtype != input.dtype ||
+      input.count != output.count * static_cast<std::size_t>(size())) {
+    throw InvalidArgument(
+        "ProcessGroupNccl::reduce_scatter",
+        fmt::format("input ({} x {}) must be output ({} x {}) times size {}", input.count,
+                    to_string(input.dtype), output.count, to_string(output.dtype), size()));
   }
   auto type = nccl_type(input.dtype);
   auto red = nccl_op(op);
@@ -262,7 +282,8 @@ WorkPtr ProcessGroupNccl::reduce_scatter(Buffer output, Buffer input, ReduceOp o
 WorkPtr ProcessGroupNccl::reduce(Buffer buffer, int root, ReduceOp op) {
   check_device(buffer, "reduce");
   if (root < 0 || root >= size()) {
-    throw InvalidArgument("ProcessGroupNccl::reduce", fmt::format("root {} is outside [0, {})", root, size()));
+    throw InvalidArgument("ProcessGroupNccl::reduce",
+                          fmt::format("root {} is outside [0, {})", root, size()));
   }
   auto type = nccl_type(buffer.dtype);
   auto red = nccl_op(op);
@@ -273,7 +294,8 @@ WorkPtr ProcessGroupNccl::reduce(Buffer buffer, int root, ReduceOp op) {
 
 WorkPtr ProcessGroupNccl::barrier() {
   return enqueue("barrier", true, [&] {
-    return ncclAllReduce(barrier_scratch_, barrier_scratch_, 1, ncclFloat32, ncclSum, comm_, stream_);
+    return ncclAllReduce(barrier_scratch_, barrier_scratch_, 1, ncclFloat32, ncclSum, comm_,
+                         stream_);
   });
 }
 
@@ -281,23 +303,23 @@ WorkPtr ProcessGroupNccl::send(Buffer buffer, int dst, int /*tag*/) {
   // NCCL has no tags: sends and receives between two ranks match in issue order.
   check_device(buffer, "send");
   if (dst < 0 || dst >= size() || dst == rank()) {
-    throw InvalidArgument("ProcessGroupNccl::send", fmt::format("destination {} must be another rank", dst));
+    throw InvalidArgument("ProcessGroupNccl::send",
+                          fmt::format("destination {} must be another rank", dst));
   }
   auto type = nccl_type(buffer.dtype);
-  return enqueue("send", false, [&] {
-    return ncclSend(buffer.data, buffer.count, type, dst, comm_, stream_);
-  });
+  return enqueue("send", false,
+                 [&] { return ncclSend(buffer.data, buffer.count, type, dst, comm_, stream_); });
 }
 
 WorkPtr ProcessGroupNccl::recv(Buffer buffer, int src, int /*tag*/) {
   check_device(buffer, "recv");
   if (src < 0 || src >= size() || src == rank()) {
-    throw InvalidArgument("ProcessGroupNccl::recv", fmt::format("source {} must be another rank", src));
+    throw InvalidArgument("ProcessGroupNccl::recv",
+                          fmt::format("source {} must be another rank", src));
   }
   auto type = nccl_type(buffer.dtype);
-  return enqueue("recv", false, [&] {
-    return ncclRecv(buffer.data, buffer.count, type, src, comm_, stream_);
-  });
+  return enqueue("recv", false,
+                 [&] { return ncclRecv(buffer.data, buffer.count, type, src, comm_, stream_); });
 }
 
 }  // namespace detail

@@ -15,22 +15,31 @@ constexpr const char* kOrigin = "ddp::torch::DistributedDataParallel";
 
 DType to_dtype(c10::ScalarType t, const std::string& what) {
   switch (t) {
-    case c10::ScalarType::Float: return DType::kFloat32;
-    case c10::ScalarType::Double: return DType::kFloat64;
-    case c10::ScalarType::Half: return DType::kFloat16;
-    case c10::ScalarType::BFloat16: return DType::kBFloat16;
-    case c10::ScalarType::Int: return DType::kInt32;
-    case c10::ScalarType::Long: return DType::kInt64;
+    case c10::ScalarType::Float:
+      return DType::kFloat32;
+    case c10::ScalarType::Double:
+      return DType::kFloat64;
+    case c10::ScalarType::Half:
+      return DType::kFloat16;
+    case c10::ScalarType::BFloat16:
+      return DType::kBFloat16;
+    case c10::ScalarType::Int:
+      return DType::kInt32;
+    case c10::ScalarType::Long:
+      return DType::kInt64;
     case c10::ScalarType::Byte:
-    case c10::ScalarType::Bool: return DType::kUInt8;
+    case c10::ScalarType::Bool:
+      return DType::kUInt8;
     default:
-      throw InvalidArgument(kOrigin, fmt::format("{} has unsupported dtype {}", what, c10::toString(t)));
+      throw InvalidArgument(kOrigin,
+                            fmt::format("{} has unsupported dtype {}", what, c10::toString(t)));
   }
 }
 
 Buffer to_buffer(const ::torch::Tensor& t, const std::string& what) {
   if (!t.device().is_cpu()) {
-    throw InvalidArgument(kOrigin, what + " is not on the CPU (the adapter supports CPU tensors only)");
+    throw InvalidArgument(kOrigin,
+                          what + " is not on the CPU (the adapter supports CPU tensors only)");
   }
   if (!t.is_contiguous()) throw InvalidArgument(kOrigin, what + " is not contiguous");
   DType dtype = to_dtype(t.scalar_type(), what);
@@ -57,12 +66,10 @@ class DistributedDataParallelBase::ReadyHook final : public ::torch::autograd::F
   std::shared_ptr<bool> alive_;
 };
 
-DistributedDataParallelBase::DistributedDataParallelBase(std::shared_ptr<::torch::nn::Module> module,
-                                                         std::shared_ptr<ProcessGroup> group,
-                                                         DistributedDataParallelOptions options)
-    : module_(std::move(module)),
-      group_(std::move(group)),
-      options_(std::move(options)),
+DistributedDataParallelBase::DistributedDataParallelBase(
+    std::shared_ptr<::torch::nn::Module> module, std::shared_ptr<ProcessGroup> group,
+    DistributedDataParallelOptions options)
+    : module_(std::move(module)), group_(std::move(group)), options_(std::move(options)),
       alive_(std::make_shared<bool>(true)) {
   if (!module_) throw InvalidArgument(kOrigin, "the module is null");
   if (!group_) throw InvalidArgument(kOrigin, "the process group is null");
@@ -113,7 +120,8 @@ DistributedDataParallelBase::DistributedDataParallelBase(std::shared_ptr<::torch
 
   for (std::size_t i = 0; i < params_.size(); ++i) {
     auto acc = ::torch::autograd::impl::grad_accumulator(params_[i]);
-    if (!acc) throw InternalError(kOrigin, fmt::format("parameter {} has no gradient accumulator", i));
+    if (!acc)
+      throw InternalError(kOrigin, fmt::format("parameter {} has no gradient accumulator", i));
     acc->add_post_hook(std::make_unique<ReadyHook>(this, i, alive_));
     accumulators_.push_back(std::move(acc));
   }
@@ -127,7 +135,8 @@ DistributedDataParallelBase::~DistributedDataParallelBase() {
 void DistributedDataParallelBase::point_grads_at_buckets() {
   for (std::size_t i = 0; i < params_.size(); ++i) {
     const Buffer b = reducer_->grad(i);
-    auto grad = ::torch::from_blob(b.data, params_[i].sizes(), params_[i].options().requires_grad(false));
+    auto grad =
+        ::torch::from_blob(b.data, params_[i].sizes(), params_[i].options().requires_grad(false));
     params_[i].mutable_grad() = grad;
   }
   layout_version_ = reducer_->layout_version();

@@ -36,11 +36,11 @@ class Error : public std::runtime_error {
   std::string origin_;
 };
 
-#define DDP_DEFINE_ERROR(Name, Kind)                                   \
-  class Name : public Error {                                          \
-   public:                                                             \
-    Name(std::string origin, const std::string& message)               \
-        : Error(ErrorKind::Kind, std::move(origin), message) {}        \
+#define DDP_DEFINE_ERROR(Name, Kind)                            \
+  class Name : public Error {                                   \
+   public:                                                      \
+    Name(std::string origin, const std::string& message)        \
+        : Error(ErrorKind::Kind, std::move(origin), message) {} \
   }
 
 DDP_DEFINE_ERROR(InvalidArgument, kInvalidArgument);

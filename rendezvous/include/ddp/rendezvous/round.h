@@ -29,9 +29,7 @@ struct RoundEnd {
 
   // Whether the round ends because its membership changed (a node lost or
   // admitted): that does not consume --max_restarts.
-  bool membership_change() const {
-    return kind == Kind::kNodeLost || kind == Kind::kNodeJoined;
-  }
+  bool membership_change() const { return kind == Kind::kNodeLost || kind == Kind::kNodeJoined; }
 };
 
 // The value stored under "<round prefix>/end" ("restart 1 3", "abort 0 15",

@@ -57,8 +57,7 @@ class LeaseStore : public Store {
 
   // Creates or replaces `key`, attached to `lease` (deleted with it).
   // Throws InvalidArgument (naming the lease) when the lease does not exist.
-  virtual void set_with_lease(const std::string& key, const std::string& value,
-                              LeaseId lease) = 0;
+  virtual void set_with_lease(const std::string& key, const std::string& value, LeaseId lease) = 0;
 
   // Takes a ticket from the counter at `key`: returns how many tickets were
   // taken before this one (0, 1, 2, ...), once even when the call is retried

@@ -32,8 +32,8 @@ std::string compare_set(Map& data, typename Map::iterator it, const std::string&
 }
 
 // Throws InvalidArgument when the sizes differ.
-void check_multi_set(const std::vector<std::string>& keys,
-                     const std::vector<std::string>& values, const std::string& origin);
+void check_multi_set(const std::vector<std::string>& keys, const std::vector<std::string>& values,
+                     const std::string& origin);
 
 // "timed out after 1.500 s waiting for key(s): a, b". Names at most
 // kNamedMissingKeys keys, each cut after kNamedKeyBytes bytes, then "(and N

@@ -34,9 +34,9 @@ namespace ddp {
 
 // One bucket as a hook sees it: the flattened gradients of one dtype and device.
 struct GradBucket {
-  std::size_t index = 0;    // position in the launch order (0 is launched first)
+  std::size_t index = 0;  // position in the launch order (0 is launched first)
   std::size_t num_buckets = 0;
-  Buffer buffer;            // the bucket's memory; the hook may read and write it
+  Buffer buffer;  // the bucket's memory; the hook may read and write it
 };
 
 class CommHook {

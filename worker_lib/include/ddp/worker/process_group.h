@@ -57,7 +57,9 @@ struct Buffer {
   template <typename T>
   static Buffer of(T* data, std::size_t count, Device device = Device::cpu());
   template <typename Vec>
-  static Buffer of(Vec& vec) { return of(vec.data(), vec.size()); }
+  static Buffer of(Vec& vec) {
+    return of(vec.data(), vec.size());
+  }
 };
 
 enum class ReduceOp : std::uint8_t { kSum, kAvg, kMin, kMax, kProduct };
@@ -118,13 +120,34 @@ class ProcessGroup {
 namespace detail {
 template <typename T>
 constexpr DType dtype_of();
-template <> constexpr DType dtype_of<float>() { return DType::kFloat32; }
-template <> constexpr DType dtype_of<double>() { return DType::kFloat64; }
-template <> constexpr DType dtype_of<std::int32_t>() { return DType::kInt32; }
-template <> constexpr DType dtype_of<std::int64_t>() { return DType::kInt64; }
-template <> constexpr DType dtype_of<std::uint8_t>() { return DType::kUInt8; }
-template <> constexpr DType dtype_of<Half>() { return DType::kFloat16; }
-template <> constexpr DType dtype_of<BFloat16>() { return DType::kBFloat16; }
+template <>
+constexpr DType dtype_of<float>() {
+  return DType::kFloat32;
+}
+template <>
+constexpr DType dtype_of<double>() {
+  return DType::kFloat64;
+}
+template <>
+constexpr DType dtype_of<std::int32_t>() {
+  return DType::kInt32;
+}
+template <>
+constexpr DType dtype_of<std::int64_t>() {
+  return DType::kInt64;
+}
+template <>
+constexpr DType dtype_of<std::uint8_t>() {
+  return DType::kUInt8;
+}
+template <>
+constexpr DType dtype_of<Half>() {
+  return DType::kFloat16;
+}
+template <>
+constexpr DType dtype_of<BFloat16>() {
+  return DType::kBFloat16;
+}
 }  // namespace detail
 
 template <typename T>

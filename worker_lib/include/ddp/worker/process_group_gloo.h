@@ -46,11 +46,11 @@ namespace ddp {
 class Store;
 
 enum class AllreduceAlgorithm : std::uint8_t {
-  kAuto,    // kSharedMemory when the group has a segment; else kDirect while
-            // bytes x (size - 1) <= GlooOptions::direct_max_bytes, else kRing
-  kRing,    // Gloo's ring (reduce-scatter + allgather), bandwidth-optimal
-  kBcube,   // Gloo's bcube (recursive halving/doubling)
-  kDirect,  // every rank sends its buffer to every other, one round trip, latency-optimal
+  kAuto,          // kSharedMemory when the group has a segment; else kDirect while
+                  // bytes x (size - 1) <= GlooOptions::direct_max_bytes, else kRing
+  kRing,          // Gloo's ring (reduce-scatter + allgather), bandwidth-optimal
+  kBcube,         // Gloo's bcube (recursive halving/doubling)
+  kDirect,        // every rank sends its buffer to every other, one round trip, latency-optimal
   kSharedMemory,  // through the group's shared-memory segment (same host only)
 };
 const char* to_string(AllreduceAlgorithm algorithm);

@@ -110,19 +110,19 @@ struct ReducerOptions {
 // One gradient, as registered. The memory behind grad is owned by the caller
 // (except with gradient_as_bucket_view) and must outlive the Reducer.
 struct GradientSpec {
-  std::string name;                  // used in error messages; may be empty
-  std::vector<std::int64_t> shape;   // product must equal grad.count; empty means {grad.count}
-  Buffer grad;                       // floating dtypes only: kFloat32/64, kFloat16, kBFloat16
+  std::string name;                 // used in error messages; may be empty
+  std::vector<std::int64_t> shape;  // product must equal grad.count; empty means {grad.count}
+  Buffer grad;                      // floating dtypes only: kFloat32/64, kFloat16, kBFloat16
 };
 
 // Timings of the last synchronized iteration, in milliseconds.
 struct ReducerStats {
-  std::uint64_t iterations = 0;       // synchronized iterations finalized
+  std::uint64_t iterations = 0;  // synchronized iterations finalized
   std::uint64_t no_sync_iterations = 0;
-  double backward_ms = 0;             // prepare_for_backward (or first ready) -> finalize() called
-  double comm_ms = 0;                 // first bucket launched -> last bucket complete
-  double exposed_comm_ms = 0;         // time finalize() spent waiting for communication
-  double overlap = 0;                 // 1 - exposed/comm: the share of comm hidden behind backward
+  double backward_ms = 0;      // prepare_for_backward (or first ready) -> finalize() called
+  double comm_ms = 0;          // first bucket launched -> last bucket complete
+  double exposed_comm_ms = 0;  // time finalize() spent waiting for communication
+  double overlap = 0;          // 1 - exposed/comm: the share of comm hidden behind backward
   std::size_t num_buckets = 0;
   std::size_t bytes_reduced = 0;
 };
@@ -178,13 +178,13 @@ class Reducer {
 
  private:
   struct Bucket {
-    std::vector<std::size_t> grads;       // gradient indices, in order
-    std::vector<std::size_t> offsets;     // element offset of each gradient
+    std::vector<std::size_t> grads;    // gradient indices, in order
+    std::vector<std::size_t> offsets;  // element offset of each gradient
     DType dtype = DType::kFloat32;
     Device device;
-    std::size_t count = 0;                // elements
-    std::vector<std::uint64_t> storage;   // the flat memory (8-byte aligned)
-    std::size_t pending = 0;              // gradients not yet ready this iteration
+    std::size_t count = 0;               // elements
+    std::vector<std::uint64_t> storage;  // the flat memory (8-byte aligned)
+    std::size_t pending = 0;             // gradients not yet ready this iteration
     WorkPtr work;
     bool launched = false;
     void* data() { return storage.data(); }
@@ -218,10 +218,10 @@ class Reducer {
   bool iteration_sync_ = true;
   bool sync_enabled_ = true;
   bool first_sync_done_ = false;
-  std::vector<char> ready_;                // per gradient, this iteration
-  std::vector<char> used_since_sync_;      // per gradient, across no_sync iterations
-  std::vector<std::size_t> ready_order_;   // this iteration
-  std::vector<char> static_unused_;        // static_graph: unused in the first iteration
+  std::vector<char> ready_;               // per gradient, this iteration
+  std::vector<char> used_since_sync_;     // per gradient, across no_sync iterations
+  std::vector<std::size_t> ready_order_;  // this iteration
+  std::vector<char> static_unused_;       // static_graph: unused in the first iteration
   bool static_known_ = false;
   std::size_t next_launch_ = 0;
   std::exception_ptr launch_error_;

@@ -46,9 +46,9 @@
 namespace ddp::torch {
 
 struct DistributedDataParallelOptions {
-  ReducerOptions reducer;           // bucket caps, hooks, find_unused_parameters, ...
-  bool broadcast_buffers = true;    // rank 0's module buffers before every forward()
-  bool check_consistency = true;    // the cross-rank parameter check at construction
+  ReducerOptions reducer;         // bucket caps, hooks, find_unused_parameters, ...
+  bool broadcast_buffers = true;  // rank 0's module buffers before every forward()
+  bool check_consistency = true;  // the cross-rank parameter check at construction
 };
 
 // The framework glue without the module's forward() type; see the template below.
@@ -84,7 +84,8 @@ class DistributedDataParallelBase {
   std::vector<::torch::Tensor> params_;
   std::vector<::torch::Tensor> buffers_;
   std::vector<::torch::Tensor> grads_;  // stable gradient memory registered with the Reducer
-  std::vector<std::shared_ptr<::torch::autograd::Node>> accumulators_;  // kept alive: hooks live there
+  std::vector<std::shared_ptr<::torch::autograd::Node>>
+      accumulators_;  // kept alive: hooks live there
   std::unique_ptr<Reducer> reducer_;
   std::uint64_t layout_version_ = 0;
   bool callback_queued_ = false;
