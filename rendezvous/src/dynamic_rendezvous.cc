@@ -844,14 +844,12 @@ void DynamicRendezvous::stop_liveness(std::chrono::milliseconds deadline) {
 // ---- leaving ------------------------------------------------------------------------------------
 
 void DynamicRendezvous::forget_round(int round) {
-  // Off the decider's way (2N keys are deleted one by one): on a thread of its
-  // own that owns its store handle; nobody waits for it.
-  // The store gone or refusing leaves nothing to delete, and nobody waits.
-  StoreOpener opener = store_.opener;
-  std::shared_ptr<Store> shared = opener ? nullptr : store();
-  BackgroundCall forget([opener, shared, r = round_prefix(round)] {
-    delete_round_keys(opener ? *opener() : *shared, r);
-  });
+  // Off the decider's way (2N keys are deleted one by one), on a store handle
+  // of its own; nobody waits for it, and a store gone or refusing leaves
+  // nothing to delete.
+  OwnStoreHandle handle(store_.opener ? nullptr : store(), store_.opener);
+  BackgroundCall forget(
+      [handle, r = round_prefix(round)]() mutable { delete_round_keys(handle.get(), r); });
 }
 
 void DynamicRendezvous::delete_round_keys(Store& s, const std::string& r) {
