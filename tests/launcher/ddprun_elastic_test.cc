@@ -17,6 +17,7 @@
 
 #include "net_util.h"
 #include "process_util.h"
+#include "worker_files.h"
 
 namespace ddp::test {
 namespace {
@@ -62,16 +63,7 @@ class ElasticTest : public ::testing::Test {
   }
 
   // Workers that announced WORLD_SIZE = `world`.
-  int workers_with_world(int world) const {
-    int n = 0;
-    const std::string prefix = "ws" + std::to_string(world) + "_";
-    for (const auto& entry : fs::directory_iterator(dir_.path())) {
-      if (entry.path().filename().string().rfind(prefix, 0) == 0 &&
-          entry.path().extension() != ".tmp")
-        ++n;
-    }
-    return n;
-  }
+  int workers_with_world(int world) const { return test::workers_with_world(dir_.path(), world); }
 
   bool wait_workers(int world, int count, std::chrono::milliseconds timeout = 60s) {
     return eventually([&] { return workers_with_world(world) >= count; }, timeout);

@@ -25,6 +25,7 @@
 #include "ddp/store/tcp_store.h"
 #include "net_util.h"
 #include "process_util.h"
+#include "worker_files.h"
 
 namespace ddp::test {
 namespace {
@@ -97,16 +98,7 @@ class HardeningTest : public ::testing::Test {
     return {env.value("WORLD_SIZE", ""), env.value("RANK", "")};
   }
 
-  int workers_with_world(int world) const {
-    int n = 0;
-    const std::string prefix = "ws" + std::to_string(world) + "_";
-    for (const auto& entry : fs::directory_iterator(dir_.path())) {
-      if (entry.path().filename().string().rfind(prefix, 0) == 0 &&
-          entry.path().extension() != ".tmp")
-        ++n;
-    }
-    return n;
-  }
+  int workers_with_world(int world) const { return test::workers_with_world(dir_.path(), world); }
 
   void finish() { std::ofstream(dir_.path() / "finish") << "done\n"; }
 

@@ -15,6 +15,7 @@
 
 #include "net_util.h"
 #include "process_util.h"
+#include "worker_files.h"
 
 namespace ddp::test {
 namespace {
@@ -70,14 +71,7 @@ class SharedStoreTest : public ::testing::Test {
   }
 
   int workers_with_world(const std::string& run_id, int world) const {
-    int n = 0;
-    const std::string prefix = "ws" + std::to_string(world) + "_";
-    for (const auto& entry : fs::directory_iterator(dir_.path() / run_id)) {
-      if (entry.path().filename().string().rfind(prefix, 0) == 0 &&
-          entry.path().extension() != ".tmp")
-        ++n;
-    }
-    return n;
+    return test::workers_with_world(dir_.path() / run_id, world);
   }
 
   void finish(const std::string& run_id) {
