@@ -89,9 +89,9 @@ class Agent::Impl {
 
   int run_rounds() {
     for (;;) {
-      RendezvousInfo info;
+      std::unique_ptr<Round> round;
       try {
-        if (auto code = next_round(info)) return *code;
+        if (auto code = next_round(round)) return *code;
       } catch (const ShutdownError& e) {
         // The job ended while this node waited (a spare at max_nodes).
         std::fprintf(stderr, "ddprun: %s; nothing left to do\n", e.what());
@@ -100,7 +100,8 @@ class Agent::Impl {
         std::fprintf(stderr, "ddprun: rendezvous failed: %s\n", e.what());
         return 1;
       }
-      info_ = info;
+      round_ = std::move(round);
+      const RendezvousInfo& info = round_->info();
       ++attempt_;
       if (reforming_) {
         reforming_ = false;
@@ -120,7 +121,7 @@ class Agent::Impl {
       std::unique_ptr<RoundWatch> watch;
       try {
         ProcessLauncher* launcher = &launcher_;
-        watch = rdzv_.watch_round(info_, [launcher] { launcher->wake(); });
+        watch = round_->watch([launcher] { launcher->wake(); });
         start_workers();
         outcome = monitor(*watch);
       } catch (const std::exception& e) {
@@ -175,33 +176,33 @@ class Agent::Impl {
   // rendezvous thread is then left behind, blocked, and the caller must exit
   // the process without destroying the handler (ddprun's main calls _exit).
   // Rethrows the rendezvous error.
-  std::optional<int> next_round(RendezvousInfo& out) {
+  std::optional<int> next_round(std::unique_ptr<Round>& out) {
     // A single node never waits for anyone: no thread, no extra wake-up on the
     // restart path.
     if (rdzv_.params().max_nodes == 1) {
-      out = rdzv_.next_rendezvous();
+      out = rdzv_.join();
       return std::nullopt;
     }
     struct Shared {
       std::mutex mutex;
       bool done = false;
-      RendezvousInfo info;
+      std::unique_ptr<Round> round;
       std::exception_ptr error;
     };
     auto shared = std::make_shared<Shared>();
     RendezvousHandler* rdzv = &rdzv_;
     ProcessLauncher* launcher = &launcher_;
     BackgroundCall call([shared, rdzv, launcher] {
-      RendezvousInfo info;
+      std::unique_ptr<Round> round;
       std::exception_ptr error;
       try {
-        info = rdzv->next_rendezvous();
+        round = rdzv->join();
       } catch (...) {
         error = std::current_exception();
       }
       {
         std::lock_guard lock(shared->mutex);
-        shared->info = std::move(info);
+        shared->round = std::move(round);
         shared->error = error;
         shared->done = true;
       }
@@ -223,7 +224,7 @@ class Agent::Impl {
     // a launcher that is gone.
     call.wait();
     if (shared->error) std::rethrow_exception(shared->error);
-    out = shared->info;
+    out = std::move(shared->round);
     return std::nullopt;
   }
 
@@ -237,7 +238,7 @@ class Agent::Impl {
   RoundEnd end_of(RoundEnd::Kind kind, int value) const {
     RoundEnd end;
     end.kind = kind;
-    end.node = info_.group_rank;
+    end.node = round_->info().group_rank;
     end.value = value;
     return end;
   }
@@ -247,7 +248,7 @@ class Agent::Impl {
   // calls finish_announcement().
   std::unique_ptr<PendingEnd> announce(const RoundEnd& end) {
     announce_deadline_ = now() + options_.announce_timeout;
-    return rdzv_.end_round(info_, end);
+    return round_->end(end);
   }
 
   // Waits for the announcement up to announce_timeout after it started.
@@ -271,7 +272,7 @@ class Agent::Impl {
     for (int local_rank = 0; local_rank < spec.local_world_size; ++local_rank) {
       Worker worker;
       worker.local_rank = local_rank;
-      worker.rank = info_.base_rank + local_rank;
+      worker.rank = round_->info().base_rank + local_rank;
       const std::string dir = options_.run_log_dir + "/" + attempt_subdir(local_rank);
       // The run directory is ddprun's own (main.cc resolved and checked it);
       // below it, never through a symbolic link planted in a shared --log_dir.
@@ -321,15 +322,15 @@ class Agent::Impl {
     const RendezvousParams& params = rdzv_.params();
     env[names::kLocalRank] = std::to_string(worker.local_rank);
     env[names::kRank] = std::to_string(worker.rank);
-    env[names::kGroupRank] = std::to_string(info_.group_rank);
+    env[names::kGroupRank] = std::to_string(round_->info().group_rank);
     env[names::kRoleRank] = std::to_string(worker.rank);
     env[names::kRoleName] = spec.role;
     env[names::kLocalWorldSize] = std::to_string(spec.local_world_size);
-    env[names::kWorldSize] = std::to_string(info_.world_size);
-    env[names::kGroupWorldSize] = std::to_string(info_.group_world_size);
-    env[names::kRoleWorldSize] = std::to_string(info_.world_size);
-    env[names::kMasterAddr] = info_.master_addr;
-    env[names::kMasterPort] = std::to_string(info_.master_port);
+    env[names::kWorldSize] = std::to_string(round_->info().world_size);
+    env[names::kGroupWorldSize] = std::to_string(round_->info().group_world_size);
+    env[names::kRoleWorldSize] = std::to_string(round_->info().world_size);
+    env[names::kMasterAddr] = round_->info().master_addr;
+    env[names::kMasterPort] = std::to_string(round_->info().master_port);
     env[names::kRestartCount] = std::to_string(restart_count_);
     env[names::kMaxRestarts] = std::to_string(spec.max_restarts);
     env[names::kRunId] = params.run_id;
@@ -340,9 +341,9 @@ class Agent::Impl {
     if (options_.set_omp_num_threads && env.find(names::kOmpNumThreads) == env.end()) {
       env[names::kOmpNumThreads] = "1";
     }
-    env[names::kStoreAddr] = info_.store_addr;
-    env[names::kStorePort] = std::to_string(info_.store_port);
-    env[names::kStorePrefix] = info_.worker_prefix;
+    env[names::kStoreAddr] = round_->info().store_addr;
+    env[names::kStorePort] = std::to_string(round_->info().store_port);
+    env[names::kStorePrefix] = round_->info().worker_prefix;
     const std::string token = rdzv_.store_token();
     if (!token.empty()) {
       env[names::kStoreToken] = token;
@@ -422,7 +423,7 @@ class Agent::Impl {
     auto note = announce(end_of(RoundEnd::Kind::kRestart, first.exit_code));
     stop_workers(SIGTERM);
     finish_announcement(note);
-    return Outcome{Outcome::Kind::kRestart, info_.group_rank, first.exit_code};
+    return Outcome{Outcome::Kind::kRestart, round_->info().group_rank, first.exit_code};
   }
 
   // A local worker failed. When a node of an elastic group dies, its peers'
@@ -432,7 +433,7 @@ class Agent::Impl {
   // spending a restart. Nullopt: a worker failure after all.
   std::optional<Outcome> membership_change_behind(const RoundWatch& watch) {
     if (!watch.ended()) {
-      const auto grace = rdzv_.grace_for_membership_change(info_);
+      const auto grace = round_->grace_for_membership_change();
       if (grace.count() <= 0) return std::nullopt;
       logger_->warn(
           "a worker failed and a node of the group is silent: waiting up to {} s for "
@@ -458,7 +459,7 @@ class Agent::Impl {
     hurry_until_ = now() + options_.announce_timeout;
     stop_workers(signo);
     finish_announcement(note);
-    return Outcome{Outcome::Kind::kSignal, info_.group_rank, signo};
+    return Outcome{Outcome::Kind::kSignal, round_->info().group_rank, signo};
   }
 
   // The round ended elsewhere: another agent (or we) ended it, or the store was lost.
@@ -490,9 +491,9 @@ class Agent::Impl {
   }
 
   Outcome exit_barrier(const RoundWatch& watch) {
-    if (info_.group_world_size <= 1) return Outcome{Outcome::Kind::kDone};
+    if (round_->info().group_world_size <= 1) return Outcome{Outcome::Kind::kDone};
     try {
-      rdzv_.arrive_at_exit_barrier(info_, now() + options_.announce_timeout);
+      round_->arrive_at_exit_barrier(now() + options_.announce_timeout);
     } catch (const std::exception& e) {
       logger_->error("exit barrier: {}", e.what());
       return Outcome{Outcome::Kind::kBarrierTimeout};
@@ -519,7 +520,7 @@ class Agent::Impl {
         hurry_until_ = now() + options_.announce_timeout;
         auto note = announce(end_of(RoundEnd::Kind::kAbort, event.signo));
         finish_announcement(note);
-        return Outcome{Outcome::Kind::kSignal, info_.group_rank, event.signo};
+        return Outcome{Outcome::Kind::kSignal, round_->info().group_rank, event.signo};
       }
     }
   }
@@ -570,7 +571,8 @@ class Agent::Impl {
   RendezvousHandler& rdzv_;
   ProcessLauncher& launcher_;
   std::shared_ptr<spdlog::logger> logger_;
-  RendezvousInfo info_;
+  // The round this node runs in (null before the first).
+  std::unique_ptr<Round> round_;
   int restart_count_ = 0;
   // Rounds this agent ran workers in (attempt_<n> log directories).
   int attempt_ = 0;

@@ -9,7 +9,7 @@
 //     process on a free loopback port). Every agent is a DynamicRendezvous with a
 //     TcpStore connection of its own; they live in --processes forked processes,
 //     each driving its agents from --threads threads through begin_join() and
-//     step(), as next_rendezvous() does (without its keep-alive thread, which
+//     step(), as join() does (without its keep-alive thread, which
 //     thousands of agents in one process cannot afford). A thread steps its
 //     agents, then blocks on R/closed (R = rdzv/<run id>/round_<r>) and steps
 //     them again; the thread that holds the round's decider (arrival 0, named by
@@ -30,7 +30,7 @@
 //   rendezvous agents=<N> store=etcd round_s=<t>
 //     The same first round, driven the same way (the same agent processes and
 //     drive()), with every agent a DynamicRendezvous over an EtcdStore of its
-//     own (the LeaseStore path: each agent puts its keep-alive key on a lease of
+//     own (the leases path: each agent puts its keep-alive key on a lease of
 //     its own and, once it has its info, watches its neighbour's key; each
 //     blocking get/wait opens its own connection to etcd) on a fresh
 //     single-member etcd (--etcd, default /usr/bin/etcd) that the bench starts for

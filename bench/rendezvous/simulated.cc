@@ -247,7 +247,7 @@ void drive(const std::vector<Agent*>& mine, const std::string& r, int expected, 
       pending.push_back(a);
       continue;
     }
-    // The decider waits as next_rendezvous() makes it wait (wait_for_change):
+    // The decider waits as join() makes it wait (wait_for_change):
     // in a first round for the last record it needs, R/rec_<max - 1>; in a
     // re-formed one for the next record (its count of arrivals is read here).
     while (!(a->info = a->handler->step())) {

@@ -2,6 +2,10 @@
 
 #include <array>
 
+#include "ddp/common/error.h"
+#include "ddp/store/store_capabilities.h"
+#include "dynamic_rendezvous.h"
+
 namespace ddp {
 namespace {
 
@@ -12,6 +16,23 @@ const std::array<RendezvousBackend, 3> kBackends = {{
 }};
 
 }  // namespace
+
+// The dynamic handler's two backends (the static one is rendezvous_static.cc's).
+std::unique_ptr<RendezvousHandler> make_c10d_rendezvous(const RendezvousParams& params,
+                                                        RendezvousStore store) {
+  return std::make_unique<rendezvous_detail::DynamicRendezvous>(params, std::move(store),
+                                                                real_runtime(), "c10d");
+}
+
+std::unique_ptr<RendezvousHandler> make_etcd_rendezvous(const RendezvousParams& params,
+                                                        RendezvousStore store) {
+  if (!store.store || !store.store->leases() || !store.store->watches()) {
+    throw InvalidArgument("etcd rendezvous",
+                          "needs a store with leases and watches (an EtcdStore)");
+  }
+  return std::make_unique<rendezvous_detail::DynamicRendezvous>(params, std::move(store),
+                                                                real_runtime(), "etcd");
+}
 
 const RendezvousBackend* find_rendezvous_backend(std::string_view name) {
   for (const auto& backend : kBackends) {

@@ -132,7 +132,14 @@ class RoundHandler : public RendezvousHandler {
     if (keeper_) keeper_->stop(std::chrono::seconds(1));
   }
 
-  RendezvousInfo next_rendezvous() override {
+  std::unique_ptr<Round> join() override {
+    // A round of one node is ended by nobody else: it touches no store.
+    RendezvousInfo info = next_rendezvous();
+    const bool solo = info.group_world_size <= 1;
+    return std::make_unique<rendezvous_detail::StoreRound>(std::move(info), *this, solo, origin());
+  }
+
+  RendezvousInfo next_rendezvous() {
     const int round = round_++;
     if (params_.max_nodes == 1) {  // nobody to meet: no store round trip at all
       if (instance_.empty()) instance_ = random_instance();
@@ -206,25 +213,6 @@ class RoundHandler : public RendezvousHandler {
       }
     }
     return info;
-  }
-
-  std::unique_ptr<RoundWatch> watch_round(const RendezvousInfo& info,
-                                          std::function<void()> wake) override {
-    // A round of one node is ended by nobody else.
-    if (info.group_world_size <= 1) return rendezvous_detail::inert_watch();
-    return rendezvous_detail::watch_end_key(open_store(), info.round_prefix + "/end",
-                                            std::move(wake), store_name());
-  }
-
-  std::unique_ptr<PendingEnd> end_round(const RendezvousInfo& info, const RoundEnd& end) override {
-    if (info.group_world_size <= 1) return rendezvous_detail::nothing_to_tell();
-    return rendezvous_detail::set_end_key(store(), info.round_prefix + "/end",
-                                          encode_round_end(end));
-  }
-
-  void arrive_at_exit_barrier(const RendezvousInfo& info, Clock::time_point deadline) override {
-    if (info.group_world_size <= 1) return;
-    rendezvous_detail::arrive_at_exit_barrier(store(), info, deadline, origin());
   }
 
   std::string store_name() const override {

@@ -257,5 +257,30 @@ void arrive_at_exit_barrier(const std::shared_ptr<Store>& store, const Rendezvou
 std::unique_ptr<RoundWatch> inert_watch() { return std::make_unique<InertWatch>(); }
 std::unique_ptr<PendingEnd> nothing_to_tell() { return std::make_unique<NothingToTell>(); }
 
+StoreRound::StoreRound(RendezvousInfo info, RendezvousHandler& handler, bool solo,
+                       const char* origin, std::function<Duration()> grace)
+    : Round(std::move(info)), handler_(handler), solo_(solo), origin_(origin),
+      grace_(std::move(grace)) {}
+
+std::unique_ptr<RoundWatch> StoreRound::watch(std::function<void()> wake) {
+  if (solo_) return inert_watch();
+  return watch_end_key(handler_.open_store(), info().round_prefix + "/end", std::move(wake),
+                       handler_.store_name());
+}
+
+std::unique_ptr<PendingEnd> StoreRound::end(const RoundEnd& end) {
+  if (solo_) return nothing_to_tell();
+  return set_end_key(handler_.store(), info().round_prefix + "/end", encode_round_end(end));
+}
+
+void StoreRound::arrive_at_exit_barrier(Clock::time_point deadline) {
+  if (solo_) return;
+  rendezvous_detail::arrive_at_exit_barrier(handler_.store(), info(), deadline, origin_);
+}
+
+std::chrono::milliseconds StoreRound::grace_for_membership_change() {
+  return grace_ ? grace_() : Duration(0);
+}
+
 }  // namespace rendezvous_detail
 }  // namespace ddp

@@ -331,7 +331,7 @@ std::string EtcdStore::Client::read_modify_write(
 // ---------------------------------------------------------------------------
 
 EtcdStore::EtcdStore(const EtcdStoreOptions& options)
-    : LeaseStore(options.timeout), client_(std::make_unique<Client>(options)) {
+    : Store(options.timeout), client_(std::make_unique<Client>(options)) {
   client_->transport->probe();
 }
 
@@ -463,7 +463,7 @@ void EtcdStore::multi_set(const std::vector<std::string>& keys,
 // ---------------------------------------------------------------------------
 // Leases, revision, watches
 
-LeaseStore::LeaseId EtcdStore::grant_lease(std::chrono::seconds ttl) {
+StoreLeases::LeaseId EtcdStore::grant_lease(std::chrono::seconds ttl) {
   if (ttl.count() <= 0) {
     throw InvalidArgument("EtcdStore::grant_lease",
                           fmt::format("ttl must be positive, got {} s", ttl.count()));

@@ -1,6 +1,6 @@
 // Watches on etcd's /v3/watch stream, each on a connection of its own: the
 // one-key wait under EtcdStore's blocking get/wait/multi_get, and the
-// prefix watch behind LeaseStore::watch_prefix.
+// prefix watch behind StoreWatches::watch_prefix.
 #pragma once
 
 #include <cstdint>
@@ -9,7 +9,7 @@
 #include <string>
 
 #include "ddp/common/time.h"
-#include "ddp/store/lease_store.h"
+#include "ddp/store/store_capabilities.h"
 #include "etcd_http.h"
 
 namespace ddp::etcd {
@@ -33,7 +33,7 @@ WaitResult wait_for_put(Transport& transport, const std::string& origin, const s
 
 // Starts a watch of every key in [key, range_end) (full etcd keys) from
 // `from_revision` (0: now); events carry their key without its first
-// `strip` bytes (the store's prefix). See LeaseStore::watch_prefix.
+// `strip` bytes (the store's prefix). See StoreWatches::watch_prefix.
 std::unique_ptr<StoreWatch> start_watch(std::shared_ptr<Transport> transport, std::string key,
                                         std::string range_end, std::size_t strip,
                                         std::int64_t from_revision,

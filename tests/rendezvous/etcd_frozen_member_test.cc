@@ -46,17 +46,19 @@ TEST(EtcdFrozenMember, ARoundsEndIsSeenByTheNodeWhoseMemberFroze) {
   auto text = [](const EtcdEndpoint& e) { return e.host + ":" + std::to_string(e.port); };
   auto a = node(text(m[0]) + "," + text(m[1]) + "," + text(m[2]));
   auto b = node(text(m[1]) + "," + text(m[2]) + "," + text(m[0]));
-  auto joined_a = std::async(std::launch::async, [&] { return a->next_rendezvous(); });
-  auto joined_b = std::async(std::launch::async, [&] { return b->next_rendezvous(); });
+  auto joined_a = std::async(std::launch::async, [&] { return a->join(); });
+  auto joined_b = std::async(std::launch::async, [&] { return b->join(); });
   ASSERT_EQ(joined_a.wait_for(60s), std::future_status::ready);
   ASSERT_EQ(joined_b.wait_for(60s), std::future_status::ready);
-  const RendezvousInfo info_a = joined_a.get();
-  const RendezvousInfo info_b = joined_b.get();
+  const auto round_a = joined_a.get();
+  const auto round_b = joined_b.get();
+  const RendezvousInfo& info_a = round_a->info();
+  const RendezvousInfo& info_b = round_b->info();
   ASSERT_EQ(info_a.round_prefix, info_b.round_prefix);
 
   std::promise<void> woken;
   std::atomic<bool> once{false};
-  auto watch = a->watch_round(info_a, [&] {
+  auto watch = round_a->watch([&] {
     if (!once.exchange(true)) woken.set_value();
   });
   std::this_thread::sleep_for(1s);  // A's watch waits on member 0
@@ -68,7 +70,7 @@ TEST(EtcdFrozenMember, ARoundsEndIsSeenByTheNodeWhoseMemberFroze) {
   restart.node = info_b.group_rank;
   restart.value = 3;
   const auto ended = SteadyClock::now();
-  ASSERT_EQ(b->end_round(info_b, restart)->wait_until(SteadyClock::now() + 20s), "");
+  ASSERT_EQ(round_b->end(restart)->wait_until(SteadyClock::now() + 20s), "");
   const auto limit = kKeepAliveInterval * kKeepAliveAttempts + 2s;
   ASSERT_EQ(woken.get_future().wait_for(limit + 20s), std::future_status::ready)
       << "A never learned that its round ended";

@@ -39,7 +39,7 @@ std::vector<RendezvousInfo> form(std::vector<std::unique_ptr<RendezvousHandler>>
   std::vector<RendezvousInfo> infos(handlers.size());
   std::vector<std::thread> threads;
   for (std::size_t i = 0; i < handlers.size(); ++i) {
-    threads.emplace_back([&, i] { infos[i] = handlers[i]->next_rendezvous(); });
+    threads.emplace_back([&, i] { infos[i] = handlers[i]->join()->info(); });
   }
   for (auto& t : threads) t.join();
   return infos;
@@ -66,7 +66,7 @@ TEST(StaticRendezvous, RanksFollowGroupRankWithDifferentLocalSizes) {
     threads.emplace_back([&, node] {
       auto handler = make_static_rendezvous(params(3, node, sizes[static_cast<std::size_t>(node)]),
                                             with(store));
-      infos[static_cast<std::size_t>(node)] = handler->next_rendezvous();
+      infos[static_cast<std::size_t>(node)] = handler->join()->info();
     });
   }
   for (auto& t : threads) t.join();
@@ -90,8 +90,8 @@ TEST(StaticRendezvous, RanksFollowGroupRankWithDifferentLocalSizes) {
 TEST(StaticRendezvous, EachRoundHasItsOwnPrefix) {
   auto store = std::make_shared<MemoryStore>();
   auto handler = make_static_rendezvous(params(1, 0, 1), with(store));
-  auto first = handler->next_rendezvous();
-  auto second = handler->next_rendezvous();
+  auto first = handler->join()->info();
+  auto second = handler->join()->info();
   EXPECT_EQ(first.round, 0);
   EXPECT_EQ(second.round, 1);
   EXPECT_FALSE(first.instance.empty());
@@ -105,15 +105,14 @@ TEST(StaticRendezvous, DuplicateNodeRankIsRejected) {
   auto p = params(2, 1, 1);
   p.join_timeout = std::chrono::milliseconds(300);
   // The first node 1 waits for node 0, which never comes.
-  std::thread t([&] {
-    EXPECT_THROW(make_static_rendezvous(p, with(store))->next_rendezvous(), TimeoutError);
-  });
+  std::thread t(
+      [&] { EXPECT_THROW(make_static_rendezvous(p, with(store))->join()->info(), TimeoutError); });
   while (!store->check({"rdzv/r/instance"}))
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   const std::string node_1 = "rdzv/r/" + store->get("rdzv/r/instance") + "/round_0/node_1";
   while (!store->check({node_1})) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   try {
-    make_static_rendezvous(p, with(store))->next_rendezvous();
+    make_static_rendezvous(p, with(store))->join()->info();
     ADD_FAILURE() << "expected InvalidArgument";
   } catch (const InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find("node rank 1 already joined round 0"), std::string::npos)
@@ -128,7 +127,7 @@ TEST(StaticRendezvous, TimeoutNamesMissingNodes) {
   p.join_timeout = std::chrono::milliseconds(100);
   auto handler = make_static_rendezvous(p, with(store));
   try {
-    handler->next_rendezvous();
+    handler->join()->info();
     ADD_FAILURE() << "expected TimeoutError";
   } catch (const TimeoutError& e) {
     EXPECT_NE(std::string(e.what()).find("missing: node_0, node_2"), std::string::npos) << e.what();
@@ -153,7 +152,7 @@ TEST(C10dRendezvous, RanksFollowArrivalOrder) {
     threads.emplace_back([&, i] {
       std::this_thread::sleep_for(std::chrono::milliseconds(30 * i));
       auto p = params(3, 0, i + 1);
-      infos[static_cast<std::size_t>(i)] = make_c10d_rendezvous(p, with(store))->next_rendezvous();
+      infos[static_cast<std::size_t>(i)] = make_c10d_rendezvous(p, with(store))->join()->info();
     });
   }
   for (auto& t : threads) t.join();
@@ -174,20 +173,21 @@ TEST(C10dRendezvous, RangeClosesAfterLastCallAndALateNodeIsAdmittedByAReform) {
   p.node_rank = -1;
   p.last_call_timeout = std::chrono::milliseconds(50);
   auto first = make_c10d_rendezvous(p, with(store));
-  auto info = first->next_rendezvous();
+  auto round = first->join();
+  const RendezvousInfo info = round->info();
   EXPECT_EQ(info.group_world_size, 1);
   EXPECT_EQ(info.world_size, 2);
   // A node that arrives while the group is below max ends the running round
   // ("joined"); the first node rejoins and both form the next round at once.
   auto late = make_c10d_rendezvous(p, with(store));
   RendezvousInfo late_info;
-  std::thread joiner([&] { late_info = late->next_rendezvous(); });
-  auto watch = first->watch_round(info, [] {});
+  std::thread joiner([&] { late_info = late->join()->info(); });
+  auto watch = round->watch([] {});
   for (int i = 0; i < 500 && !watch->ended(); ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   ASSERT_TRUE(watch->ended());
   EXPECT_EQ(watch->ended()->kind, RoundEnd::Kind::kNodeJoined);
-  auto second = first->next_rendezvous();
+  auto second = first->join()->info();
   joiner.join();
   EXPECT_EQ(second.group_world_size, 2);
   EXPECT_EQ(second.group_rank, 0);
@@ -205,7 +205,7 @@ TEST(JobInstance, SecondJobWithTheSameIdIsRefusedWhileTheFirstRuns) {
   const auto a = form(first);
   auto second = static_job(store, 2, "b");
   try {
-    second[1]->next_rendezvous();
+    second[1]->join()->info();
     ADD_FAILURE() << "expected InvalidArgument";
   } catch (const InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find("run id 'r' is already used by a running job"),
@@ -304,10 +304,10 @@ TEST(JobInstance, MultiNodeStartIsNotDelayedByTheLivenessCheck) {
                               : make_static_rendezvous(p, with(store)));
     }
     std::chrono::steady_clock::time_point second_start, second_done;
-    std::thread first([&] { handlers[0]->next_rendezvous(); });
+    std::thread first([&] { handlers[0]->join()->info(); });
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     second_start = std::chrono::steady_clock::now();
-    handlers[1]->next_rendezvous();
+    handlers[1]->join()->info();
     second_done = std::chrono::steady_clock::now();
     first.join();
     EXPECT_LT(second_done - second_start, std::chrono::milliseconds(1500)) << "c10d: " << c10d;

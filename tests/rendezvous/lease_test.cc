@@ -218,10 +218,10 @@ TEST(LeaseRendezvous, LeavingRevokesTheLeaseAndStopsWatching) {
   c.add_node().begin_join();
   c.add_node().begin_join();
   ASSERT_EQ(c.form({0, 1}).size(), 2u);
-  EXPECT_EQ(c.store().watches(), 2u) << "each node watches its neighbour";
+  EXPECT_EQ(c.store().watch_count(), 2u) << "each node watches its neighbour";
   const std::string member = c.node(0).member();
   c.node(0).shutdown(5s);
-  EXPECT_EQ(c.store().watches(), 1u);
+  EXPECT_EQ(c.store().watch_count(), 1u);
   EXPECT_FALSE(c.store().check({alive_key(member)})) << "revoking the lease deleted the key";
 }
 

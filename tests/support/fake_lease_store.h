@@ -1,4 +1,5 @@
-// FakeLeaseStore: an in-memory LeaseStore (the etcd backend's model) with a
+// FakeLeaseStore: an in-memory store with leases, watches, tickets and
+// prefix operations (store_capabilities.h; the etcd backend's model) with a
 // fake clock, for tests of the rendezvous' liveness without etcd: a
 // MemoryStore with leases that expire when expire() runs past their deadline
 // (by FakeTime), tickets, take_over, and watches that push every delete
@@ -27,17 +28,26 @@
 
 #include "ddp/common/error.h"
 #include "ddp/common/time.h"
-#include "ddp/store/lease_store.h"
 #include "ddp/store/memory_store.h"
+#include "ddp/store/store_capabilities.h"
 
 namespace ddp::test {
 
 // Leases expire when expire() runs past their deadline; every delete (direct,
 // revoked or expired) is pushed to the watches whose prefix it matches, before
 // the call returns.
-class FakeLeaseStore final : public LeaseStore {
+class FakeLeaseStore final : public Store,
+                             public StoreLeases,
+                             public StoreWatches,
+                             public StoreTickets,
+                             public StorePrefixes {
  public:
   explicit FakeLeaseStore(const FakeTime& time) : time_(time) {}
+
+  StoreLeases* leases() override { return this; }
+  StoreWatches* watches() override { return this; }
+  StoreTickets* tickets() override { return this; }
+  StorePrefixes* prefixes() override { return this; }
 
   void set(const std::string& key, const std::string& value) override {
     note(key);
@@ -179,7 +189,8 @@ class FakeLeaseStore final : public LeaseStore {
     }
     for (auto id : due) revoke_lease(id);
   }
-  std::size_t watches() const {
+  // Watches running now.
+  std::size_t watch_count() const {
     std::lock_guard lock(mutex_);
     return watches_.size();
   }

@@ -7,7 +7,7 @@
 // Every round has its own key prefix in the store; workers get a prefix below it
 // (RendezvousInfo::worker_prefix), so a worker of an old round can never touch
 // the keys of a new one. While a round runs, the agent watches it
-// (watch_round) and ends it (end_round, arrive_at_exit_barrier); how an end is
+// (Round::watch) and ends it (Round::end, Round::arrive_at_exit_barrier); how an end is
 // told and seen is the handler's (round.h).
 //
 // Job instances (static). Many jobs may share one long-lived store (ddp-rendezvous), and
@@ -129,64 +129,76 @@ struct RendezvousInfo {
   std::uint16_t store_port = 0;
 };
 
+// One round this node takes part in (RendezvousHandler::join): what it
+// decided, and what the agent does with it while it runs (watch it, end it,
+// pass its exit barrier). How an end is told and seen is the handler's
+// (round.h). Must not outlive its handler. Thread-safety: used by the agent's
+// thread; a watch's wake comes from another.
+class Round {
+ public:
+  virtual ~Round() = default;
+  const RendezvousInfo& info() const { return info_; }
+
+  // Starts watching the round for its end: another agent ended it (end()),
+  // every node passed the exit barrier, or the store was lost. `wake` is
+  // called once, from another thread, when it ended; the watch then tells
+  // how. Destroying the watch stops watching. Never blocks.
+  virtual std::unique_ptr<RoundWatch> watch(std::function<void()> wake) = 0;
+
+  // Ends the round for every agent (the first end set wins) on a thread of
+  // its own and returns at once: the caller stops its workers meanwhile, then
+  // waits for the PendingEnd as long as it likes. Never throws.
+  virtual std::unique_ptr<PendingEnd> end(const RoundEnd& end) = 0;
+
+  // This node's workers all succeeded: counts it at the round's exit barrier;
+  // the last node to arrive ends the round with kDone (waiting for the store
+  // at most until `deadline`). Throws the store's errors.
+  virtual void arrive_at_exit_barrier(Clock::time_point deadline) = 0;
+
+  // A worker of this node failed. With elastic membership the cause may be a
+  // node that died: its peers' collectives fail at once, long before its
+  // keep-alives are missed. Returns how long to wait for the round's watch to
+  // report a membership change before calling it a worker failure: zero for
+  // a fixed membership, or when every member of the round showed a
+  // keep-alive within about one keep-alive interval (a real failure). Blocks
+  // that long at most. Never throws.
+  virtual std::chrono::milliseconds grace_for_membership_change() {
+    return std::chrono::milliseconds(0);
+  }
+
+ protected:
+  explicit Round(RendezvousInfo info) : info_(std::move(info)) {}
+
+ private:
+  RendezvousInfo info_;
+};
+
 class RendezvousHandler {
  public:
   virtual ~RendezvousHandler() = default;
 
   // Joins the next round and blocks until every node of it has joined. The
   // first call of a multi-node job claims or joins the job instance (see above)
-  // and starts the heartbeat thread.
+  // and starts the heartbeat thread. The round must not outlive the handler.
   // Throws TimeoutError naming the missing nodes after join_timeout,
   // InvalidArgument when this node does not fit (node rank out of range, two
   // nodes with the same rank, round already full) or when a live job already
   // uses the run id, and the store's errors.
-  virtual RendezvousInfo next_rendezvous() = 0;
+  virtual std::unique_ptr<Round> join() = 0;
 
   // This node is done with the job (after its last round, whatever the
   // outcome). Stops the heartbeat; the last agent of the last round to call it
   // deletes the job's remaining keys. Waits at most `deadline` for the store
   // (a frozen store must not hold up an exit); what has not finished by then
   // is abandoned (ddp::BackgroundCall) with its own store handle. Never
-  // throws. Must not be called while next_rendezvous() runs on another thread;
-  // after it, next_rendezvous() must not be called again. A no-op for a
+  // throws. Must not be called while join() runs on another thread;
+  // after it, join() must not be called again. A no-op for a
   // single-node job; when no round formed it only stops this node's
   // heartbeat or keep-alives (and takes its keep-alive key away).
   virtual void shutdown(std::chrono::milliseconds deadline) { (void)deadline; }
 
-  // ---- the round in progress: the agent drives these between next_rendezvous() calls
-
-  // Starts watching round `info` for its end: another agent ended it
-  // (end_round), every node passed the exit barrier, or the store was lost.
-  // `wake` is called once, from another thread, when it ended; the watch then
-  // tells how. Destroying the watch stops watching. Never blocks.
-  virtual std::unique_ptr<RoundWatch> watch_round(const RendezvousInfo& info,
-                                                  std::function<void()> wake) = 0;
-
-  // Ends round `info` for every agent (the first end set wins) on a thread of
-  // its own and returns at once: the caller stops its workers meanwhile, then
-  // waits for the PendingEnd as long as it likes. Never throws.
-  virtual std::unique_ptr<PendingEnd> end_round(const RendezvousInfo& info,
-                                                const RoundEnd& end) = 0;
-
-  // This node's workers all succeeded: counts it at round `info`'s exit
-  // barrier; the last node to arrive ends the round with kDone (waiting for
-  // the store at most until `deadline`). Throws the store's errors.
-  virtual void arrive_at_exit_barrier(const RendezvousInfo& info, Clock::time_point deadline) = 0;
-
   // Nodes that wait to join the next round (none for a fixed membership).
   virtual int num_nodes_waiting() { return 0; }
-
-  // A worker of this node failed in round `info`. With elastic membership the
-  // cause may be a node that died: its peers' collectives fail at once, long
-  // before its keep-alives are missed. Returns how long to wait for the round's
-  // watch to report a membership change before calling it a worker failure:
-  // zero for a fixed membership, or when every member of the round showed a
-  // keep-alive within about one keep-alive interval (a real failure). Blocks
-  // that long at most. Never throws.
-  virtual std::chrono::milliseconds grace_for_membership_change(const RendezvousInfo& info) {
-    (void)info;
-    return std::chrono::milliseconds(0);
-  }
 
   // The store the agents meet in (used by the agent's thread).
   virtual std::shared_ptr<Store> store() = 0;
@@ -206,11 +218,6 @@ class RendezvousHandler {
   virtual const RendezvousParams& params() const = 0;
 };
 
-// The static handler: node_rank is given, the round is complete when every
-// rank in [0, max_nodes) has joined (min_nodes must equal max_nodes). Takes a
-// store that already exists (the caller hosts or connects to it).
-// Throws InvalidArgument for bad params or neither a store nor an opener.
-// A single-node job (max_nodes == 1) never touches the store.
 // Opens another handle on the agents' store (see open_store()).
 using StoreOpener = std::function<std::shared_ptr<Store>()>;
 
@@ -237,6 +244,11 @@ struct RendezvousStore {
   std::uint16_t worker_store_port = 0;
 };
 
+// The static handler: node_rank is given, the round is complete when every
+// rank in [0, max_nodes) has joined (min_nodes must equal max_nodes). Takes a
+// store that already exists (the caller hosts or connects to it).
+// Throws InvalidArgument for bad params or neither a store nor an opener.
+// A single-node job (max_nodes == 1) never touches the store.
 std::unique_ptr<RendezvousHandler> make_static_rendezvous(const RendezvousParams& params,
                                                           RendezvousStore store);
 
@@ -249,9 +261,10 @@ std::unique_ptr<RendezvousHandler> make_static_rendezvous(const RendezvousParams
 std::unique_ptr<RendezvousHandler> make_c10d_rendezvous(const RendezvousParams& params,
                                                         RendezvousStore store);
 
-// The etcd handler: the c10d protocol on an etcd cluster (store.store must be a
-// LeaseStore); liveness by leases and DELETE events, workers' store served by
-// group rank 0's agent (store.worker_store_port).
+// The etcd handler: the c10d protocol on an etcd cluster (store.store must
+// have leases and watches: store_capabilities.h); liveness by leases and
+// DELETE events, workers' store served by group rank 0's agent
+// (store.worker_store_port). Throws InvalidArgument for a store without them.
 std::unique_ptr<RendezvousHandler> make_etcd_rendezvous(const RendezvousParams& params,
                                                         RendezvousStore store);
 

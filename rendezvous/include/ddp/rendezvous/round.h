@@ -30,6 +30,8 @@ struct RoundEnd {
   // Whether the round ends because its membership changed (a node lost or
   // admitted): that does not consume --max_restarts.
   bool membership_change() const { return kind == Kind::kNodeLost || kind == Kind::kNodeJoined; }
+  // Whether the round ended so that it leaves nothing for a waiting node to join.
+  bool ends_the_job() const { return kind == Kind::kDone || kind == Kind::kAbort; }
 };
 
 // The value stored under "<round prefix>/end" ("restart 1 3", "abort 0 15",
@@ -41,7 +43,7 @@ std::optional<RoundEnd> parse_round_end(const std::string& text);
 // A one-line description for logs and reports ("node 2 was lost (...)").
 std::string describe(const RoundEnd& end);
 
-// Watches one round for its end (RendezvousHandler::watch_round). Destroying
+// Watches one round for its end (Round::watch). Destroying
 // it stops watching; a watch still blocked in the store is left to finish on
 // its own and wakes nobody. Thread-safe.
 class RoundWatch {
@@ -51,7 +53,7 @@ class RoundWatch {
   virtual std::optional<RoundEnd> ended() const = 0;
 };
 
-// An end being told to the other agents (RendezvousHandler::end_round).
+// An end being told to the other agents (Round::end).
 class PendingEnd {
  public:
   virtual ~PendingEnd() = default;

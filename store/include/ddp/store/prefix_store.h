@@ -1,6 +1,9 @@
 // A Store decorator that puts "<prefix>/" in front of every key (Gloo's
 // PrefixStore). Used for one namespace per rendezvous round and per process
 // group, so a worker of an old round can never touch the keys of a new one.
+// The base store's capabilities (leases(), watches(), tickets(), prefixes())
+// are offered here too, prefixed the same way: wrapping an etcd store in a
+// prefix keeps its leases and watches.
 #pragma once
 
 #include <memory>
@@ -14,6 +17,7 @@ class PrefixStore final : public Store {
   // Shares ownership of `base`; its timeout is the initial timeout here.
   // Throws InvalidArgument for a null base.
   PrefixStore(std::string prefix, std::shared_ptr<Store> base);
+  ~PrefixStore() override;
 
   void set(const std::string& key, const std::string& value) override;
   using Store::get;
@@ -33,6 +37,12 @@ class PrefixStore final : public Store {
                  const std::vector<std::string>& values) override;
   void append(const std::string& key, const std::string& value) override;
 
+  // The base's capabilities with this prefix (null where the base has none).
+  StoreLeases* leases() override;
+  StoreWatches* watches() override;
+  StoreTickets* tickets() override;
+  StorePrefixes* prefixes() override;
+
   const std::string& prefix() const { return prefix_; }
   const std::shared_ptr<Store>& base() const { return base_; }
 
@@ -40,8 +50,18 @@ class PrefixStore final : public Store {
   std::string key(const std::string& key) const { return prefix_ + "/" + key; }
   std::vector<std::string> keys(const std::vector<std::string>& keys) const;
 
+  class Leases;
+  class Watches;
+  class Tickets;
+  class Prefixes;
+
   std::string prefix_;
   std::shared_ptr<Store> base_;
+  // Created with the store when the base has the capability.
+  std::unique_ptr<Leases> leases_;
+  std::unique_ptr<Watches> watches_;
+  std::unique_ptr<Tickets> tickets_;
+  std::unique_ptr<Prefixes> prefixes_;
 };
 
 }  // namespace ddp

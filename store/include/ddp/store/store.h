@@ -17,6 +17,12 @@
 
 namespace ddp {
 
+// Optional capabilities (store_capabilities.h).
+class StoreLeases;
+class StoreWatches;
+class StoreTickets;
+class StorePrefixes;
+
 class Store {
  public:
   using Duration = std::chrono::milliseconds;
@@ -68,6 +74,14 @@ class Store {
 
   // Appends `value` to `key`, creating it when missing.
   virtual void append(const std::string& key, const std::string& value) = 0;
+
+  // What this store offers beyond these calls (store_capabilities.h): each is
+  // null when the store does not have it, else owned by the store and valid as
+  // long as it is. The built-in stores have none; EtcdStore has all four.
+  virtual StoreLeases* leases() { return nullptr; }
+  virtual StoreWatches* watches() { return nullptr; }
+  virtual StoreTickets* tickets() { return nullptr; }
+  virtual StorePrefixes* prefixes() { return nullptr; }
 
   // The default timeout of blocking calls. Thread-safe, like every method: a
   // call that starts after set_timeout returned uses the new value.

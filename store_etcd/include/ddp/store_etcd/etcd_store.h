@@ -1,4 +1,5 @@
-// EtcdStore: a Store (with leases and watches: LeaseStore) on an etcd v3
+// EtcdStore: a Store with all four capabilities of store_capabilities.h
+// (leases, watches, tickets, prefix operations) on an etcd v3
 // cluster, spoken to through etcd's HTTP/JSON gateway (/v3/...) with
 // Boost.Beast; no gRPC. etcd >= 3.4 serves the gateway by default.
 //
@@ -61,7 +62,7 @@
 #include <string>
 #include <vector>
 
-#include "ddp/store/lease_store.h"
+#include "ddp/store/store_capabilities.h"
 
 namespace ddp {
 
@@ -105,7 +106,11 @@ struct EtcdStoreOptions {
   Store::Duration watch_check_interval = std::chrono::seconds(2);
 };
 
-class EtcdStore final : public LeaseStore {
+class EtcdStore final : public Store,
+                        public StoreLeases,
+                        public StoreWatches,
+                        public StoreTickets,
+                        public StorePrefixes {
  public:
   explicit EtcdStore(const EtcdStoreOptions& options);
   ~EtcdStore() override;
@@ -129,6 +134,11 @@ class EtcdStore final : public LeaseStore {
   void multi_set(const std::vector<std::string>& keys,
                  const std::vector<std::string>& values) override;
   void append(const std::string& key, const std::string& value) override;
+
+  StoreLeases* leases() override { return this; }
+  StoreWatches* watches() override { return this; }
+  StoreTickets* tickets() override { return this; }
+  StorePrefixes* prefixes() override { return this; }
 
   LeaseId grant_lease(std::chrono::seconds ttl) override;
   bool refresh_lease(LeaseId lease) override;
