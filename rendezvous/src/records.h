@@ -13,7 +13,7 @@
 //   assignment   R/assign_<decider>_<i>              "<group rank> <base rank> <watched member> <watched rank>" or "spare"
 //   members      R/members_<decider>                 "<member> <member> ..." in group-rank order
 //   current      rdzv/<run_id>/current               "<round> <nodes>"
-//   keep-alive   rdzv/<run_id>/alive/<member>        a counter ("17"), or on a LeaseStore the lease id
+//   keep-alive   rdzv/<run_id>/alive/<member>        a counter ("17"), or on a store with leases the lease id
 //   static node  rdzv/<run_id>/<instance>/round_<r>/node_<g>
 //                                                    "<local world size> <master port> <addr> <nonce>"
 #pragma once
