@@ -1,6 +1,8 @@
 #include "dynamic_keys.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <limits>
 
 #include "ddp/common/error.h"
 #include "ddp/store/store_capabilities.h"
@@ -31,7 +33,13 @@ std::int64_t take_arrival_index(Store& store, const std::string& r) {
 
 std::int64_t count_arrivals(Store& store, const std::string& r) {
   if (auto* tickets = store.tickets()) return tickets->tickets_taken(arrivals_key(r));
-  return store.add(arrivals_key(r), 0);
+  // A read, not add(key, 0): a look at a round must not create its counter.
+  const std::string key = arrivals_key(r);
+  const auto text = try_get(store, key);
+  return text ? parse_integer(*text, key, "arrival counter",
+                              std::numeric_limits<std::int64_t>::min(),
+                              std::numeric_limits<std::int64_t>::max())
+              : 0;
 }
 
 std::vector<std::optional<Arrival>> read_records(Store& store, const std::string& r,

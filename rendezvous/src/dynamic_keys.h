@@ -61,6 +61,8 @@ std::optional<std::string> try_get(Store& store, const std::string& key);
 
 // Takes this node's arrival index in round R; and how many arrived (both as
 // counted: anyone may add to the counter; clamp with considered_arrivals).
+// Counting reads: it creates no key. A counter that is not an integer is a
+// ProtocolError naming its key.
 std::int64_t take_arrival_index(Store& store, const std::string& r);
 std::int64_t count_arrivals(Store& store, const std::string& r);
 

@@ -308,6 +308,18 @@ TEST(DynamicRendezvous, NodesWaitingForTheNextRoundAreCounted) {
   EXPECT_EQ(c.node(1).num_nodes_waiting(), 1);
 }
 
+TEST(DynamicRendezvous, CountingTheNodesWaitingCreatesNoKey) {
+  Cluster c({1, 2});
+  c.add_node().begin_join();
+  c.add_node().begin_join();
+  ASSERT_EQ(c.form({0, 1}).size(), 2u);
+  const auto keys = c.store().num_keys();
+  EXPECT_EQ(c.node(0).num_nodes_waiting(), 0);
+  EXPECT_FALSE(c.store().check({"rdzv/job/round_1/arrivals"}))
+      << "a look at the next round must not create its arrival counter";
+  EXPECT_EQ(c.store().num_keys(), keys);
+}
+
 TEST(DynamicRendezvous, SpareLeavesWhenTheJobEnds) {
   Cluster c({1, 1 + 1});
   c.add_node().begin_join();
