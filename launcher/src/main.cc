@@ -1,4 +1,7 @@
-// ddprun: command line -> LaunchConfig -> rendezvous + agent.
+// ddprun: command line -> LaunchConfig -> rendezvous + agent. The config holds
+// what the rendezvous factory and the agent are given; this adds what is
+// known only when ddprun runs: the store's token, the environment workers
+// inherit and the run's log directory.
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -17,18 +20,11 @@
 #include "ddp/common/logging.h"
 #include "ddp/launcher/launch_config.h"
 #include "ddp/launcher/python_check.h"
-#include "ddp/rendezvous/backends.h"
 #include "ddp/rendezvous/rendezvous_factory.h"
 
 extern char** environ;
 
 namespace {
-
-std::string host_name() {
-  char buffer[256] = {};
-  if (::gethostname(buffer, sizeof(buffer) - 1) != 0) return "localhost";
-  return buffer;
-}
 
 // Removes this user's ddprun-<pid>-* temporary directories in `tmp` whose ddprun
 // no longer runs: a SIGKILLed ddprun cannot remove its own.
@@ -113,14 +109,15 @@ void note_missing_torch(const ddp::launcher::LaunchConfig& config) {
 // "from SLURM: --nnodes=2 (SLURM_NNODES), --node_rank=1 (SLURM_NODEID), ...".
 void log_slurm_options(const ddp::launcher::LaunchConfig& config) {
   if (config.from_slurm.empty()) return;
+  const ddp::RendezvousConfig& rdzv = config.rendezvous;
   auto value = [&](const std::string& option) -> std::string {
-    if (option == "nnodes") return std::to_string(config.max_nodes);
-    if (option == "node_rank") return std::to_string(config.node_rank);
-    if (option == "rdzv_id") return config.rdzv_id;
+    if (option == "nnodes") return std::to_string(rdzv.params.max_nodes);
+    if (option == "node_rank") return std::to_string(rdzv.params.node_rank);
+    if (option == "rdzv_id") return rdzv.params.run_id;
     if (option == "master_addr") return config.master_addr;
     if (option == "master_port") return std::to_string(config.master_port);
-    if (option == "rdzv_endpoint") return config.rdzv_host + ":" + std::to_string(config.rdzv_port);
-    if (option == "nproc_per_node") return std::to_string(config.nproc_per_node);
+    if (option == "rdzv_endpoint") return rdzv.host + ":" + std::to_string(rdzv.port);
+    if (option == "nproc_per_node") return std::to_string(config.agent.spec.local_world_size);
     return "?";
   };
   std::string line;
@@ -138,51 +135,8 @@ int run(const ddp::launcher::LaunchConfig& config) {
   // the handled signals so that only the agent's signalfd sees them.
   auto launcher = ddp::agent::make_posix_launcher(config.signals);
 
-  ddp::RendezvousConfig rdzv;
-  rdzv.backend = config.rdzv_backend;
-  rdzv.host = config.rdzv_host;
-  rdzv.port = config.rdzv_port;
-  const ddp::RendezvousBackend* backend = ddp::find_rendezvous_backend(config.rdzv_backend);
-  if (backend == nullptr) throw ddp::InvalidArgument("ddprun", "unknown rendezvous backend");
-  rdzv.is_host =
-      backend->store_at == ddp::RendezvousBackend::StoreAt::kNodeRankZero && config.node_rank == 0;
-  rdzv.host_auto = backend->store_at == ddp::RendezvousBackend::StoreAt::kEndpoint;
-  rdzv.etcd.endpoints = config.rdzv_endpoints;
-  rdzv.etcd.tls = config.etcd_tls;
-  rdzv.etcd.ca_file = config.etcd_ca_file;
-  rdzv.etcd.cert_file = config.etcd_cert_file;
-  rdzv.etcd.key_file = config.etcd_key_file;
-  rdzv.etcd.username = config.etcd_username;
-  rdzv.etcd.password = config.etcd_password;
+  ddp::RendezvousConfig rdzv = config.rendezvous;
   rdzv.token = ddp::env::get_or("DDP_STORE_TOKEN", "");
-  rdzv.connect_timeout = config.join_timeout;
-  rdzv.params.run_id = config.rdzv_id;
-  rdzv.params.min_nodes = config.min_nodes;
-  rdzv.params.max_nodes = config.max_nodes;
-  rdzv.params.node_rank = config.node_rank;
-  rdzv.params.local_world_size = config.nproc_per_node;
-  rdzv.params.local_addr = config.local_addr;
-  rdzv.params.join_timeout = config.join_timeout;
-  rdzv.params.last_call_timeout = config.last_call_timeout;
-  rdzv.params.keep_alive_interval = config.keep_alive_interval;
-  rdzv.params.keep_alive_max_attempt = config.keep_alive_max_attempt;
-  // What tells this job from another that uses its run id on a shared store:
-  // its node range and the program's file name. Not its arguments, which may
-  // differ per node (SLURM scripts pass per-node ones, as torchrun allows) and
-  // may hold secrets; not the program's path, which nodes may spell
-  // differently. The signature is stored where other jobs can read it.
-  rdzv.params.job_signature =
-      "nnodes=" + std::to_string(config.min_nodes) + ":" + std::to_string(config.max_nodes) +
-      " program=" + std::filesystem::path(config.program).filename().string();
-  rdzv.keep_alive_write_timeout = config.keep_alive_write_timeout;
-  rdzv.read_timeout = config.read_timeout;
-  if (config.is_host && backend->store_at == ddp::RendezvousBackend::StoreAt::kEndpoint) {
-    rdzv.is_host = *config.is_host;
-    rdzv.host_auto = false;
-  }
-  // c10d sorts group ranks by --node_rank only when it was given.
-  if (!backend->fixed_node_count && !config.node_rank_given) rdzv.params.node_rank = -1;
-
   std::unique_ptr<ddp::RendezvousHandler> handler;
   try {
     handler = ddp::create_rendezvous(rdzv);
@@ -191,24 +145,7 @@ int run(const ddp::launcher::LaunchConfig& config) {
     return 1;
   }
 
-  ddp::agent::AgentOptions options;
-  options.spec.role = config.role;
-  options.spec.local_world_size = config.nproc_per_node;
-  options.spec.argv = config.command;
-  // The report's title: the program as the user typed it, as torchrun does.
-  options.spec.name = config.program;
-  options.spec.max_restarts = config.max_restarts;
-  if (config.close_timeout) options.announce_timeout = *config.close_timeout;
-  options.spec.redirects = config.redirects;
-  options.spec.tee = config.tee;
-  options.spec.console_ranks = config.local_ranks_filter;
-  if (auto tmpl = ddp::env::get("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE")) {
-    options.spec.line_prefix_template = *tmpl;
-  }
-  options.set_omp_num_threads = config.nproc_per_node > 1;
-  options.stop_grace = config.stop_grace;
-  options.exit_barrier_timeout = config.exit_barrier_timeout;
-  options.hostname = host_name();
+  ddp::agent::AgentOptions options = config.agent;
   for (char** var = environ; *var != nullptr; ++var) options.base_env.emplace_back(*var);
 
   // Without --log_dir the per-attempt files (error.json) live in a private
@@ -228,7 +165,7 @@ int run(const ddp::launcher::LaunchConfig& config) {
   }
   try {
     options.run_log_dir =
-        prepare_run_log_dir(temp_dir.empty() ? config.log_dir : temp_dir, config.rdzv_id);
+        prepare_run_log_dir(temp_dir.empty() ? config.log_dir : temp_dir, rdzv.params.run_id);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "ddprun: error: %s\n", e.what());
     if (!temp_dir.empty()) {

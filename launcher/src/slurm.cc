@@ -5,6 +5,9 @@
 
 #include "ddp/common/env.h"
 #include "ddp/common/error.h"
+#include "ddp/rendezvous/backends.h"
+#include "options.h"
+#include "values.h"
 
 namespace ddp::launcher {
 namespace {
@@ -406,6 +409,70 @@ std::optional<SlurmEnvironment::Count> SlurmEnvironment::workers_per_node() cons
     }
   }
   return std::nullopt;
+}
+
+void fill_from_slurm(const SlurmEnvironment& slurm,
+                     const std::function<bool(const std::string& name)>& given, RawOptions& raw,
+                     std::map<std::string, std::string>& from_slurm) {
+  if (!slurm.in_job() || given("standalone") || given("rdzv_endpoint")) return;
+  const RendezvousBackend* backend = find_rendezvous_backend(raw.rdzv_backend);
+  // An unknown backend and etcd without an endpoint are refused later.
+  if (backend == nullptr || backend->store_at == RendezvousBackend::StoreAt::kEtcd) return;
+  // Reads one thing from SLURM; a bad value names the variable and the flag
+  // that would override it.
+  auto read = [](const std::string& flag, auto reader) {
+    try {
+      return reader();
+    } catch (const InvalidArgument& e) {
+      fail(std::string(e.what()) + "; " + flag + " overrides it");
+    }
+  };
+  if (!given("nnodes")) {
+    const auto nodes = read("--nnodes", [&] { return slurm.num_nodes(); });
+    raw.nnodes = std::to_string(nodes.value);
+    from_slurm["nnodes"] = nodes.variable;
+    // In the batch script (or a salloc shell) only one node would join:
+    // the others never start, and node 0 would wait for them.
+    if (nodes.value > 1 && !given("node_rank") && !slurm.in_step()) {
+      fail("this SLURM job has " + std::to_string(nodes.value) + " nodes (" + nodes.variable + "=" +
+           raw.nnodes +
+           ") but ddprun runs outside a job step (SLURM_STEP_ID is not "
+           "set, as in the batch script itself): start one ddprun per node with srun "
+           "(`srun --ntasks=$SLURM_JOB_NUM_NODES ddprun ...`), or give --nnodes and "
+           "--node_rank");
+    }
+  }
+  if (!given("node_rank")) {
+    const auto id = read("--node_rank", [&] { return slurm.node_id(); });
+    raw.node_rank = std::to_string(id.value);
+    from_slurm["node_rank"] = id.variable;
+  }
+  if (!given("rdzv_id")) {
+    raw.rdzv_id = read("--rdzv_id", [&] { return slurm.job_id(); });
+    from_slurm["rdzv_id"] = "SLURM_JOB_ID";
+  }
+  if (!given("master_addr")) {
+    raw.master_addr = read("--master_addr", [&] { return slurm.master_host(); });
+    from_slurm["master_addr"] = "the first host of " + slurm.node_list().variable;
+  }
+  if (!given("master_port")) {
+    raw.master_port = std::to_string(read("--master_port", [&] { return slurm.store_port(); }));
+    from_slurm["master_port"] = "20000 + SLURM_JOB_ID mod 10000";
+  }
+  if (backend->store_at == RendezvousBackend::StoreAt::kEndpoint) {
+    raw.rdzv_endpoint = join_endpoint(raw.master_addr, raw.master_port);
+    auto source = [&](const std::string& name) {
+      auto it = from_slurm.find(name);
+      return it != from_slurm.end() ? it->second : "--" + name;
+    };
+    from_slurm["rdzv_endpoint"] = source("master_addr") + " and " + source("master_port");
+  }
+  if (!given("nproc_per_node")) {
+    if (auto workers = read("--nproc_per_node", [&] { return slurm.workers_per_node(); })) {
+      raw.nproc_per_node = std::to_string(workers->value);
+      from_slurm["nproc_per_node"] = workers->variable;
+    }
+  }
 }
 
 }  // namespace ddp::launcher

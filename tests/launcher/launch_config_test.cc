@@ -32,13 +32,14 @@ TEST(LaunchConfig, RendezvousDefaultsAgreeWithTheRendezvousOwn) {
   ASSERT_TRUE(parsed.config) << parsed.output;
   const RendezvousParams params;
   const RendezvousConfig rendezvous;
-  EXPECT_EQ(parsed.config->last_call_timeout, params.last_call_timeout);
+  EXPECT_EQ(parsed.config->rendezvous.params.last_call_timeout, params.last_call_timeout);
   EXPECT_EQ(params.last_call_timeout, 30s) << "torchrun's default";
-  EXPECT_EQ(parsed.config->join_timeout, params.join_timeout);
-  EXPECT_EQ(parsed.config->keep_alive_interval, params.keep_alive_interval);
-  EXPECT_EQ(parsed.config->keep_alive_max_attempt, params.keep_alive_max_attempt);
-  EXPECT_EQ(parsed.config->keep_alive_write_timeout, rendezvous.keep_alive_write_timeout);
-  EXPECT_EQ(parsed.config->read_timeout, rendezvous.read_timeout);
+  EXPECT_EQ(parsed.config->rendezvous.params.join_timeout, params.join_timeout);
+  EXPECT_EQ(parsed.config->rendezvous.params.keep_alive_interval, params.keep_alive_interval);
+  EXPECT_EQ(parsed.config->rendezvous.params.keep_alive_max_attempt, params.keep_alive_max_attempt);
+  EXPECT_EQ(parsed.config->rendezvous.keep_alive_write_timeout,
+            rendezvous.keep_alive_write_timeout);
+  EXPECT_EQ(parsed.config->rendezvous.read_timeout, rendezvous.read_timeout);
 }
 
 TEST(LaunchConfig, APasswordFileIsItsFirstLineWithoutItsLineEnd) {
@@ -54,7 +55,7 @@ TEST(LaunchConfig, APasswordFileIsItsFirstLineWithoutItsLineEnd) {
         parse({"--rdzv_backend=etcd", "--rdzv_endpoint=127.0.0.1", "--nnodes=1:2",
                "--rdzv_conf=username=root,password_file=" + file, "--no_python", "/bin/true"});
     ASSERT_TRUE(parsed.config) << parsed.output;
-    EXPECT_EQ(parsed.config->etcd_password, "s3cret") << file;
+    EXPECT_EQ(parsed.config->rendezvous.etcd.password, "s3cret") << file;
   }
   auto refused =
       parse({"--rdzv_backend=etcd", "--rdzv_endpoint=127.0.0.1", "--nnodes=1:2",

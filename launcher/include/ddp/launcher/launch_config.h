@@ -1,95 +1,71 @@
 // Everything ddprun's command line says, parsed and validated once
-// (parse_command_line) and then read-only: the launcher turns it into the
-// rendezvous config and the agent's options.
+// (parse_command_line) and then read-only. It is made of the structs it feeds,
+// the rendezvous factory's config and the agent's options, with their own
+// defaults; ddprun passes them on, adding only what it learns when it runs.
 #pragma once
 
-#include <chrono>
 #include <cstdint>
 #include <map>
 #include <optional>
-#include <set>
 #include <string>
 #include <vector>
 
 #include "ddp/agent/worker_spec.h"
+#include "ddp/launcher/host_facts.h"
+#include "ddp/rendezvous/rendezvous_factory.h"
 
 namespace ddp::launcher {
 
 struct LaunchConfig {
-  // --nnodes N or MIN:MAX (default 1:1).
-  int min_nodes = 1;
-  int max_nodes = 1;
-  // --nproc_per_node, resolved (cpu/gpu/auto become numbers).
-  int nproc_per_node = 1;
+  // What the rendezvous factory is given, all but the store's token (ddprun
+  // reads DDP_STORE_TOKEN when it runs): --rdzv_backend; the agents' store
+  // (host, port: --rdzv_endpoint host[:port], or for static without it
+  // --master_addr:--master_port; port 0 for --standalone picks a free one;
+  // for etcd the first endpoint, etcd.endpoints all of them with their
+  // ports); whether this node hosts it (static: node rank 0; c10d: decided
+  // by the factory unless --rdzv_conf is_host says); the etcd keys of
+  // --rdzv_conf (protocol, cacert, cert, key, username, the password read
+  // from password_file); heartbeat_timeout (keep_alive_write_timeout),
+  // read_timeout; connect_timeout = join_timeout. params: --rdzv_id,
+  // --nnodes, --node_rank (-1 for c10d and etcd when not given: group ranks
+  // follow arrival), --nproc_per_node, --local_addr (default: the store
+  // address for node rank 0 of static, loopback for a loopback store, else
+  // this host's name), join_timeout, last_call_timeout, keep_alive_interval,
+  // keep_alive_max_attempt and the job's signature.
+  RendezvousConfig rendezvous;
+  // What the agent is given, all but run_log_dir and base_env (ddprun fills
+  // them when it runs): spec.role, spec.local_world_size (--nproc_per_node,
+  // cpu/gpu/auto resolved), spec.argv (the resolved command: python3 -u ...
+  // for a Python program), spec.name (the program as typed),
+  // spec.max_restarts, spec.redirects (-r), spec.tee (-t),
+  // spec.console_ranks (--local_ranks_filter), spec.line_prefix_template
+  // (TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE), set_omp_num_threads,
+  // stop_grace, exit_barrier_timeout, announce_timeout (--rdzv_conf
+  // close_timeout) and hostname.
+  agent::AgentOptions agent;
+
+  // The launcher's own.
   bool standalone = false;
-  // --rdzv_backend: "static" (default, like torchrun), "c10d" or "etcd".
-  std::string rdzv_backend = "static";
-  // The agents' store: --rdzv_endpoint host[:port], or for static without it
-  // --master_addr:--master_port. Port 0 (standalone) picks a free one. For
-  // etcd, the first endpoint.
-  std::string rdzv_host = "127.0.0.1";
-  std::uint16_t rdzv_port = 29500;
-  // etcd: every endpoint, "host:port,host:port" (ports filled in).
-  std::string rdzv_endpoints;
-  // etcd: --rdzv_conf protocol=https, cacert, cert, key, username, and the
-  // password read from password_file.
-  bool etcd_tls = false;
-  std::string etcd_ca_file;
-  std::string etcd_cert_file;
-  std::string etcd_key_file;
-  std::string etcd_username;
-  std::string etcd_password;
-  std::string rdzv_id = "none";
+  // --rdzv_conf as given, key -> value.
   std::map<std::string, std::string> rdzv_conf;
-  std::chrono::milliseconds join_timeout = std::chrono::seconds(600);
-  std::chrono::milliseconds last_call_timeout = std::chrono::seconds(30);
-  // --rdzv_conf's keep-alive keys (c10d): torchrun's names and defaults.
-  // heartbeat_timeout (keep_alive_write_timeout here) bounds one keep-alive
-  // write; read_timeout how long one
-  // store call retries a lost connection. close_timeout, when given, bounds how
-  // long a stopping agent waits for the store to take its word and its leaving
-  // (AgentOptions::announce_timeout, 5 s otherwise).
-  std::chrono::milliseconds keep_alive_interval = std::chrono::seconds(5);
-  int keep_alive_max_attempt = 3;
-  std::chrono::milliseconds keep_alive_write_timeout = std::chrono::seconds(5);
-  std::optional<std::chrono::milliseconds> close_timeout;
-  std::chrono::milliseconds read_timeout = std::chrono::seconds(60);
-  // --rdzv_conf is_host: whether this node hosts the c10d store; unset: the
-  // node whose address the endpoint is hosts it.
-  std::optional<bool> is_host;
-  int node_rank = 0;
-  // Whether --node_rank was given (c10d sorts group ranks by it then).
-  bool node_rank_given = false;
-  std::string master_addr = "127.0.0.1";
-  std::uint16_t master_port = 29500;
-  // --local_addr: how other nodes reach this one (default: the store address
-  // for node rank 0 of static, else this host's name).
-  std::string local_addr;
-  int max_restarts = 0;
+  // --master_addr, --master_port: where static's node 0 hosts the store.
+  std::string master_addr;
+  std::uint16_t master_port = 0;
   // --monitor_interval: accepted for compatibility; exits are event-driven.
-  double monitor_interval = 5.0;
-  std::string role = "default";
+  double monitor_interval = 0;
   bool no_python = false;
   bool module = false;
   // --log_dir; empty: a temporary directory removed at exit.
   std::string log_dir;
-  agent::StdSetting redirects;
-  agent::StdSetting tee;
-  std::set<int> local_ranks_filter;
   // Forwarded to the workers (always SIGINT, SIGTERM, SIGHUP, SIGQUIT, plus
   // SIGUSR1/SIGUSR2 when named in --signals_to_handle).
   std::vector<int> signals;
-  std::chrono::milliseconds exit_barrier_timeout = std::chrono::seconds(300);
-  // --stop_grace: SIGTERM first, SIGKILL after this long.
-  std::chrono::milliseconds stop_grace = std::chrono::seconds(30);
   // The program as typed and its arguments.
   std::string program;
   std::vector<std::string> program_args;
-  // The resolved command of every worker (python3 -u ... for Python programs).
-  std::vector<std::string> command;
   // For a Python program (a .py file, -m module, or a file that is not
   // executable): the Python that runs it, $PYTHON_EXEC or the first python3 on
-  // PATH, resolved (command[0]). Empty for a program executed directly.
+  // PATH, resolved (agent.spec.argv[0]). Empty for a program executed directly.
   std::string python;
   // The options whose values came from SLURM (see parse_command_line), each
   // with its source, e.g. "node_rank" -> "SLURM_NODEID". Empty outside SLURM.
@@ -105,7 +81,8 @@ struct ParseResult {
 };
 
 // Parses argv (argv[0] is the program name) with PET_<NAME> environment
-// fallbacks and validates every value. Never throws for bad input.
+// fallbacks (a variable set to "" counts as unset) and validates every value.
+// Never throws for bad input.
 //
 // In a SLURM job (SLURM_JOB_ID set), unless --standalone or --rdzv_endpoint is
 // given, the job's shape fills in every option that is given neither on the
@@ -125,5 +102,10 @@ struct ParseResult {
 // SLURM outside an srun step (SLURM_STEP_ID unset: the batch script itself) is
 // an error: only one node would join.
 ParseResult parse_command_line(int argc, const char* const* argv);
+
+// The same, reading the environment, the CPUs and GPUs, the host name and
+// files through `host` (parse_command_line(argc, argv) uses
+// real_host_facts()).
+ParseResult parse_command_line(int argc, const char* const* argv, const HostFacts& host);
 
 }  // namespace ddp::launcher

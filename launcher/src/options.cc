@@ -1,0 +1,189 @@
+#include "options.h"
+
+#include <algorithm>
+#include <cctype>
+
+#include "ddp/agent/worker_spec.h"
+#include "ddp/rendezvous/rendezvous_factory.h"
+#include "rdzv_conf.h"
+#include "values.h"
+
+namespace ddp::launcher {
+
+const char* const kVersion = "ddprun 0.1.0 (torchrun-compatible launcher)";
+
+const char* const kUsage =
+    "usage: ddprun [options] program [args...]\n\n"
+    "Torch Distributed Elastic Training Launcher, in C++ (torchrun-compatible).\n\n"
+    "Runs `program` on this node as --nproc_per_node worker processes with the environment\n"
+    "torchrun gives (LOCAL_RANK, RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, ...), restarts\n"
+    "the whole job up to --max_restarts times when a worker fails, and reports failures in\n"
+    "torchrun's format. A program ending in .py (or -m module) runs as `python3 -u` (the\n"
+    "python3 first on PATH, or $PYTHON_EXEC); any other program is executed directly.\n"
+    "Every --under_score option also has a --dash-spelling and falls back to the environment\n"
+    "variable PET_<NAME> (e.g. PET_NPROC_PER_NODE).\n\n"
+    "In a SLURM job (SLURM_JOB_ID set), without --standalone and --rdzv_endpoint, options that\n"
+    "are neither given nor in PET_<NAME> come from the job: --nnodes from SLURM_NNODES,\n"
+    "--node_rank from SLURM_NODEID, --rdzv_id from SLURM_JOB_ID, --master_addr from the first\n"
+    "host of SLURM_STEP_NODELIST (srun's; else SLURM_JOB_NODELIST), --master_port =\n"
+    "20000 + SLURM_JOB_ID mod 10000 (with --rdzv_backend=c10d the endpoint is that address\n"
+    "and port), --nproc_per_node from SLURM_GPUS_ON_NODE or else SLURM_NTASKS_PER_NODE.\n"
+    "Start one ddprun per node: srun --ntasks=$SLURM_JOB_NUM_NODES ddprun ...\n";
+
+const char* const kFooter =
+    "positional arguments:\n"
+    "  program                     The program (a .py script, a module with -m, or any "
+    "executable\n"
+    "                              with --no_python) followed by its arguments; ${local_rank} "
+    "in an\n"
+    "                              argument becomes each worker's local rank.\n"
+    "  args...                     Arguments of the program.\n\n"
+    "examples:\n"
+    "  ddprun --standalone --nproc_per_node=4 train.py --epochs 3\n"
+    "  ddprun --nnodes=2 --node_rank=0 --master_addr=10.0.0.1 --nproc_per_node=8 train.py\n"
+    "  ddprun --nnodes=1:4 --rdzv_backend=c10d --rdzv_endpoint=10.0.0.1:29400 "
+    "--rdzv_id=job42 train.py\n"
+    "  ddprun --standalone --nproc_per_node=2 --no_python ./my_binary --rank-file "
+    "out_${local_rank}.txt";
+
+const std::vector<OptionRow>& option_table() {
+  using R = RawOptions;
+  const RendezvousConfig rendezvous;
+  const RendezvousParams& params = rendezvous.params;
+  const agent::AgentOptions agent;
+  const std::string no_stream = std::to_string(static_cast<unsigned>(agent.spec.redirects.all));
+  static const std::vector<OptionRow> table = {
+      {.name = "nnodes",
+       .text = &R::nnodes,
+       .default_value = std::to_string(params.min_nodes) + ":" + std::to_string(params.max_nodes),
+       .help = "Number of nodes, or the range of nodes in form <minimum_nodes>:<maximum_nodes>."},
+      {.name = "nproc_per_node",
+       .text = &R::nproc_per_node,
+       .default_value = std::to_string(agent.spec.local_world_size),
+       .help = "Number of workers per node; supported values: [auto, cpu, gpu, int]."},
+      {.name = "standalone",
+       .flag = &R::standalone,
+       .help = "Start a local standalone rendezvous backend (an embedded store on a free port); "
+               "useful for single-node, multi-worker jobs. Sets --rdzv_backend, --rdzv_endpoint "
+               "and --rdzv_id automatically."},
+      {.name = "rdzv_backend",
+       .text = &R::rdzv_backend,
+       .default_value = rendezvous.backend,
+       .help = "Rendezvous backend: static (default; fixed nodes, given ranks) or c10d (elastic: "
+               "--nnodes MIN:MAX)."},
+      {.name = "rdzv_endpoint",
+       .text = &R::rdzv_endpoint,
+       .help = "Rendezvous backend endpoint; usually in form <host>:<port> (c10d default port "
+               "29400)."},
+      {.name = "rdzv_id",
+       .text = &R::rdzv_id,
+       .default_value = params.run_id,
+       .help = "User-defined group id (the job's run id)."},
+      {.name = "rdzv_conf",
+       .text = &R::rdzv_conf,
+       .help = "Additional rendezvous configuration (<key1>=<value1>,<key2>=<value2>,...): " +
+               rdzv_conf_help_keys() + "."},
+      {.name = "node_rank",
+       .text = &R::node_rank,
+       .default_value = std::to_string(params.node_rank),
+       .help = "Rank of the node for multi-node distributed training (static backend; orders the "
+               "group ranks with c10d when given)."},
+      {.name = "master_addr",
+       .text = &R::master_addr,
+       .default_value = rendezvous.host,
+       .help = "Address of the master node (rank 0) for the static backend: the agents' store "
+               "lives there."},
+      {.name = "master_port",
+       .text = &R::master_port,
+       .default_value = std::to_string(rendezvous.port),
+       .help = "Port on the master node for the static backend's store."},
+      {.name = "local_addr",
+       .text = &R::local_addr,
+       .help = "Address of the local node, as other nodes reach it. Default: this host's name."},
+      {.name = "max_restarts",
+       .text = &R::max_restarts,
+       .default_value = std::to_string(agent.spec.max_restarts),
+       .help = "Maximum number of worker group restarts before failing."},
+      {.name = "monitor_interval",
+       .text = &R::monitor_interval,
+       .default_value = "5",
+       .help = "Accepted for torchrun compatibility; ddprun notices worker exits at once (no "
+               "polling)."},
+      {.name = "start_method",
+       .text = &R::start_method,
+       .default_value = "spawn",
+       .help = "Accepted for torchrun compatibility (spawn, fork, forkserver); workers are always "
+               "exec'd."},
+      {.name = "role",
+       .text = &R::role,
+       .default_value = agent.spec.role,
+       .help = "User-defined role for the workers (ROLE_NAME)."},
+      {.name = "no_python",
+       .flag = &R::no_python,
+       .help = "Execute the program directly instead of through python3."},
+      {.name = "module",
+       .short_name = "m",
+       .flag = &R::module,
+       .help = "Change each process to interpret the launch script as a Python module "
+               "(python3 -u -m program)."},
+      {.name = "run_path",
+       .flag = &R::run_path,
+       .help = "Accepted for torchrun compatibility (the program runs as a script either way)."},
+      {.name = "log_dir",
+       .text = &R::log_dir,
+       .help = "Base directory for log files: "
+               "<log_dir>/<run_id>/attempt_<n>/<local_rank>/{stdout,stderr}.log and error.json."},
+      {.name = "redirects",
+       .short_name = "r",
+       .text = &R::redirects,
+       .default_value = no_stream,
+       .help = "Redirect std streams into a log file in the log directory (0 none, 1 stdout, 2 "
+               "stderr, 3 both; or per local rank, e.g. 0:1,1:2)."},
+      {.name = "tee",
+       .short_name = "t",
+       .text = &R::tee,
+       .default_value = no_stream,
+       .help = "Tee std streams into a log file and also to the console (same values as -r)."},
+      {.name = "local_ranks_filter",
+       .text = &R::local_ranks_filter,
+       .help = "Only show logs from these local ranks on the console (e.g. 0,1,2)."},
+      {.name = "signals_to_handle",
+       .text = &R::signals_to_handle,
+       .default_value = "SIGTERM,SIGINT,SIGHUP,SIGQUIT",
+       .help = "Signals forwarded to the workers (SIGINT, SIGTERM, SIGHUP, SIGQUIT always; "
+               "SIGUSR1/SIGUSR2 when named)."},
+      {.name = "exit_barrier_timeout",
+       .text = &R::exit_barrier_timeout,
+       .default_value = seconds_text(agent.exit_barrier_timeout),
+       .help = "Seconds an agent whose workers succeeded waits for the other agents."},
+      {.name = "stop_grace",
+       .text = &R::stop_grace,
+       .default_value = seconds_text(agent.stop_grace),
+       .help = "Seconds between SIGTERM and SIGKILL when stopping workers."},
+  };
+  return table;
+}
+
+RawOptions default_options() {
+  RawOptions raw;
+  for (const auto& row : option_table()) {
+    if (row.text != nullptr) raw.*row.text = row.default_value;
+  }
+  return raw;
+}
+
+std::string option_names(const OptionRow& row) {
+  std::string dashed = row.name;
+  std::replace(dashed.begin(), dashed.end(), '_', '-');
+  std::string names = row.short_name.empty() ? "" : "-" + row.short_name + ",";
+  return names + "--" + row.name + (dashed == row.name ? "" : ",--" + dashed);
+}
+
+std::string option_env_name(const std::string& name) {
+  std::string upper = name;
+  std::transform(upper.begin(), upper.end(), upper.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
+  return "PET_" + upper;
+}
+
+}  // namespace ddp::launcher
