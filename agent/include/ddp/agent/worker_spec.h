@@ -1,5 +1,6 @@
 // What the agent runs on its node, and how: the worker group spec and the
-// agent's options. Parsed and validated once by the launcher (LaunchConfig).
+// agent's options. Parsed and validated once by the launcher (its LaunchConfig
+// holds them).
 #pragma once
 
 #include <chrono>
