@@ -192,22 +192,24 @@ class Agent::Impl {
     auto shared = std::make_shared<Shared>();
     RendezvousHandler* rdzv = &rdzv_;
     ProcessLauncher* launcher = &launcher_;
-    BackgroundCall call([shared, rdzv, launcher] {
-      std::unique_ptr<Round> round;
-      std::exception_ptr error;
-      try {
-        round = rdzv->join();
-      } catch (...) {
-        error = std::current_exception();
-      }
-      {
-        std::lock_guard lock(shared->mutex);
-        shared->round = std::move(round);
-        shared->error = error;
-        shared->done = true;
-      }
-      launcher->wake();
-    });
+    BackgroundCall call(
+        [shared, rdzv, launcher] {
+          std::unique_ptr<Round> round;
+          std::exception_ptr error;
+          try {
+            round = rdzv->join();
+          } catch (...) {
+            error = std::current_exception();
+          }
+          {
+            std::lock_guard lock(shared->mutex);
+            shared->round = std::move(round);
+            shared->error = error;
+            shared->done = true;
+          }
+          launcher->wake();
+        },
+        *options_.runtime);
     for (;;) {
       LauncherEvent event = launcher_.next_event(Clock::time_point::max());
       if (event.kind == LauncherEvent::Kind::kSignal) {

@@ -15,8 +15,9 @@ struct BackgroundCall::State {
   std::exception_ptr error;
 };
 
-BackgroundCall::BackgroundCall(std::function<void()> call) : state_(std::make_shared<State>()) {
-  thread_ = std::thread([state = state_, call = std::move(call)]() mutable {
+BackgroundCall::BackgroundCall(std::function<void()> call, const Runtime& runtime)
+    : state_(std::make_shared<State>()) {
+  thread_ = runtime.start_thread([state = state_, call = std::move(call)]() mutable {
     std::exception_ptr error;
     try {
       call();
@@ -77,10 +78,11 @@ struct BackgroundWorker::State {
   bool finished = false;
 };
 
-BackgroundWorker::BackgroundWorker(Duration period, Task tick) : state_(std::make_shared<State>()) {
+BackgroundWorker::BackgroundWorker(Duration period, Task tick, const Runtime& runtime)
+    : state_(std::make_shared<State>()) {
   state_->period = period;
   state_->tick = std::move(tick);
-  thread_ = std::thread([state = state_] {
+  thread_ = runtime.start_thread([state = state_] {
     try {
       run(*state);
     } catch (...) {

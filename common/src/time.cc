@@ -15,6 +15,10 @@ class RealRuntime : public Runtime {
 
 }  // namespace
 
+std::thread Runtime::start_thread(std::function<void()> body) const {
+  return std::thread(std::move(body));
+}
+
 const Runtime& real_runtime() {
   static const RealRuntime* runtime = new RealRuntime();  // never destroyed: usable from exit paths
   return *runtime;
@@ -29,6 +33,11 @@ Clock::time_point FakeTime::now() const {
 
 void FakeTime::sleep_for(Duration d) const {
   if (d > Duration(0)) ticks_.fetch_add(std::chrono::duration_cast<Clock::duration>(d).count());
+}
+
+std::thread FakeTime::start_thread(std::function<void()> body) const {
+  threads_started_.fetch_add(1);
+  return Runtime::start_thread(std::move(body));
 }
 
 void FakeTime::advance(Duration by) {

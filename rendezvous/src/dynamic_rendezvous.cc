@@ -320,7 +320,8 @@ void DynamicRendezvous::start_liveness() {
   StoreOpener opener = store_.liveness_opener ? store_.liveness_opener : store_.opener;
   auto handle = std::make_shared<OwnStoreHandle>(opener ? nullptr : store(), std::move(opener));
   liveness_worker_ = std::make_unique<BackgroundWorker>(
-      tick_period(params_.keep_alive_interval), [liveness = liveness_, handle] {
+      tick_period(params_.keep_alive_interval),
+      [liveness = liveness_, handle] {
         Store& own = handle->get();  // a store that cannot be opened ends the worker
         try {
           liveness->tick(own);
@@ -328,7 +329,8 @@ void DynamicRendezvous::start_liveness() {
           // The store is unreachable for now: the round's watcher reports a
           // lost store; a keep-alive that could not be written is a missed one.
         }
-      });
+      },
+      time_);
 }
 
 void DynamicRendezvous::forget_round(int round) {
@@ -337,7 +339,7 @@ void DynamicRendezvous::forget_round(int round) {
   // nothing to delete.
   OwnStoreHandle handle(store_.opener ? nullptr : store(), store_.opener);
   BackgroundCall forget(
-      [handle, r = round_prefix(round)]() mutable { delete_round_keys(handle.get(), r); });
+      [handle, r = round_prefix(round)]() mutable { delete_round_keys(handle.get(), r); }, time_);
 }
 
 void DynamicRendezvous::shutdown(std::chrono::milliseconds deadline) {
@@ -357,17 +359,19 @@ void DynamicRendezvous::shutdown(std::chrono::milliseconds deadline) {
   auto leave = liveness_->leave();
   std::shared_ptr<Store> store = std::move(store_.store);
   const int nodes = last_nodes_;
-  BackgroundCall cleanup([store, leave, keys = keys_, last = last_round_, nodes]() mutable {
-    try {
-      leave(*store);
-      leave_job(*store, keys, last, nodes);
-    } catch (const std::exception&) {
-    }
-    try {
-      store.reset();  // the last reference, unless a round's end is still being written
-    } catch (const std::exception&) {
-    }
-  });
+  BackgroundCall cleanup(
+      [store, leave, keys = keys_, last = last_round_, nodes]() mutable {
+        try {
+          leave(*store);
+          leave_job(*store, keys, last, nodes);
+        } catch (const std::exception&) {
+        }
+        try {
+          store.reset();  // the last reference, unless a round's end is still being written
+        } catch (const std::exception&) {
+        }
+      },
+      time_);
   cleanup.wait_for(left);
 }
 

@@ -58,15 +58,18 @@ class Keeper {
   using Task = std::function<void(Store&)>;
 
   Keeper(std::shared_ptr<Store> store, StoreOpener opener, std::string heartbeat_key,
-         std::chrono::milliseconds period)
+         std::chrono::milliseconds period, const Runtime& runtime)
       : handle_(std::make_shared<rendezvous_detail::OwnStoreHandle>(std::move(store),
                                                                     std::move(opener))),
-        worker_(period, [handle = handle_, key = std::move(heartbeat_key)] {
-          // The store unreachable ends the worker: nothing to beat on. The
-          // instance then looks dead to newcomers, which is the truth as far
-          // as they can tell.
-          handle->get().add(key, 1);
-        }) {}
+        worker_(
+            period,
+            [handle = handle_, key = std::move(heartbeat_key)] {
+              // The store unreachable ends the worker: nothing to beat on. The
+              // instance then looks dead to newcomers, which is the truth as far
+              // as they can tell.
+              handle->get().add(key, 1);
+            },
+            runtime) {}
 
   void post(Task task) { worker_.post(bind(std::move(task))); }
   void set_period(std::chrono::milliseconds period) { worker_.set_period(period); }
@@ -352,7 +355,7 @@ class RoundHandler : public RendezvousHandler {
     if (keeper_) keeper_->stop(std::chrono::milliseconds(0));
     keeper_ = std::make_unique<Keeper>(store_.store, store_.opener,
                                        instance_prefix(instance_) + "/heartbeat",
-                                       std::max(std::chrono::milliseconds(1), period));
+                                       std::max(std::chrono::milliseconds(1), period), runtime_);
   }
 
   // While joining a forming instance: true once its heartbeat moved, or once

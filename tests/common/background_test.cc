@@ -172,5 +172,21 @@ TEST(FakeTime, SleepingAdvancesTheClockAndReturnsAtOnce) {
   EXPECT_EQ(runtime.now() - start, 1h) << "a negative sleep does not move the clock back";
 }
 
+TEST(FakeTime, ThreadsAreStartedThroughTheRuntimeAndCounted) {
+  FakeTime time;
+  {
+    BackgroundCall call([] {}, time);
+    EXPECT_TRUE(call.wait_until(Clock::now() + 60s));
+    EXPECT_EQ(time.threads_started(), 1);
+    BackgroundWorker worker(
+        1h, [] {}, time);
+    EXPECT_EQ(time.threads_started(), 2);
+    EXPECT_TRUE(worker.stop(60s));
+  }
+  BackgroundCall real([] {});
+  EXPECT_TRUE(real.wait_until(Clock::now() + 60s));
+  EXPECT_EQ(time.threads_started(), 2) << "work started with the real runtime is not counted";
+}
+
 }  // namespace
 }  // namespace ddp

@@ -1,6 +1,6 @@
 // The dynamic (c10d) rendezvous with a fake clock: several handlers share one
 // MemoryStore in one thread, and the test drives their steps (begin_join, step,
-// liveness_tick) and the clock. No sleeps, no threads.
+// liveness_tick) and the clock. No sleeps; no threads but in the one test of join().
 #include "dynamic_rendezvous.h"
 
 #include <gtest/gtest.h>
@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <thread>
 #include <vector>
 
 #include "ddp/common/error.h"
@@ -294,6 +295,30 @@ TEST(DynamicRendezvous, SpareLeavesWhenTheJobEndedAndItsKeysAreGone) {
   // The job finished and its last agent deleted its keys before the spare looked.
   c.store().delete_key("rdzv/job/current");
   EXPECT_THROW(c.node(2).step(), ShutdownError);
+}
+
+// join() itself, on two threads (the one test here with threads): which work
+// runs in the background, as the fake runtime counts the threads it started.
+TEST(DynamicRendezvous, ASingleNodeStartsNoThreadAndAJoinedNodeOneForItsKeepAlives) {
+  Cluster solo({1, 1});
+  auto alone = solo.add_node().join();
+  EXPECT_EQ(alone->info().group_world_size, 1);
+  EXPECT_EQ(solo.time().threads_started(), 0);
+  EXPECT_EQ(solo.store().num_keys(), 0) << "nor touches the store";
+
+  Cluster c({2, 2});
+  DynamicRendezvous& a = c.add_node();
+  DynamicRendezvous& b = c.add_node();
+  std::unique_ptr<Round> round_a;
+  std::thread joiner([&] { round_a = a.join(); });
+  auto round_b = b.join();
+  joiner.join();
+  ASSERT_TRUE(round_a);
+  EXPECT_EQ(round_a->info().group_world_size, 2);
+  EXPECT_EQ(c.time().threads_started(), 2) << "one keep-alive worker each";
+  a.shutdown(5s);
+  b.shutdown(5s);
+  EXPECT_EQ(c.time().threads_started(), 4) << "each leaves on a thread of its own";
 }
 
 TEST(DynamicRendezvous, NodesWaitingForTheNextRoundAreCounted) {

@@ -25,9 +25,10 @@ namespace ddp {
 // Thread-safety: the object is used by one owner thread; the call runs on its own.
 class BackgroundCall {
  public:
-  // Starts `call` at once. `call` must own all it touches (see above). An
-  // exception escaping it is kept for error().
-  explicit BackgroundCall(std::function<void()> call);
+  // Starts `call` at once, on a thread `runtime` starts (it must outlive the
+  // call). `call` must own all it touches (see above). An exception escaping
+  // it is kept for error().
+  explicit BackgroundCall(std::function<void()> call, const Runtime& runtime = real_runtime());
   // Joins a call that returned; abandons one still running. Never blocks.
   ~BackgroundCall();
   BackgroundCall(const BackgroundCall&) = delete;
@@ -59,9 +60,10 @@ class BackgroundWorker {
  public:
   using Task = std::function<void()>;
 
-  // Starts the thread. `tick` and every task must own all they touch; they run
-  // on the worker's thread only, one at a time.
-  BackgroundWorker(Duration period, Task tick);
+  // Starts the thread (through `runtime`, which must outlive it). `tick` and
+  // every task must own all they touch; they run on the worker's thread only,
+  // one at a time. The period is real time.
+  BackgroundWorker(Duration period, Task tick, const Runtime& runtime = real_runtime());
   // stop(0): never blocks for a tick in progress.
   ~BackgroundWorker();
   BackgroundWorker(const BackgroundWorker&) = delete;

@@ -1,5 +1,6 @@
-// Time helpers: the runtime seam (the clock and sleeping, so that heartbeat,
-// last-call and join timeouts are tested with a fake clock, not sleeps),
+// Time helpers: the runtime seam (the clock, sleeping and starting threads, so
+// that heartbeat, last-call and join timeouts are tested with a fake clock, not
+// sleeps, and what runs in the background is seen by tests),
 // deadlines, and exponential backoff with jitter. Background threads are
 // background.h's.
 #pragma once
@@ -7,7 +8,9 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <random>
+#include <thread>
 
 namespace ddp {
 
@@ -25,6 +28,10 @@ class Runtime {
   virtual Clock::time_point now() const = 0;
   // Blocks the calling thread for `d` of this runtime's time.
   virtual void sleep_for(Duration d) const = 0;
+  // Starts `body` on a new thread and hands the thread to the caller, which
+  // joins or detaches it. Only background.h's BackgroundCall and
+  // BackgroundWorker call this (the one place that detaches threads).
+  virtual std::thread start_thread(std::function<void()> body) const;
 };
 
 // The steady clock and real sleeps. A process-wide object that is never destroyed.
@@ -33,16 +40,21 @@ const Runtime& real_runtime();
 // A clock that moves only when told to: advance(), or sleep_for() on any
 // thread (a sleep returns at once, the clock moved by its length). Starts at an
 // arbitrary fixed point far from the epoch (so "now - timeout" never
-// underflows). Thread-safe.
+// underflows). Threads are real, and counted: a test sees what its code runs
+// in the background. Thread-safe.
 class FakeTime : public Runtime {
  public:
   FakeTime();
   Clock::time_point now() const override;
   void sleep_for(Duration d) const override;
+  std::thread start_thread(std::function<void()> body) const override;
   void advance(Duration by);
+  // Threads started through this runtime so far.
+  int threads_started() const { return threads_started_.load(); }
 
  private:
   mutable std::atomic<Clock::rep> ticks_;
+  mutable std::atomic<int> threads_started_{0};
 };
 
 // A point in time after which an operation gives up. Deadline::never() never passes.
