@@ -118,6 +118,11 @@ void DynamicRendezvous::begin_join() {
   const auto current = read_current(s, keys_);
   const int current_round = current ? current->round : -1;
   const int round = std::max(current_round, last_round_) + 1;
+  if (round > kMaxRound) {  // the next reader would refuse P/current
+    throw ProtocolError(kOrigin, "run '" + params_.run_id + "' has reached round " +
+                                     std::to_string(round - 1) +
+                                     ", the last one a run may have: use another --rdzv_id");
+  }
   arrive(round);
   join_.deadline = time_.now() + params_.join_timeout;
   // A round is running (or just ended) that this node is not part of.

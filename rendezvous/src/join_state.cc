@@ -1,6 +1,7 @@
 #include "join_state.h"
 
 #include <algorithm>
+#include <set>
 
 namespace ddp::rendezvous_detail {
 
@@ -64,7 +65,10 @@ std::optional<Publication> plan_round(JoinState& join, const JoinRules& rules, i
     present.push_back(*join.arrivals[static_cast<std::size_t>(i)]);
     index_of.push_back(i);
   }
-  join.last_call.observe(static_cast<int>(present.size()), now);
+  // Last call starts at min_nodes distinct members, as decide_round counts them.
+  std::set<std::string> members;
+  for (const auto& a : present) members.insert(a.member);
+  join.last_call.observe(static_cast<int>(members.size()), now);
   const auto chosen = decide_round(present, join.lineage ? *join.lineage : Lineage{}, rules.nodes,
                                    join.last_call.over(now));
   if (!chosen) return std::nullopt;

@@ -39,7 +39,7 @@ class Fields {
     std::int64_t value = 0;
     auto [end, ec] = std::from_chars(token.data(), token.data() + token.size(), value);
     if (ec != std::errc() || end != token.data() + token.size()) {
-      fail(fmt::format("{} '{}' is not an integer", what, cut(token)));
+      fail(fmt::format("{} '{}' is not an integer", what, shown_value(token)));
     }
     if (value < low || value > high) {
       fail(fmt::format("{} {} is outside [{}, {}]", what, value, low, high));
@@ -52,7 +52,7 @@ class Fields {
     std::uint64_t value = 0;
     auto [end, ec] = std::from_chars(token.data(), token.data() + token.size(), value);
     if (ec != std::errc() || end != token.data() + token.size()) {
-      fail(fmt::format("{} '{}' is not an unsigned 64-bit integer", what, cut(token)));
+      fail(fmt::format("{} '{}' is not an unsigned 64-bit integer", what, shown_value(token)));
     }
     return value;
   }
@@ -66,7 +66,8 @@ class Fields {
 
   std::string member(const char* what) {
     std::string token = word(what);
-    if (!is_member_id(token)) fail(fmt::format("{} '{}' is not a member id", what, cut(token)));
+    if (!is_member_id(token))
+      fail(fmt::format("{} '{}' is not a member id", what, shown_value(token)));
     return token;
   }
 
@@ -76,7 +77,7 @@ class Fields {
       return static_cast<unsigned char>(c) > 0x20 && static_cast<unsigned char>(c) < 0x7f;
     });
     if (token.size() > kMaxAddressLength || !printable) {
-      fail(fmt::format("{} '{}' is not a host name or address", what, cut(token)));
+      fail(fmt::format("{} '{}' is not a host name or address", what, shown_value(token)));
     }
     return token;
   }
@@ -91,17 +92,10 @@ class Fields {
 
   [[noreturn]] void fail(const std::string& why) const {
     throw ProtocolError(origin_, fmt::format("malformed {} at '{}': {} (value '{}')", record_, key_,
-                                             why, cut(text_)));
+                                             why, shown_value(text_)));
   }
 
  private:
-  static std::string cut(const std::string& text) {
-    std::string shown = text.substr(0, 80);
-    for (char& c : shown) {
-      if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) >= 0x7f) c = '?';
-    }
-    return text.size() > 80 ? shown + "..." : shown;
-  }
   void skip_spaces() {
     while (at_ < text_.size() && text_[at_] == ' ') ++at_;
   }
@@ -245,6 +239,14 @@ std::int64_t parse_integer(const std::string& text, const std::string& key, cons
   const std::int64_t value = f.integer("value", low, high);
   f.finish();
   return value;
+}
+
+std::string shown_value(const std::string& text) {
+  std::string shown = text.substr(0, 80);
+  for (char& c : shown) {
+    if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) >= 0x7f) c = '?';
+  }
+  return text.size() > 80 ? shown + "..." : shown;
 }
 
 int considered_arrivals(std::int64_t counted) {

@@ -128,4 +128,9 @@ std::int64_t parse_integer(const std::string& text, const std::string& key, cons
 // for more).
 int considered_arrivals(std::int64_t counted);
 
+// A value read from the store as a message may show it: its first 80 bytes,
+// every byte outside 0x20..0x7e as '?', "..." after a longer one. Anyone who
+// reaches the store may have written it.
+std::string shown_value(const std::string& text);
+
 }  // namespace ddp::rendezvous_detail

@@ -183,8 +183,8 @@ class EndKeyWatch : public RoundWatch {
       }
       if (auto parsed = parse_round_end(value)) return *parsed;
       end.kind = RoundEnd::Kind::kStoreLost;
-      end.detail =
-          "unreadable round end '" + value + "' at " + key + " in the store at " + store_name;
+      end.detail = "unreadable round end '" + shown_value(value) + "' at " + key +
+                   " in the store at " + store_name;
     } catch (const std::exception& e) {
       end.kind = RoundEnd::Kind::kStoreLost;
       end.detail = "the store at " + store_name + " failed: " + e.what();

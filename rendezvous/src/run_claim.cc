@@ -47,8 +47,8 @@ void claim_run_id(Store& s, const RunKeys& keys, const RendezvousParams& params,
   if (held == mine) return;
   throw InvalidArgument("c10d rendezvous",
                         "run id '" + params.run_id + "' is in use on the store at " + store_name +
-                            " by another running job (" + held + "); this node runs (" + mine +
-                            "): use another --rdzv_id");
+                            " by another running job (" + shown_value(held) +
+                            "); this node runs (" + mine + "): use another --rdzv_id");
 }
 
 }  // namespace ddp::rendezvous_detail

@@ -321,6 +321,21 @@ TEST(DynamicRendezvous, ASingleNodeStartsNoThreadAndAJoinedNodeOneForItsKeepAliv
   EXPECT_EQ(c.time().threads_started(), 4) << "each leaves on a thread of its own";
 }
 
+TEST(DynamicRendezvous, ARunAtTheLastRoundARunMayHaveIsRefusedNotOverflowed) {
+  Cluster c({1, 2});
+  c.store().set("rdzv/job/current", std::to_string(kMaxRound) + " 1");
+  try {
+    c.add_node().begin_join();
+    FAIL() << "expected the round cap to be refused";
+  } catch (const ProtocolError& e) {
+    EXPECT_NE(std::string(e.what()).find("has reached round " + std::to_string(kMaxRound)),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_FALSE(c.store().check({"rdzv/job/round_" + std::to_string(kMaxRound + 1) + "/rec_0"}))
+      << "no arrival in a round no reader accepts";
+}
+
 TEST(DynamicRendezvous, NodesWaitingForTheNextRoundAreCounted) {
   Cluster c({1, 2});
   c.add_node().begin_join();

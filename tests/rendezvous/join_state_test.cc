@@ -105,6 +105,17 @@ TEST(JoinState, APlanWaitsForLastCallBelowMaxAndThenAssignsEveryArrival) {
   EXPECT_EQ(plan->decision.store_port, 2000);
 }
 
+TEST(JoinState, LastCallStartsAtMinNodesOfDistinctMembers) {
+  const auto r = rules(2, 3);
+  JoinState join = read_by_decider(r, {"a", "a"});  // one member's record twice
+  EXPECT_FALSE(plan_round(join, r, 2, kT0));
+  EXPECT_EQ(join.last_call.deadline(), Clock::time_point::max()) << "one member is below min";
+  EXPECT_FALSE(plan_round(join, r, 2, kT0 + 31s));
+  note_record(join, 2, arrival("b"), kT0 + 31s);
+  EXPECT_FALSE(plan_round(join, r, 3, kT0 + 31s));
+  EXPECT_EQ(join.last_call.deadline(), kT0 + 31s + 30s) << "it starts with the second member";
+}
+
 TEST(JoinState, AtMaxNodesThePlanIsImmediateAndLaterArrivalsAreSpares) {
   const auto r = rules(1, 2);
   JoinState join = read_by_decider(r, {"a", "b", "c"});

@@ -140,6 +140,13 @@ TEST(Records, MembersCurrentAndKeepAlives) {
   EXPECT_EQ(considered_arrivals(std::int64_t{1} << 40), kMaxArrivals) << "clamped, never narrowed";
 }
 
+TEST(Records, AValueShownInAMessageIsCutAndMasked) {
+  EXPECT_EQ(shown_value("nnodes=2:2 program=train.py"), "nnodes=2:2 program=train.py");
+  EXPECT_EQ(shown_value(std::string("a\nb\x1b[31m\x7f\xff", 10)), "a?b?[31m??");
+  const std::string shown = shown_value(std::string(100, 'x'));
+  EXPECT_EQ(shown, std::string(80, 'x') + "...");
+}
+
 TEST(Records, EveryRoundEndRoundTripsAndOddTextIsNone) {
   // Before: encode_round_end(kStoreLost) wrote a value parse_round_end refused.
   for (RoundEnd::Kind kind :
