@@ -153,6 +153,7 @@ void DynamicRendezvous::arrive(int round) {
   mine.addr = params_.local_addr;
   s.set(RunKeys::record(r, index), encode_arrival(mine));
   join_ = start_join(rules_, round, index, join_.deadline, time_.now());
+  spare_.reset();
 }
 
 std::optional<RendezvousInfo> DynamicRendezvous::step() {
@@ -160,16 +161,15 @@ std::optional<RendezvousInfo> DynamicRendezvous::step() {
   const std::string r = round_prefix(join_.round);
   const auto now = time_.now();
   if (auto decision = read_decision(s, r)) return on_closed(*decision);
-  if (join_.spare_of >= 0) {
-    auto end = spare_look(now);
+  if (spare_) {
+    auto end = spare_->look(s, *liveness_, now);
     if (!end) return std::nullopt;
     if (auto parsed = parse_round_end(*end); parsed && parsed->ends_the_job()) {
       throw ShutdownError(
           kOrigin, "the job ended while this node waited as a spare (" + describe(*parsed) + ")");
     }
     // A member left: the round this node waits in forms now, within join_timeout.
-    join_.spare_of = -1;
-    spare_end_.reset();
+    spare_.reset();
     join_.deadline = now + params_.join_timeout;
     join_.fallback_at = fallback_after(rules_, now);
   }
@@ -238,8 +238,7 @@ void DynamicRendezvous::admit_or_wait_behind(int round, int nodes) {
   // Round `round` runs with `nodes` nodes, without this one. Below max it
   // re-forms at once to admit it; a full one is waited behind, as a spare.
   if (nodes >= params_.max_nodes) {
-    join_.spare_of = round;
-    spare_seen_.clear();
+    spare_.emplace(keys_, round);
     return;
   }
   RoundEnd joined;
@@ -248,38 +247,9 @@ void DynamicRendezvous::admit_or_wait_behind(int round, int nodes) {
   end_round_once(*store(), round_prefix(round), joined);
 }
 
-std::optional<std::string> DynamicRendezvous::spare_look(Clock::time_point now) {
-  Store& s = *store();
-  const std::string full = round_prefix(join_.spare_of);
-  auto end = spare_end_ ? spare_end_ : try_get(s, RunKeys::end(full));
-  if (end) return end;
-  // The last agent to leave deletes the job's keys, "current" included.
-  if (!try_get(s, keys_.current()))
-    throw ShutdownError(kOrigin, "the job ended while this node waited as a spare");
-  // A spare waits as long as the full round runs, and no longer: a round
-  // whose nodes all died (a crashed job) has nobody left to end it.
-  const auto members = read_lineage(s, keys_, join_.spare_of).members;
-  if (members.empty() || liveness_->any_alive_now(s, members, now, spare_seen_))
-    return std::nullopt;
-  RoundEnd lost;
-  lost.kind = RoundEnd::Kind::kNodeLost;
-  lost.node = 0;
-  lost.member = members.front();
-  return end_round_once(s, full, lost);
-}
-
 void DynamicRendezvous::wait_for_change() {
-  if (join_.spare_of >= 0) {
-    // Nothing forms while the full round runs: wait for its end, and take the
-    // value in the same call (at the job's end the store's host leaves at once).
-    try {
-      spare_end_ = store()->get(RunKeys::end(round_prefix(join_.spare_of)), kMaxWait);
-    } catch (const TimeoutError&) {
-    } catch (const NetworkError& e) {
-      throw ShutdownError(kOrigin, std::string("the store went away while this node waited as a "
-                                               "spare (the job ended, or its store host died): ") +
-                                       e.what());
-    }
+  if (spare_) {  // nothing forms while the full round runs
+    spare_->wait(*store(), kMaxWait);
     return;
   }
   const auto now = time_.now();

@@ -3,7 +3,8 @@
 // over three parts that each do one thing:
 //   dynamic_keys.h  the keys and the store calls that read and write records;
 //   join_state.h    the join as a state record and its decisions (pure);
-//   liveness.h      keep-alives and death verdicts (counters, or leases).
+//   liveness.h      keep-alives and death verdicts (counters, or leases);
+//   spare.h         waiting behind a full round.
 //
 // Joining round r: a node takes an arrival index and writes its record.
 // Arrival 0 decides (membership.h: decide_round) when max_nodes are there, or
@@ -31,6 +32,7 @@
 #include "dynamic_keys.h"
 #include "join_state.h"
 #include "liveness.h"
+#include "spare.h"
 
 namespace ddp::rendezvous_detail {
 
@@ -86,9 +88,6 @@ class DynamicRendezvous : public RendezvousHandler {
   // The round formed without this node: it joins the next one.
   void on_late(int nodes);
   void admit_or_wait_behind(int round, int nodes);
-  // A spare's look at the full round it waits behind: its end, or nullopt
-  // while it runs (a round whose members all died is ended "lost" here).
-  std::optional<std::string> spare_look(Clock::time_point now);
   void wait_for_change();
   Duration membership_grace(int group_world_size);
   void start_liveness();
@@ -108,10 +107,8 @@ class DynamicRendezvous : public RendezvousHandler {
   int last_nodes_ = 0;
   // The key listing the last round's members ("R/members_<decider>").
   std::string members_key_;
-  // While a spare: the full round's end, once the wait for it returned it,
-  // and what it saw of that round's members' keep-alives.
-  std::optional<std::string> spare_end_;
-  std::map<std::string, HeartbeatTracker> spare_seen_;
+  // While this node waits behind a full round.
+  std::optional<SpareWait> spare_;
 };
 
 }  // namespace ddp::rendezvous_detail

@@ -41,8 +41,6 @@ struct JoinState {
   Clock::time_point deadline;
   // From when this node decides when it is not arrival 0.
   Clock::time_point fallback_at;
-  // A full round this node waits behind as a spare (-1: none).
-  int spare_of = -1;
   LastCall last_call{1, Duration(0)};
   // Arrival i's record, once read (decider); nullopt while it is missing.
   std::vector<std::optional<Arrival>> arrivals;
