@@ -55,12 +55,7 @@ EtcdStoreOptions etcd_options(const RendezvousConfig& config) {
   options.endpoints = parse_etcd_endpoints(config.etcd.endpoints);
   // Every key of ddprun's under one prefix; the rendezvous adds rdzv/<run_id>/.
   options.prefix = "ddp/";
-  options.tls = config.etcd.tls;
-  options.ca_file = config.etcd.ca_file;
-  options.cert_file = config.etcd.cert_file;
-  options.key_file = config.etcd.key_file;
-  options.username = config.etcd.username;
-  options.password = config.etcd.password;
+  static_cast<EtcdCredentials&>(options) = config.etcd;
   // etcd runs before the job does: one that does not answer is an error
   // within read_timeout, not a wait for a host that may come later.
   options.connect_timeout = config.read_timeout;

@@ -75,10 +75,9 @@ struct EtcdEndpoint {
 // InvalidArgument naming the bad item (empty host, bad port, empty list).
 std::vector<EtcdEndpoint> parse_etcd_endpoints(const std::string& text);
 
-struct EtcdStoreOptions {
-  std::vector<EtcdEndpoint> endpoints;
-  // Every key lives under it ("" allowed); num_keys() counts only keys below it.
-  std::string prefix;
+// How a client and etcd trust each other; shared by EtcdStoreOptions and the
+// launcher's rendezvous config (torchrun's --rdzv_conf etcd keys).
+struct EtcdCredentials {
   // https to the gateway. `ca_file`: the CA that signs the servers'
   // certificates (empty: the system's default paths). `cert_file` and
   // `key_file`: a client certificate, for etcd's --client-cert-auth.
@@ -89,6 +88,12 @@ struct EtcdStoreOptions {
   // etcd's user authentication (auth/authenticate); empty username: none.
   std::string username;
   std::string password;
+};
+
+struct EtcdStoreOptions : EtcdCredentials {
+  std::vector<EtcdEndpoint> endpoints;
+  // Every key lives under it ("" allowed); num_keys() counts only keys below it.
+  std::string prefix;
   // How long the constructor keeps trying to reach some endpoint.
   Store::Duration connect_timeout = std::chrono::seconds(60);
   // How long one call keeps retrying (across endpoints) after a failure.

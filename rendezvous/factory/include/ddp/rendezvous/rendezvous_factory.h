@@ -10,21 +10,16 @@
 #include <string>
 
 #include "ddp/rendezvous/rendezvous.h"
+#include "ddp/store_etcd/etcd_store.h"
 
 namespace ddp {
 
-// How to reach an etcd cluster (--rdzv_backend=etcd).
-struct EtcdConfig {
+// How to reach an etcd cluster (--rdzv_backend=etcd): the credentials come
+// from --rdzv_conf protocol=https, cacert, cert, key, username, and the
+// password read from password_file (torchrun's etcd keys).
+struct EtcdConfig : EtcdCredentials {
   // "host1:2379,host2:2379" (--rdzv_endpoint).
   std::string endpoints;
-  // --rdzv_conf protocol=https, cacert, cert, key (torchrun's etcd keys).
-  bool tls = false;
-  std::string ca_file;
-  std::string cert_file;
-  std::string key_file;
-  // --rdzv_conf username, and the password read from password_file.
-  std::string username;
-  std::string password;
 };
 
 struct RendezvousConfig {
