@@ -10,8 +10,6 @@
 namespace ddp::rendezvous_detail {
 namespace {
 
-constexpr const char* kOrigin = "c10d rendezvous";
-
 // Waits on another thread are bounded so that a lost wake-up costs at most this.
 constexpr Duration kMaxWait = std::chrono::seconds(5);
 
@@ -33,15 +31,15 @@ DynamicRendezvous::DynamicRendezvous(const RendezvousParams& params, RendezvousS
       liveness_(Liveness::create(store_.store.get(),
                                  LivenessSettings{keys_.prefix(), params.keep_alive_interval,
                                                   params.keep_alive_max_attempt, &runtime})) {
-  if (!store_.store && !store_.opener) throw InvalidArgument(kOrigin, "no store given");
+  if (!store_.store && !store_.opener) throw InvalidArgument(kDynamicOrigin, "no store given");
   if (params_.min_nodes < 1 || params_.max_nodes < params_.min_nodes) {
-    throw InvalidArgument(kOrigin, "bad node range " + std::to_string(params_.min_nodes) + ":" +
-                                       std::to_string(params_.max_nodes));
+    throw InvalidArgument(kDynamicOrigin, "bad node range " + std::to_string(params_.min_nodes) +
+                                              ":" + std::to_string(params_.max_nodes));
   }
   if (params_.local_world_size < 1)
-    throw InvalidArgument(kOrigin, "local world size must be at least 1");
+    throw InvalidArgument(kDynamicOrigin, "local world size must be at least 1");
   if (params_.keep_alive_interval.count() <= 0 || params_.keep_alive_max_attempt < 1) {
-    throw InvalidArgument(kOrigin,
+    throw InvalidArgument(kDynamicOrigin,
                           "keep_alive_interval must be positive and keep_alive_max_attempt "
                           "at least 1");
   }
@@ -74,14 +72,14 @@ std::uint16_t DynamicRendezvous::worker_master_port() const {
 
 std::unique_ptr<Round> DynamicRendezvous::join() {
   if (params_.max_nodes == 1) {  // nobody to meet: no store round trip at all
-    return std::make_unique<StoreRound>(solo_round(), *this, /*solo=*/true, kOrigin);
+    return std::make_unique<StoreRound>(solo_round(), *this, /*solo=*/true, kDynamicOrigin);
   }
   start_liveness();
   begin_join();
   for (;;) {
     if (auto info = step()) {
       const int nodes = info->group_world_size;
-      return std::make_unique<StoreRound>(std::move(*info), *this, /*solo=*/false, kOrigin,
+      return std::make_unique<StoreRound>(std::move(*info), *this, /*solo=*/false, kDynamicOrigin,
                                           [this, nodes] { return membership_grace(nodes); });
     }
     wait_for_change();
@@ -119,9 +117,9 @@ void DynamicRendezvous::begin_join() {
   const int current_round = current ? current->round : -1;
   const int round = std::max(current_round, last_round_) + 1;
   if (round > kMaxRound) {  // the next reader would refuse P/current
-    throw ProtocolError(kOrigin, "run '" + params_.run_id + "' has reached round " +
-                                     std::to_string(round - 1) +
-                                     ", the last one a run may have: use another --rdzv_id");
+    throw ProtocolError(kDynamicOrigin, "run '" + params_.run_id + "' has reached round " +
+                                            std::to_string(round - 1) +
+                                            ", the last one a run may have: use another --rdzv_id");
   }
   arrive(round);
   join_.deadline = time_.now() + params_.join_timeout;
@@ -129,8 +127,8 @@ void DynamicRendezvous::begin_join() {
   if (current && current_round == round - 1 && last_round_ != current_round) {
     if (auto end = try_get(s, RunKeys::end(round_prefix(current_round)))) {
       if (auto parsed = parse_round_end(*end); parsed && parsed->ends_the_job()) {
-        throw ShutdownError(
-            kOrigin, "run '" + params_.run_id + "' already ended (" + describe(*parsed) + ")");
+        throw ShutdownError(kDynamicOrigin, "run '" + params_.run_id + "' already ended (" +
+                                                describe(*parsed) + ")");
       }
     } else {
       admit_or_wait_behind(current_round, current->nodes);
@@ -165,8 +163,8 @@ std::optional<RendezvousInfo> DynamicRendezvous::step() {
     auto end = spare_->look(s, *liveness_, now);
     if (!end) return std::nullopt;
     if (auto parsed = parse_round_end(*end); parsed && parsed->ends_the_job()) {
-      throw ShutdownError(
-          kOrigin, "the job ended while this node waited as a spare (" + describe(*parsed) + ")");
+      throw ShutdownError(kDynamicOrigin, "the job ended while this node waited as a spare (" +
+                                              describe(*parsed) + ")");
     }
     // A member left: the round this node waits in forms now, within join_timeout.
     spare_.reset();
@@ -177,11 +175,12 @@ std::optional<RendezvousInfo> DynamicRendezvous::step() {
     if (auto decision = read_decision(s, r)) return on_closed(*decision);
   }
   if (timed_out(join_, now)) {
-    throw TimeoutError(kOrigin, "round " + std::to_string(join_.round) + " of run '" +
-                                    params_.run_id + "': " + std::to_string(count_arrivals(s, r)) +
-                                    " of at least " + std::to_string(params_.min_nodes) +
-                                    " nodes joined within the join timeout of " +
-                                    seconds_text(params_.join_timeout) + " s");
+    throw TimeoutError(kDynamicOrigin, "round " + std::to_string(join_.round) + " of run '" +
+                                           params_.run_id +
+                                           "': " + std::to_string(count_arrivals(s, r)) +
+                                           " of at least " + std::to_string(params_.min_nodes) +
+                                           " nodes joined within the join timeout of " +
+                                           seconds_text(params_.join_timeout) + " s");
   }
   return std::nullopt;
 }

@@ -6,6 +6,7 @@
 
 #include "ddp/common/error.h"
 #include "ddp/store/store_capabilities.h"
+#include "dynamic_keys.h"
 #include "records.h"
 
 namespace ddp::rendezvous_detail {
@@ -16,14 +17,6 @@ std::string random_member() {
   char text[17];
   std::snprintf(text, sizeof(text), "%08x%08x", device(), device());
   return text;
-}
-
-std::optional<std::string> try_get(Store& store, const std::string& key) {
-  try {
-    return store.get(key, Duration(0));
-  } catch (const TimeoutError&) {
-    return std::nullopt;
-  }
 }
 
 // ---- keep-alive counters (any store) -----------------------------------------------------------
@@ -357,7 +350,7 @@ void Liveness::declare_lost(Store& store, const std::string& round_prefix, int r
   lost.kind = RoundEnd::Kind::kNodeLost;
   lost.node = rank;
   lost.member = member;
-  store.compare_set(round_prefix + "/end", "", encode_round_end(lost));
+  end_round_once(store, round_prefix, lost);
 }
 
 }  // namespace ddp::rendezvous_detail

@@ -11,7 +11,6 @@
 namespace ddp::rendezvous_detail {
 namespace {
 
-constexpr const char* kOrigin = "c10d rendezvous";
 // A record is a line of a few fields; a member list is the longest.
 constexpr std::size_t kMaxRecordBytes =
     (kMaxMemberLength + 1) * static_cast<std::size_t>(kMaxNodes);
@@ -21,7 +20,7 @@ constexpr std::size_t kMaxRecordBytes =
 class Fields {
  public:
   Fields(const std::string& text, const char* record, const std::string& key,
-         const char* origin = kOrigin)
+         const char* origin = kDynamicOrigin)
       : text_(text), record_(record), key_(key), origin_(origin) {
     if (text.size() > kMaxRecordBytes) fail(fmt::format("{} bytes is too long", text.size()));
   }

@@ -28,6 +28,9 @@ namespace ddp::rendezvous_detail {
 // round considers at most kMaxArrivals arrivals (the rest are late and join
 // the next round); a node runs at most kMaxLocalWorldSize workers (ddprun's
 // --nproc_per_node bound). Round numbers stay below kMaxRound.
+// What the dynamic rendezvous' errors name as their origin.
+inline constexpr const char* kDynamicOrigin = "c10d rendezvous";
+
 inline constexpr int kMaxNodes = 1 << 16;
 inline constexpr int kMaxArrivals = 1 << 16;
 inline constexpr int kMaxLocalWorldSize = 4096;

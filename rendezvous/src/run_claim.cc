@@ -45,10 +45,10 @@ void claim_run_id(Store& s, const RunKeys& keys, const RendezvousParams& params,
     held = prefixes ? s.compare_set(key, "", mine) : s.compare_set(key, held, mine);
   }
   if (held == mine) return;
-  throw InvalidArgument("c10d rendezvous",
-                        "run id '" + params.run_id + "' is in use on the store at " + store_name +
-                            " by another running job (" + shown_value(held) +
-                            "); this node runs (" + mine + "): use another --rdzv_id");
+  throw InvalidArgument(
+      kDynamicOrigin, "run id '" + params.run_id + "' is in use on the store at " + store_name +
+                          " by another running job (" + shown_value(held) + "); this node runs (" +
+                          mine + "): use another --rdzv_id");
 }
 
 }  // namespace ddp::rendezvous_detail

@@ -3,18 +3,12 @@
 #include "ddp/common/error.h"
 
 namespace ddp::rendezvous_detail {
-namespace {
-
-constexpr const char* kOrigin = "c10d rendezvous";
-
-}  // namespace
-
 std::optional<std::string> SpareWait::look(Store& store, Liveness& liveness,
                                            Clock::time_point now) {
   if (!end_) end_ = try_get(store, RunKeys::end(prefix_));
   if (end_) return end_;
   if (!try_get(store, keys_.current()))
-    throw ShutdownError(kOrigin, "the job ended while this node waited as a spare");
+    throw ShutdownError(kDynamicOrigin, "the job ended while this node waited as a spare");
   const auto members = read_lineage(store, keys_, round_).members;
   if (members.empty() || liveness.any_alive_now(store, members, now, seen_)) return std::nullopt;
   RoundEnd lost;
@@ -30,9 +24,10 @@ void SpareWait::wait(Store& store, Duration wait) {
     end_ = store.get(RunKeys::end(prefix_), wait);
   } catch (const TimeoutError&) {
   } catch (const NetworkError& e) {
-    throw ShutdownError(kOrigin, std::string("the store went away while this node waited as a "
-                                             "spare (the job ended, or its store host died): ") +
-                                     e.what());
+    throw ShutdownError(kDynamicOrigin,
+                        std::string("the store went away while this node waited as a "
+                                    "spare (the job ended, or its store host died): ") +
+                            e.what());
   }
 }
 
