@@ -30,7 +30,8 @@ struct FakeBackend {
               std::lock_guard lock(mutex);
               return async;
             },
-            [this] { ++aborts; }};
+            [this] { ++aborts; },
+            {}};
   }
 
  private:

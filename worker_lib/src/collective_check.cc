@@ -46,6 +46,24 @@ const char* to_string(CollectiveOp op) {
   return "unknown";
 }
 
+progress::Kind progress_kind(CollectiveOp op) {
+  switch (op) {
+    case CollectiveOp::kAllreduce:
+      return progress::Kind::kAllreduce;
+    case CollectiveOp::kBroadcast:
+      return progress::Kind::kBroadcast;
+    case CollectiveOp::kAllgather:
+      return progress::Kind::kAllgather;
+    case CollectiveOp::kReduceScatter:
+      return progress::Kind::kReduceScatter;
+    case CollectiveOp::kReduce:
+      return progress::Kind::kReduce;
+    case CollectiveOp::kBarrier:
+      return progress::Kind::kBarrier;
+  }
+  return progress::Kind::kNone;
+}
+
 std::array<std::uint8_t, CollectiveDescriptor::kEncodedSize> CollectiveDescriptor::encode() const {
   std::array<std::uint8_t, kEncodedSize> out{};
   std::size_t at = 0;

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "ddp/common/progress_page.h"
 #include "ddp/worker/process_group.h"
 
 namespace ddp::detail {
@@ -22,6 +23,8 @@ enum class CollectiveOp : std::uint8_t {
   kBarrier
 };
 const char* to_string(CollectiveOp op);
+// The progress page's name for it.
+progress::Kind progress_kind(CollectiveOp op);
 
 struct CollectiveDescriptor {
   CollectiveOp op = CollectiveOp::kBarrier;

@@ -155,6 +155,7 @@ ProcessGroupGloo::ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int s
     }
   }
   tracker_ = std::make_unique<ArrivalTracker>(store_, rank, size);
+  progress_ = GroupProgress(options_.name, rank, size);
   worker_ = std::thread([this] { worker_loop(); });
   p2p_worker_ = std::thread([this] { p2p_loop(); });
   spdlog::debug(
@@ -226,6 +227,7 @@ WorkPtr ProcessGroupGloo::enqueue_collective(CollectiveDescriptor desc,
     desc.seq = next_seq_++;
     work = std::make_shared<WorkImpl>(desc.seq, to_string(desc.op),
                                       options_.timeout + std::chrono::seconds(10));
+    progress_.issued(desc.seq, progress_kind(desc.op), desc.count * element_size(desc.dtype));
     queue_.push_back(Task{
         work, desc,
         [run = std::move(run)](std::uint32_t tag, const std::shared_ptr<WorkImpl>&) { run(tag); }});
@@ -301,10 +303,12 @@ void ProcessGroupGloo::run_task(Task& task) {
   try {
     if (debug_detail_) check_consistency(desc);
     task.run(static_cast<std::uint32_t>(2 * seq + 1), task.work);
+    progress_.completed(seq);
     task.work->complete();
   } catch (const InvalidArgument&) {
     // A DETAIL mismatch: every rank saw the same descriptors and skipped the
     // collective, so the group stays consistent and usable.
+    progress_.completed(seq);
     task.work->fail(std::current_exception());
   } catch (const std::exception& e) {
     // Our own errors other than timeouts and broken connections (which get the

@@ -16,6 +16,7 @@
 #include "arrival_tracker.h"
 #include "collective_check.h"
 #include "ddp/worker/process_group_gloo.h"
+#include "progress_recorder.h"
 #include "reduce_functions.h"
 #include "shm_allreduce.h"
 #include "work_impl.h"
@@ -74,6 +75,7 @@ class ProcessGroupGloo final : public ProcessGroup {
   std::shared_ptr<gloo::Context> context_;
   std::unique_ptr<ArrivalTracker> tracker_;
   std::unique_ptr<ShmAllreduce> shm_;  // null: no same-host segment
+  GroupProgress progress_;             // this group's slot of the progress page
 
   std::mutex mutex_;
   std::condition_variable cv_;

@@ -13,6 +13,7 @@
 #include "ddp/common/env.h"
 #include "ddp/common/error.h"
 #include "grad_ops.h"
+#include "progress_recorder.h"
 
 namespace ddp {
 namespace {
@@ -50,7 +51,8 @@ void ReducerOptions::validate() const {
 
 Reducer::Reducer(std::shared_ptr<ProcessGroup> group, std::vector<GradientSpec> grads,
                  ReducerOptions options)
-    : group_(std::move(group)), grads_(std::move(grads)), options_(std::move(options)) {
+    : group_(std::move(group)), grads_(std::move(grads)), options_(std::move(options)),
+      step_progress_(std::make_unique<detail::StepProgress>()) {
   if (!group_) throw InvalidArgument(kOrigin, "the process group is null");
   options_.validate();
   options_.debug = options_.debug || env_debug();
@@ -286,9 +288,11 @@ void Reducer::finalize() {
   std::lock_guard lock(mutex_);
   if (!in_iteration_) start_iteration_locked();  // a backward pass that produced no gradient
   const auto backward_end = Clock::now();
+  step_progress_->gradients_ready();
   if (!iteration_sync_) {
     in_iteration_ = false;
     ++stats_.no_sync_iterations;
+    step_progress_->step_end(false);
     return;
   }
   if (launch_error_) std::rethrow_exception(launch_error_);
@@ -349,6 +353,7 @@ void Reducer::finalize() {
   }
   std::fill(used_since_sync_.begin(), used_since_sync_.end(), 0);
   in_iteration_ = false;
+  step_progress_->step_end(true);
 
   if (options_.debug) {
     debug_log_->info(

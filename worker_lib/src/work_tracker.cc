@@ -65,6 +65,7 @@ std::optional<std::string> WorkTracker::poll(Clock::time_point now) {
                                             front.work->sequence_number(), e.what()));
     }
     if (!done) break;
+    if (front.seq && hooks_.completed) hooks_.completed(*front.seq);
     front.work->complete();
     entries_.pop_front();
   }

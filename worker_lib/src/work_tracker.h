@@ -34,6 +34,9 @@ class WorkTracker {
     std::function<std::optional<std::string>()> async_error;
     // Aborts the backend (e.g. ncclCommAbort); called once, from the watchdog.
     std::function<void()> abort;
+    // A collective completed (its sequence number), in issue order, from the
+    // thread that polled it; optional.
+    std::function<void(std::uint64_t)> completed;
   };
 
   // `arrivals` (optional) names the ranks missing from a timed-out collective.

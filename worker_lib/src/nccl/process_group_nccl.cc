@@ -162,6 +162,9 @@ ProcessGroupNccl::ProcessGroupNccl(std::shared_ptr<Store> store, int rank, int s
     return fmt::format("{} ({})", ncclGetErrorString(async), static_cast<int>(async));
   };
   hooks.abort = [this] { abort_comm(); };
+  progress_ = GroupProgress(options_.name, rank, size);
+  // Completion as the work's CUDA event tells it, seen by the watchdog.
+  hooks.completed = [this](std::uint64_t seq) { progress_.completed(seq); };
   tracker_ = std::make_unique<WorkTracker>(
       fmt::format("ProcessGroupNccl[{}] rank {}/{}", options_.name, rank, size), options_.timeout,
       arrivals_, std::move(hooks));
@@ -202,15 +205,19 @@ void ProcessGroupNccl::check_device(const Buffer& buffer, const char* what) cons
   }
 }
 
-WorkPtr ProcessGroupNccl::enqueue(const char* op, bool collective,
+WorkPtr ProcessGroupNccl::enqueue(const char* op, progress::Kind kind, std::uint64_t bytes,
                                   const std::function<ncclResult_t()>& launch) {
+  const bool collective = kind != progress::Kind::kNone;
   const std::string origin = fmt::format("ProcessGroupNccl::{}", op);
   tracker_->throw_if_broken();
   std::lock_guard lock(mutex_);
   if (!comm_) throw BackendError(origin, "the communicator was aborted");
   check_cuda(cudaSetDevice(options_.device), origin, "cudaSetDevice");
   std::uint64_t seq = collective ? next_seq_++ : next_p2p_seq_++;
-  if (collective) arrivals_->entered(seq);
+  if (collective) {
+    arrivals_->entered(seq);
+    progress_.issued(seq, kind, bytes);
+  }
   check_nccl(launch(), origin, op);
   cudaEvent_t event;
   check_cuda(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), origin, "cudaEventCreate");
@@ -229,7 +236,7 @@ WorkPtr ProcessGroupNccl::allreduce(Buffer buffer, ReduceOp op) {
   check_device(buffer, "allreduce");
   auto type = nccl_type(buffer.dtype);
   auto red = nccl_op(op);
-  return enqueue("allreduce", true, [&] {
+  return enqueue("allreduce", progress::Kind::kAllreduce, buffer.nbytes(), [&] {
     return ncclAllReduce(buffer.data, buffer.data, buffer.count, type, red, comm_, stream_);
   });
 }
@@ -241,7 +248,7 @@ WorkPtr ProcessGroupNccl::broadcast(Buffer buffer, int root) {
                           fmt::format("root {} is outside [0, {})", root, size()));
   }
   auto type = nccl_type(buffer.dtype);
-  return enqueue("broadcast", true, [&] {
+  return enqueue("broadcast", progress::Kind::kBroadcast, buffer.nbytes(), [&] {
     return ncclBroadcast(buffer.data, buffer.data, buffer.count, type, root, comm_, stream_);
   });
 }
@@ -257,7 +264,7 @@ WorkPtr ProcessGroupNccl::allgather(Buffer output, Buffer input) {
                     to_string(output.dtype), input.count, to_string(input.dtype), size()));
   }
   auto type = nccl_type(input.dtype);
-  return enqueue("allgather", true, [&] {
+  return enqueue("allgather", progress::Kind::kAllgather, input.nbytes(), [&] {
     return ncclAllGather(input.data, output.data, input.count, type, comm_, stream_);
   });
 }
@@ -274,7 +281,7 @@ WorkPtr ProcessGroupNccl::reduce_scatter(Buffer output, Buffer input, ReduceOp o
   }
   auto type = nccl_type(input.dtype);
   auto red = nccl_op(op);
-  return enqueue("reduce_scatter", true, [&] {
+  return enqueue("reduce_scatter", progress::Kind::kReduceScatter, input.nbytes(), [&] {
     return ncclReduceScatter(input.data, output.data, output.count, type, red, comm_, stream_);
   });
 }
@@ -287,13 +294,13 @@ WorkPtr ProcessGroupNccl::reduce(Buffer buffer, int root, ReduceOp op) {
   }
   auto type = nccl_type(buffer.dtype);
   auto red = nccl_op(op);
-  return enqueue("reduce", true, [&] {
+  return enqueue("reduce", progress::Kind::kReduce, buffer.nbytes(), [&] {
     return ncclReduce(buffer.data, buffer.data, buffer.count, type, red, root, comm_, stream_);
   });
 }
 
 WorkPtr ProcessGroupNccl::barrier() {
-  return enqueue("barrier", true, [&] {
+  return enqueue("barrier", progress::Kind::kBarrier, sizeof(float), [&] {
     return ncclAllReduce(barrier_scratch_, barrier_scratch_, 1, ncclFloat32, ncclSum, comm_,
                          stream_);
   });
@@ -307,7 +314,7 @@ WorkPtr ProcessGroupNccl::send(Buffer buffer, int dst, int /*tag*/) {
                           fmt::format("destination {} must be another rank", dst));
   }
   auto type = nccl_type(buffer.dtype);
-  return enqueue("send", false,
+  return enqueue("send", progress::Kind::kNone, 0,
                  [&] { return ncclSend(buffer.data, buffer.count, type, dst, comm_, stream_); });
 }
 
@@ -318,7 +325,7 @@ WorkPtr ProcessGroupNccl::recv(Buffer buffer, int src, int /*tag*/) {
                           fmt::format("source {} must be another rank", src));
   }
   auto type = nccl_type(buffer.dtype);
-  return enqueue("recv", false,
+  return enqueue("recv", progress::Kind::kNone, 0,
                  [&] { return ncclRecv(buffer.data, buffer.count, type, src, comm_, stream_); });
 }
 

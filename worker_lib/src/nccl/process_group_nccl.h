@@ -9,6 +9,7 @@
 
 #include "arrival_tracker.h"
 #include "ddp/worker/process_group_nccl.h"
+#include "progress_recorder.h"
 #include "work_tracker.h"
 
 namespace ddp::detail {
@@ -32,14 +33,17 @@ class ProcessGroupNccl final : public ProcessGroup {
  private:
   // Enqueues `launch` (an NCCL call on stream_) under the issue-order lock and
   // returns a Work completed by the event recorded after it.
-  WorkPtr enqueue(const char* op, bool collective, const std::function<ncclResult_t()>& launch);
+  // `kind` and `bytes` go to the progress page (collectives only).
+  WorkPtr enqueue(const char* op, progress::Kind kind, std::uint64_t bytes,
+                  const std::function<ncclResult_t()>& launch);
   void check_device(const Buffer& buffer, const char* what) const;
   void abort_comm();
 
   std::shared_ptr<Store> store_;
   NcclOptions options_;
   std::shared_ptr<ArrivalTracker> arrivals_;
-  std::mutex mutex_;  // issue order and comm_ lifetime
+  GroupProgress progress_;  // this group's slot of the progress page
+  std::mutex mutex_;        // issue order and comm_ lifetime
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
   void* barrier_scratch_ = nullptr;

@@ -37,5 +37,8 @@ inline constexpr const char* kStorePrefix = "DDP_STORE_PREFIX";
 inline constexpr const char* kTimeout = "DDP_TIMEOUT";
 inline constexpr const char* kGlooSocketIfname = "GLOO_SOCKET_IFNAME";
 inline constexpr const char* kGlooHostname = "DDP_GLOO_HOSTNAME";
+// The descriptor of this worker's progress page (ddp/common/progress_page.h),
+// inherited from the agent; unset when the agent does not watch progress.
+inline constexpr const char* kProgressFd = "DDP_PROGRESS_FD";
 
 }  // namespace ddp::env_names

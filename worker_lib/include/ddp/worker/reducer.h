@@ -78,6 +78,10 @@ class logger;
 
 namespace ddp {
 
+namespace detail {
+class StepProgress;  // progress_recorder.h: step boundaries for the agent
+}
+
 inline constexpr std::size_t kMiB = std::size_t{1} << 20;
 
 struct ReducerOptions {
@@ -231,6 +235,7 @@ class Reducer {
   Clock::time_point first_launch_{};
   bool any_launched_ = false;
   ReducerStats stats_;
+  std::unique_ptr<detail::StepProgress> step_progress_;
   std::shared_ptr<spdlog::logger> debug_log_;  // set when options_.debug
 };
 

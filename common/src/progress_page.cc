@@ -1,0 +1,36 @@
+#include "ddp/common/progress_page.h"
+
+#include <time.h>
+
+namespace ddp::progress {
+
+const char* to_string(Kind kind) {
+  switch (kind) {
+    case Kind::kNone:
+      return "none";
+    case Kind::kAllreduce:
+      return "allreduce";
+    case Kind::kBroadcast:
+      return "broadcast";
+    case Kind::kAllgather:
+      return "allgather";
+    case Kind::kReduceScatter:
+      return "reduce_scatter";
+    case Kind::kReduce:
+      return "reduce";
+    case Kind::kBarrier:
+      return "barrier";
+    case Kind::kAlltoall:
+      return "alltoall";
+  }
+  return "unknown";
+}
+
+std::int64_t now_ns() {
+  // The vDSO answers CLOCK_MONOTONIC without entering the kernel.
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<std::int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+}  // namespace ddp::progress
