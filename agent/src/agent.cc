@@ -12,13 +12,18 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 
 #include "ddp/agent/failure_report.h"
 #include "ddp/common/background.h"
 #include "ddp/common/env_contract.h"
 #include "ddp/common/error.h"
 #include "ddp/common/logging.h"
+#include "file_timer.h"
+#include "incident.h"
+#include "progress_watch.h"
 #include "safe_file.h"
+#include "stack_dump.h"
 
 namespace ddp::agent {
 namespace {
@@ -32,7 +37,15 @@ struct Worker {
   int pid = 0;
   bool running = false;
   std::string error_file;
+  // Why the agent ended it, when it did (a hang): the failure's message.
+  std::string ended_by_agent;
 };
+
+// Whether the workers run under a Python interpreter (ddprun's python3 -u, or
+// a command naming one): they get PYTHONFAULTHANDLER and SIGABRT on a hang.
+bool runs_python(const std::vector<std::string>& argv) {
+  return !argv.empty() && fs::path(argv[0]).filename().string().rfind("python", 0) == 0;
+}
 
 }  // namespace
 
@@ -40,10 +53,26 @@ class Agent::Impl {
  public:
   Impl(AgentOptions options, RendezvousHandler& rendezvous, ProcessLauncher& launcher)
       : options_(std::move(options)), rdzv_(rendezvous), launcher_(launcher),
-        logger_(log::get("ddprun")) {}
+        logger_(log::get("ddprun")), watch_(options_.watch, options_.hostname, *options_.runtime),
+        python_(runs_python(options_.spec.argv)) {}
 
   int run() {
+    if (!options_.watch.timer_file.empty()) {
+      try {
+        timer_ = std::make_unique<FileTimerServer>(options_.watch.timer_file);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "ddprun: cannot serve the file timer: %s\n", e.what());
+        return 1;
+      }
+      logger_->info("serving torch's file timer on {}", timer_->path());
+    }
     const int code = run_rounds();
+    timer_.reset();
+    watch_.end_round();
+    if (const std::string scores = watch_.straggler_summary(); !scores.empty()) {
+      std::fprintf(stderr, "ddprun: straggler scores of the last round (1.00 = fastest): %s\n",
+                   scores.c_str());
+    }
     if (code != 0 && !membership_log_.empty()) {
       // What happened to the group, for the failure report.
       std::string text = "ddprun: membership changes during this run:\n";
@@ -71,14 +100,18 @@ class Agent::Impl {
 
   bool reported_worker_failure() const { return reported_worker_failure_; }
 
+  const std::vector<std::string>& incident_files() const { return incident_files_; }
+
  private:
   struct Outcome {
     // kReform: the group's membership changed (a node lost or admitted): the
     // workers are restarted without consuming --max_restarts.
+    // kFail: a local failure that must not be restarted (--on_hang=fail).
     enum class Kind {
       kDone,
       kBarrierTimeout,
       kRestart,
+      kFail,
       kReform,
       kAbort,
       kSignal
@@ -117,6 +150,8 @@ class Agent::Impl {
       failures_.clear();
       workers_.clear();
       pid_to_worker_.clear();
+      last_hang_.clear();
+      begin_watch();
       Outcome outcome;
       std::unique_ptr<RoundWatch> watch;
       try {
@@ -132,6 +167,7 @@ class Agent::Impl {
         return 1;
       }
       watch.reset();
+      watch_.end_round();
 
       switch (outcome.kind) {
         case Outcome::Kind::kDone:
@@ -140,16 +176,24 @@ class Agent::Impl {
         case Outcome::Kind::kSignal:
           return 128 + outcome.value;
         case Outcome::Kind::kAbort:
-          std::fprintf(stderr, "ddprun: the agent of node %d stopped the job (signal %d)\n",
-                       outcome.node, outcome.value);
-          return outcome.value > 0 ? 128 + outcome.value : 1;
+          if (outcome.value > 0) {
+            std::fprintf(stderr, "ddprun: the agent of node %d stopped the job (signal %d)\n",
+                         outcome.node, outcome.value);
+            return 128 + outcome.value;
+          }
+          std::fprintf(stderr,
+                       "ddprun: the agent of node %d stopped the job (its workers failed and "
+                       "may not be restarted)\n",
+                       outcome.node);
+          return 1;
         case Outcome::Kind::kRestart:
+        case Outcome::Kind::kFail:
           break;
         case Outcome::Kind::kReform:
           reforming_ = true;
           continue;  // a membership change does not consume --max_restarts
       }
-      if (restart_count_ < options_.spec.max_restarts) {
+      if (outcome.kind == Outcome::Kind::kRestart && restart_count_ < options_.spec.max_restarts) {
         ++restart_count_;
         logger_->warn("restarting the worker group ({}/{} restarts)", restart_count_,
                       options_.spec.max_restarts);
@@ -157,6 +201,10 @@ class Agent::Impl {
       }
       if (!failures_.empty()) {
         std::string report = format_report(program_name(), failures_, options_.hostname);
+        if (!last_hang_.empty()) {
+          report +=
+              "ddprun: these failures came after the hang reported above: " + last_hang_ + "\n";
+        }
         std::fputs(report.c_str(), stderr);
         std::fflush(stderr);
         reported_worker_failure_ = true;
@@ -307,7 +355,12 @@ class Agent::Impl {
       };
       process.out = route(Std::kOut, "stdout.log");
       process.err = route(Std::kErr, "stderr.log");
+      if (ProgressPageFile* page = watch_.prepare(local_rank)) {
+        process.inherit_fds.push_back(page->fd());
+        process.env.push_back(std::string(names::kProgressFd) + "=" + std::to_string(page->fd()));
+      }
       worker.pid = launcher_.launch(process);
+      watch_.started(local_rank, worker.rank, worker.pid);
       worker.running = true;
       pid_to_worker_[worker.pid] = workers_.size();
       workers_.push_back(std::move(worker));
@@ -346,6 +399,13 @@ class Agent::Impl {
     env[names::kStoreAddr] = round_->info().store_addr;
     env[names::kStorePort] = std::to_string(round_->info().store_port);
     env[names::kStorePrefix] = round_->info().worker_prefix;
+    if (timer_) env["TORCHELASTIC_TIMER_FILE"] = timer_->path();
+    // A hung Python worker is ended with SIGABRT: faulthandler then prints
+    // every thread's traceback into its log.
+    if (python_ && (options_.watch.hang_timeout != std::chrono::milliseconds(0)) &&
+        env.find("PYTHONFAULTHANDLER") == env.end()) {
+      env["PYTHONFAULTHANDLER"] = "1";
+    }
     const std::string token = rdzv_.store_token();
     if (!token.empty()) {
       env[names::kStoreToken] = token;
@@ -370,21 +430,36 @@ class Agent::Impl {
     if (it == pid_to_worker_.end()) return nullptr;
     Worker& worker = workers_[it->second];
     worker.running = false;
+    watch_.exited(worker.local_rank, event.status);
+    if (timer_) timer_->forget_pid(worker.pid);
     return &worker;
   }
 
   void record_failure(const Worker& worker, const LauncherEvent& event) {
     failures_.push_back(make_failure(worker.local_rank, worker.rank, worker.pid, event.status,
                                      worker.error_file, event.when));
+    if (!worker.ended_by_agent.empty()) failures_.back().message = worker.ended_by_agent;
     logger_->warn("worker rank {} (local rank {}, pid {}) failed with {}", worker.rank,
                   worker.local_rank, worker.pid,
                   event.status < 0 ? signal_name(-event.status)
                                    : "exit code " + std::to_string(event.status));
   }
 
+  // Whether the agent looks at its workers periodically.
+  bool ticking() const { return watch_.active() || timer_ != nullptr; }
+
+  // When the next look at the workers' progress is due (never when off). The
+  // file timer is served at torchrun's pace (100 ms).
+  Clock::time_point next_tick() const {
+    if (timer_)
+      return now() + std::min<std::chrono::milliseconds>(options_.watch.tick,
+                                                         std::chrono::milliseconds(100));
+    return watch_.active() ? now() + options_.watch.tick : Clock::time_point::max();
+  }
+
   Outcome monitor(const RoundWatch& watch) {
     while (running_count() > 0) {
-      LauncherEvent event = launcher_.next_event(Clock::time_point::max());
+      LauncherEvent event = launcher_.next_event(next_tick());
       switch (event.kind) {
         case LauncherEvent::Kind::kExited: {
           Worker* worker = on_exit(event);
@@ -400,6 +475,7 @@ class Agent::Impl {
           break;
         }
         case LauncherEvent::Kind::kTimeout:
+          look_at_progress();
           break;
       }
     }
@@ -422,6 +498,13 @@ class Agent::Impl {
     if (signal) return on_signal(*signal);
     if (auto outcome = membership_change_behind(watch)) return *outcome;
     const auto& first = failures_[root_cause(failures_)];
+    if (fail_without_restart_) {
+      // --on_hang=fail: the job ends; the other agents stop theirs.
+      auto note = announce(end_of(RoundEnd::Kind::kAbort, 0));
+      stop_workers(SIGTERM);
+      finish_announcement(note);
+      return Outcome{Outcome::Kind::kFail, round_->info().group_rank, first.exit_code};
+    }
     auto note = announce(end_of(RoundEnd::Kind::kRestart, first.exit_code));
     stop_workers(SIGTERM);
     finish_announcement(note);
@@ -512,7 +595,13 @@ class Agent::Impl {
         }
         if (auto outcome = on_remote_end(watch)) return *outcome;
       }
-      LauncherEvent event = launcher_.next_event(deadline.when());
+      LauncherEvent event = launcher_.next_event(std::min(deadline.when(), next_tick()));
+      if (event.kind == LauncherEvent::Kind::kTimeout && ticking() && now() < deadline.when()) {
+        // Still waiting for the others: keep this node's summary going out
+        // (a rank elsewhere may not exit) and report what is seen.
+        look_at_progress();
+        continue;
+      }
       if (event.kind == LauncherEvent::Kind::kTimeout) {
         logger_->error("exit barrier: not every agent finished within {} s; exiting anyway",
                        options_.exit_barrier_timeout.count() / 1000.0);
@@ -559,6 +648,136 @@ class Agent::Impl {
     // on every path (see ProcessLauncher).
   }
 
+  // A new round's progress watch: its summaries go through a store handle of
+  // their own (the exchange blocks in it on its own thread).
+  void begin_watch() {
+    std::shared_ptr<Store> store;
+    if (watch_.active() && round_->info().group_world_size > 1) {
+      try {
+        store = rdzv_.open_store();
+      } catch (const std::exception& e) {
+        logger_->warn("progress summaries stay on this node (no store handle: {})", e.what());
+      }
+    }
+    watch_.begin_round(round_->info(), std::move(store));
+  }
+
+  // One look at every rank's progress; acts on a hang found.
+  void look_at_progress() {
+    if (timer_) serve_file_timer();
+    if (!watch_.active()) return;
+    auto verdict = watch_.check();
+    if (verdict) on_hang(*verdict);
+  }
+
+  // torch's file timer: requests from our running workers only; an expired
+  // scope gets its worker signalled as torch's FileTimerServer does (the
+  // worker's pid, the earliest expired scope's signal; then all its timers go).
+  void serve_file_timer() {
+    std::set<int> pids;
+    for (const auto& w : workers_) {
+      if (w.running) pids.insert(w.pid);
+    }
+    try {
+      timer_->drain(pids);
+    } catch (const std::exception& e) {
+      logger_->warn("file timer: {}", e.what());
+    }
+    std::map<int, std::vector<ExpiredTimer>> by_pid;
+    for (auto& expired : timer_->take_expired(options_.runtime->wall_now())) {
+      by_pid[expired.pid].push_back(std::move(expired));
+    }
+    for (const auto& [pid, expired] : by_pid) {
+      auto it = pid_to_worker_.find(pid);
+      if (it == pid_to_worker_.end() || !workers_[it->second].running) continue;
+      Worker& worker = workers_[it->second];
+      std::string scopes;
+      for (const auto& e : expired) scopes += (scopes.empty() ? "" : ", ") + e.scope_id;
+      logger_->info("Reaping worker_pid=[{}]. Expired timers: [{}]", pid, scopes);
+      const ExpiredTimer* first = nullptr;
+      for (const auto& e : expired) {
+        if (e.signal > 0) {
+          first = &e;
+          break;
+        }
+      }
+      if (first == nullptr) {
+        logger_->info("No signal specified with worker=[{}]. Do not reap it.", pid);
+        timer_->forget_pid(pid);
+        continue;
+      }
+      worker.ended_by_agent = "the file timer of scope '" + first->scope_id +
+                              "' expired (torch.distributed.elastic.timer.expires): ddprun sent " +
+                              signal_name(first->signal);
+      std::fprintf(
+          stderr,
+          "ddprun: timer of scope '%s' expired on rank %d (local rank %d, pid %d): sending %s\n",
+          first->scope_id.c_str(), worker.rank, worker.local_rank, pid,
+          signal_name(first->signal).c_str());
+      ::kill(pid, first->signal);  // our unreaped child: the pid cannot be reused
+      timer_->forget_pid(pid);
+    }
+  }
+
+  // A hang: every node reports it; the culprits' node collects their stacks
+  // and ends them (SIGABRT for Python, so that faulthandler prints their
+  // tracebacks; SIGKILL otherwise). Their exits are then failures like any
+  // other: --on_hang=restart spends a restart, fail ends the job.
+  void on_hang(const ProgressWatch::Verdict& verdict) {
+    last_hang_ = verdict.hang.summary;
+    Incident incident;
+    incident.hang = verdict.hang;
+    incident.timeout = verdict.timeout;
+    incident.node = round_->info().group_rank;
+    incident.host = options_.hostname;
+    incident.round = round_->info().round;
+    incident.attempt = attempt_ - 1;
+    incident.ranks = watch_.ranks();
+    incident.unreachable = verdict.unreachable;
+    const bool fail = options_.watch.on_hang == WatchOptions::OnHang::kFail;
+    std::vector<Worker*> culprits;
+    for (int local_rank : verdict.local_culprits) {
+      for (auto& w : workers_) {
+        if (w.local_rank == local_rank && w.running) culprits.push_back(&w);
+      }
+    }
+    if (culprits.empty()) {
+      incident.action = verdict.hang.culprits.empty()
+                            ? "none: no culprit could be named"
+                            : "none on this node: the culprit's node ends it";
+    } else {
+      incident.action = fail ? "fail (--on_hang=fail)"
+                        : restart_count_ < options_.spec.max_restarts
+                            ? "restart (--on_hang=restart)"
+                            : "fail (--on_hang=restart, but no restarts are left)";
+    }
+    for (Worker* w : culprits) {
+      StackDump dump = collect_native_stacks(w->pid, options_.watch.stack_timeout);
+      incident.stacks[w->rank] = Incident::Stacks{dump.tool, dump.text, dump.error};
+      if (python_) {
+        incident.notes.push_back("rank " + std::to_string(w->rank) +
+                                 " is a Python worker: ended with SIGABRT, its faulthandler "
+                                 "prints every thread's Python traceback into its log");
+      }
+    }
+    const std::string path = write_incident(
+        options_.run_log_dir + "/" + "attempt_" + std::to_string(attempt_ - 1), incident);
+    std::string text = format_incident(incident);
+    if (!path.empty()) {
+      text += "ddprun: incident written to " + path + "\n";
+      incident_files_.push_back(path);
+    }
+    std::fputs(text.c_str(), stderr);
+    std::fflush(stderr);
+    if (culprits.empty()) return;
+    if (fail) fail_without_restart_ = true;
+    for (Worker* w : culprits) {
+      w->ended_by_agent = "ended by ddprun after a hang: " + verdict.hang.summary +
+                          (path.empty() ? std::string() : " (incident: " + path + ")");
+      launcher_.signal_group(w->pid, python_ ? SIGABRT : SIGKILL);
+    }
+  }
+
   // Logs a membership change with its wall-clock time and keeps it for the report.
   void note_membership(const std::string& what) {
     const std::time_t now = std::time(nullptr);
@@ -591,6 +810,18 @@ class Agent::Impl {
   bool rendezvous_abandoned_ = false;
   // run() printed a failure report of this node's workers.
   bool reported_worker_failure_ = false;
+  // Progress, hangs and stragglers of the workers (and the other nodes').
+  ProgressWatch watch_;
+  // The workers run under Python.
+  const bool python_;
+  // A hang under --on_hang=fail: the next failure ends the job.
+  bool fail_without_restart_ = false;
+  // Every incident file written.
+  std::vector<std::string> incident_files_;
+  // The summary of the hang found in this round, if any.
+  std::string last_hang_;
+  // torch's file timer, when TORCHELASTIC_ENABLE_FILE_TIMER=1.
+  std::unique_ptr<FileTimerServer> timer_;
 };
 
 Agent::Agent(AgentOptions options, RendezvousHandler& rendezvous, ProcessLauncher& launcher)
@@ -599,5 +830,6 @@ Agent::~Agent() = default;
 int Agent::run() { return impl_->run(); }
 int Agent::restart_count() const { return impl_->restart_count(); }
 bool Agent::reported_worker_failure() const { return impl_->reported_worker_failure(); }
+const std::vector<std::string>& Agent::incident_files() const { return impl_->incident_files(); }
 
 }  // namespace ddp::agent

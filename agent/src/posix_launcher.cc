@@ -208,6 +208,7 @@ class PosixLauncher final : public ProcessLauncher {
     }
     const pid_t parent = ::getpid();
     const char* program = argv[0];
+    const std::vector<int>& inherit = spec.inherit_fds;
     const sigset_t old_mask = old_mask_;
 
     pid_t pid = ::fork();
@@ -243,6 +244,7 @@ class PosixLauncher final : public ProcessLauncher {
       // an exec failure. Kernels before 5.11 lack the flag; then only the
       // descriptors' own close-on-exec flags apply.
       ::close_range(3, ~0U, CLOSE_RANGE_CLOEXEC);
+      for (int fd : inherit) ::fcntl(fd, F_SETFD, 0);
       // Clean signal state: the agent blocks its handled signals and ignores
       // SIGPIPE, and both would survive exec (caught handlers do not). Other
       // dispositions ddprun inherited (nohup's SIGHUP) pass on, like Popen.

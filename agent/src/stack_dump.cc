@@ -21,6 +21,8 @@
 #include <thread>
 #include <vector>
 
+#include "ddp/common/time.h"
+
 extern char** environ;
 
 namespace ddp::agent {
@@ -183,7 +185,7 @@ ToolRun run_tool(const std::vector<std::string>& args, SteadyClock::time_point d
   FrameFinder frames;
   char buffer[16 * 1024];
   for (;;) {
-    const auto now = SteadyClock::now();
+    const auto now = real_runtime().now();
     if (now >= deadline) {
       run.timed_out = true;
       break;
@@ -213,7 +215,7 @@ ToolRun run_tool(const std::vector<std::string>& args, SteadyClock::time_point d
   // zombie keeps the group id from being reused) until the deadline.
   bool gone = false;  // reaped by somebody else, or SIGCHLD ignored
   if (!run.timed_out) {
-    auto pause = std::chrono::microseconds(200);
+    auto pause = Duration(1);
     for (;;) {
       siginfo_t info{};
       if (::waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOHANG | WNOWAIT) != 0) {
@@ -222,12 +224,12 @@ ToolRun run_tool(const std::vector<std::string>& args, SteadyClock::time_point d
         break;
       }
       if (info.si_pid == pid) break;
-      if (SteadyClock::now() >= deadline) {
+      if (real_runtime().now() >= deadline) {
         run.timed_out = true;
         break;
       }
-      std::this_thread::sleep_for(pause);
-      pause = std::min(pause * 2, std::chrono::microseconds(10000));
+      real_runtime().sleep_for(pause);
+      pause = std::min(pause * 2, Duration(10));
     }
   }
   // The whole group: the tool itself on timeout, anything it left behind
@@ -298,8 +300,8 @@ StackDump collect_native_stacks(int pid, std::chrono::milliseconds timeout, std:
     }
     const bool was_stopped = state == 'T';
     // A year at most: the sum must not overflow.
-    const auto deadline =
-        SteadyClock::now() + std::min<std::chrono::milliseconds>(timeout, std::chrono::hours(8760));
+    const auto deadline = real_runtime().now() +
+                          std::min<std::chrono::milliseconds>(timeout, std::chrono::hours(8760));
     const std::string pid_text = std::to_string(pid);
 
     struct Tool {
@@ -327,7 +329,7 @@ StackDump collect_native_stacks(int pid, std::chrono::milliseconds timeout, std:
         add_problem(std::string(tool.name) + " not found in PATH or /usr/bin");
         continue;
       }
-      if (!dump.tool.empty() && SteadyClock::now() >= deadline) {
+      if (!dump.tool.empty() && real_runtime().now() >= deadline) {
         add_problem(std::string(tool.name) + " not tried: the " + std::to_string(timeout.count()) +
                     " ms timeout is spent");
         break;

@@ -15,6 +15,10 @@ class RealRuntime : public Runtime {
 
 }  // namespace
 
+std::chrono::system_clock::time_point Runtime::wall_now() const {
+  return std::chrono::system_clock::now();
+}
+
 std::thread Runtime::start_thread(std::function<void()> body) const {
   return std::thread(std::move(body));
 }
@@ -29,6 +33,12 @@ FakeTime::FakeTime()
 
 Clock::time_point FakeTime::now() const {
   return Clock::time_point(Clock::duration(ticks_.load()));
+}
+
+std::chrono::system_clock::time_point FakeTime::wall_now() const {
+  const auto start = Clock::time_point() + std::chrono::hours(24 * 365);
+  return std::chrono::system_clock::time_point(std::chrono::seconds(1767225600)) +
+         std::chrono::duration_cast<std::chrono::system_clock::duration>(now() - start);
 }
 
 void FakeTime::sleep_for(Duration d) const {

@@ -51,6 +51,28 @@ void remove_stale_temp_dirs(const std::filesystem::path& tmp) {
   }
 }
 
+// The private temporary log directory goes at exit, but a hang's incident
+// report must not: each moves to <tmp>/ddprun-hang-<pid>-<file name>, a name the
+// stale-directory sweep above never touches (no pid right after "ddprun-").
+void keep_incidents(const std::vector<std::string>& files, const std::filesystem::path& tmp) {
+  namespace fs = std::filesystem;
+  for (const auto& file : files) {
+    const fs::path kept = tmp / ("ddprun-hang-" + std::to_string(::getpid()) + "-" +
+                                 fs::path(file).filename().string());
+    std::error_code ec;
+    fs::rename(file, kept, ec);
+    if (ec) fs::copy_file(file, kept, fs::copy_options::overwrite_existing, ec);
+    if (ec) {
+      std::fprintf(stderr, "ddprun: could not keep the incident report %s: %s\n", file.c_str(),
+                   ec.message().c_str());
+    } else {
+      std::fprintf(stderr,
+                   "ddprun: the incident report is kept at %s (the log directory was temporary)\n",
+                   kept.c_str());
+    }
+  }
+}
+
 // Creates <base>/<run_id>, the directory under which the agent creates every
 // attempt's log directory, and returns its path with every symbolic link of
 // `base` resolved. A log directory may be shared with other users, so the run
@@ -178,6 +200,7 @@ int run(const ddp::launcher::LaunchConfig& config) {
   ddp::agent::Agent agent(std::move(options), *handler, *launcher);
   const int code = agent.run();
   if (agent.reported_worker_failure()) note_missing_torch(config);
+  if (!temp_dir.empty()) keep_incidents(agent.incident_files(), fs::temp_directory_path());
   if (!temp_dir.empty()) {
     std::error_code ec;
     fs::remove_all(temp_dir, ec);

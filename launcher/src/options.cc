@@ -160,6 +160,18 @@ const std::vector<OptionRow>& option_table() {
        .text = &R::stop_grace,
        .default_value = seconds_text(agent.stop_grace),
        .help = "Seconds between SIGTERM and SIGKILL when stopping workers."},
+      {.name = "hang_timeout",
+       .text = &R::hang_timeout,
+       .default_value = "auto",
+       .help = "Seconds a job may be alive without progress before it is a hang: no rank "
+               "completes a collective, some ranks wait in one others never reach, or a rank "
+               "still runs after every other exited 0. auto: 15 min until 3 steps, then 10x "
+               "the slowest step seen, at least 5 min. 0: off."},
+      {.name = "on_hang",
+       .text = &R::on_hang,
+       .default_value = "restart",
+       .help = "What a hang does once the culprit's stacks are taken: restart (spends a "
+               "restart) or fail (ends the job)."},
   };
   return table;
 }

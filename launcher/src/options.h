@@ -41,6 +41,8 @@ struct RawOptions {
   std::string signals_to_handle;
   std::string exit_barrier_timeout;
   std::string stop_grace;
+  std::string hang_timeout;
+  std::string on_hang;
 };
 
 struct OptionRow {

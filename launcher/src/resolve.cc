@@ -241,11 +241,42 @@ class Resolver {
     c.agent.exit_barrier_timeout =
         parse_secs(raw_.exit_barrier_timeout, what("exit_barrier_timeout"));
     c.agent.stop_grace = parse_secs(raw_.stop_grace, what("stop_grace"));
+    resolve_watch(c.agent.watch);
     if (auto tmpl = host_.env("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE")) {
       spec.line_prefix_template = *tmpl;
     }
     c.agent.set_omp_num_threads = nproc > 1;
     c.agent.hostname = host_.hostname();
+  }
+
+  // --hang_timeout, --on_hang and torch's file timer.
+  void resolve_watch(agent::WatchOptions& watch) const {
+    watch.progress_pages = true;
+    if (raw_.hang_timeout == "auto") {
+      watch.hang_timeout = std::nullopt;
+    } else {
+      watch.hang_timeout = parse_secs(raw_.hang_timeout, what("hang_timeout"));
+    }
+    if (raw_.on_hang == "restart") {
+      watch.on_hang = agent::WatchOptions::OnHang::kRestart;
+    } else if (raw_.on_hang == "fail") {
+      watch.on_hang = agent::WatchOptions::OnHang::kFail;
+    } else {
+      fail(what("on_hang") + ": expected restart or fail, got '" + raw_.on_hang + "'");
+    }
+    // torchrun's rule: the variable set to exactly "1".
+    if (host_.env("TORCHELASTIC_ENABLE_FILE_TIMER").value_or("") == "1") {
+      watch.timer_file = host_.env("TORCHELASTIC_TIMER_FILE").value_or("");
+      if (watch.timer_file.empty()) watch.timer_file = "/tmp/watchdog_timer_" + random_uuid();
+    }
+  }
+
+  static std::string random_uuid() {
+    std::random_device device;
+    char text[40];
+    std::snprintf(text, sizeof(text), "%08x-%04x-4%03x-%04x-%08x%04x", device(), device() & 0xffff,
+                  device() & 0xfff, (device() & 0x3fff) | 0x8000, device(), device() & 0xffff);
+    return text;
   }
 
   std::string what(const std::string& name) const { return origins_.what(name); }

@@ -59,3 +59,23 @@ TEST(FakeTime, DrivesADeadline) {
   EXPECT_TRUE(deadline.expired());
   EXPECT_EQ(deadline.remaining(), std::chrono::milliseconds(0));
 }
+
+namespace ddp {
+namespace {
+
+TEST(FakeTimeWall, TheWallClockMovesWithTheFakeClockOnly) {
+  FakeTime time;
+  const auto start = time.wall_now();
+  EXPECT_EQ(std::chrono::duration_cast<std::chrono::seconds>(start.time_since_epoch()).count(),
+            1767225600);  // 2026-01-01T00:00:00Z
+  time.advance(std::chrono::milliseconds(2500));
+  EXPECT_EQ(time.wall_now() - start, std::chrono::milliseconds(2500));
+  // The real runtime's is the system clock.
+  const auto before = std::chrono::system_clock::now();
+  const auto real = real_runtime().wall_now();
+  EXPECT_GE(real, before);
+  EXPECT_LE(real - before, std::chrono::seconds(5));
+}
+
+}  // namespace
+}  // namespace ddp

@@ -67,7 +67,8 @@ TEST_P(EnvTest, WorkerEnvironmentIsExactlyTheContract) {
                                           "NCCL_ASYNC_ERROR_HANDLING",
                                           "DDP_STORE_ADDR",
                                           "DDP_STORE_PORT",
-                                          "DDP_STORE_PREFIX"};
+                                          "DDP_STORE_PREFIX",
+                                          "DDP_PROGRESS_FD"};
   std::string run_id;
   std::string master_port;
   for (int rank = 0; rank < n; ++rank) {
@@ -392,7 +393,8 @@ TEST_F(DdprunTest, WorkersChildrenDieOnSigtermEvenWhenTheyIgnoreIt) {
 
 // Two agents on this host with c10d: the first hosts the store (a listening
 // socket and the agents' connections), both hold client connections. Not one
-// of those may reach a worker, and every descriptor an agent holds beyond
+// of those may reach a worker (which inherits exactly one descriptor beyond
+// 0, 1, 2: its progress page), and every descriptor an agent holds beyond
 // 0, 1, 2 is close-on-exec (anything it might ever exec gets none of them).
 TEST_F(DdprunTest, WorkersInheritNoSocketAndAgentsHoldOnlyCloseOnExecDescriptors) {
   const std::string endpoint = "127.0.0.1:" + std::to_string(free_port());
@@ -409,10 +411,16 @@ TEST_F(DdprunTest, WorkersInheritNoSocketAndAgentsHoldOnlyCloseOnExecDescriptors
     ASSERT_TRUE(wait_for_file(listing, std::chrono::seconds(30)))
         << read_text(first.err) << read_text(second.err);
     std::vector<std::string> inherited;
+    int pages = 0;
     for (const auto& line : lines_of(read_text(listing))) {
+      if (line.find("/memfd:ddprun-progress") != std::string::npos) {
+        ++pages;
+        continue;
+      }
       if (std::stoi(line) > 2 || line.find("socket:") != std::string::npos)
         inherited.push_back(line);
     }
+    EXPECT_EQ(pages, 1) << read_text(listing);
     EXPECT_TRUE(inherited.empty())
         << "rank " << rank << " inherited (fd target): " << ::testing::PrintToString(inherited);
   }

@@ -72,9 +72,11 @@ def expected_worker_env(rank):
 TORCHRUN_VARIABLES = set(expected_worker_env(0))
 # Values that differ between any two runs (addresses, ports, random ids, paths).
 PER_RUN_VARIABLES = {"MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_ERROR_FILE"}
-# ddprun's own additions (docs/using.md, "What every worker gets"); DDP_STORE_TOKEN
-# only with an authenticated store.
-DDPRUN_OWN_VARIABLES = {"DDP_STORE_ADDR", "DDP_STORE_PORT", "DDP_STORE_PREFIX"}
+# ddprun's own additions (docs/using.md, "What every worker gets"): the store for
+# its worker library (DDP_STORE_TOKEN only with an authenticated store), the
+# progress page, and faulthandler for a hung Python worker's tracebacks.
+DDPRUN_OWN_VARIABLES = {"DDP_STORE_ADDR", "DDP_STORE_PORT", "DDP_STORE_PREFIX", "DDP_PROGRESS_FD",
+                        "PYTHONFAULTHANDLER"}
 
 
 # ---------------------------------------------------------------- processes

@@ -23,6 +23,8 @@
 #pragma once
 
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "ddp/agent/process_launcher.h"
 #include "ddp/agent/worker_spec.h"
@@ -48,6 +50,9 @@ class Agent {
   // it ended otherwise (success, a signal, another node's failure, a
   // rendezvous error).
   bool reported_worker_failure() const;
+
+  // The hang incident files run() wrote (paths below AgentOptions::run_log_dir).
+  const std::vector<std::string>& incident_files() const;
 
  private:
   class Impl;

@@ -13,9 +13,10 @@
 // setpgid). Killing before reaping is what makes this safe: the unreaped
 // zombie keeps its pid, and so the group id, from being reused.
 //
-// A worker inherits only its stdin and its stdout/stderr pipes (or
-// /dev/null): every other descriptor of the agent is closed at exec, whether
-// or not it was opened close-on-exec (like subprocess.Popen's close_fds).
+// A worker inherits only its stdin, its stdout/stderr pipes (or /dev/null) and
+// the descriptors its spec names (inherit_fds, like Popen's pass_fds): every
+// other descriptor of the agent is closed at exec, whether or not it was
+// opened close-on-exec (like subprocess.Popen's close_fds).
 //
 // Thread-safety: everything but wake() must be called from one thread (the
 // agent's). wake() may be called from any thread.
@@ -55,6 +56,9 @@ struct ProcessSpec {
   std::string prefix;
   StreamRoute out;
   StreamRoute err;
+  // Descriptors of the agent the worker inherits under the same numbers (its
+  // progress page); every other one is closed at exec.
+  std::vector<int> inherit_fds;
 };
 
 struct LauncherEvent {

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -53,6 +54,28 @@ struct WorkerSpec {
   std::string line_prefix_template = "[${role_name}${local_rank}]:";
 };
 
+// How the agent watches workers that are alive but may not progress.
+struct WatchOptions {
+  enum class OnHang { kRestart, kFail };
+  // --hang_timeout: nullopt derives it from the steps seen ("auto", see
+  // HangTimeout in agent/src/hang_detector.h); zero turns hang detection off.
+  std::optional<std::chrono::milliseconds> hang_timeout = std::chrono::milliseconds(0);
+  // --on_hang: spend a restart, or fail the job.
+  OnHang on_hang = OnHang::kRestart;
+  // Give every worker a progress page (DDP_PROGRESS_FD, see
+  // ddp/common/progress_page.h) that ddp::worker fills.
+  bool progress_pages = false;
+  // How often the agent reads the pages and checks.
+  std::chrono::milliseconds tick = std::chrono::milliseconds(250);
+  // How often a node's summary goes to the other nodes through the store.
+  std::chrono::milliseconds exchange_period = std::chrono::seconds(1);
+  // torch's file timer (TORCHELASTIC_ENABLE_FILE_TIMER=1): the named pipe the
+  // agent serves; empty: off.
+  std::string timer_file;
+  // How long collecting a hung worker's native stacks may take.
+  std::chrono::milliseconds stack_timeout = std::chrono::seconds(15);
+};
+
 struct AgentOptions {
   WorkerSpec spec;
   // <log_dir>/<run_id>: holds attempt_<n>/<local_rank>/{error.json,stdout.log,stderr.log}.
@@ -73,6 +96,8 @@ struct AgentOptions {
   std::string hostname;
   // The environment workers inherit ("NAME=value" each); the agent adds its own.
   std::vector<std::string> base_env;
+  // Progress, hangs, the file timer, stragglers.
+  WatchOptions watch;
   // Where the agent's deadlines are read from; must outlive the agent.
   const Runtime* runtime = &real_runtime();
 };

@@ -26,6 +26,9 @@ class Runtime {
  public:
   virtual ~Runtime() = default;
   virtual Clock::time_point now() const = 0;
+  // The wall clock, for protocols that speak in Unix time (torch's file
+  // timer). The real one by default.
+  virtual std::chrono::system_clock::time_point wall_now() const;
   // Blocks the calling thread for `d` of this runtime's time.
   virtual void sleep_for(Duration d) const = 0;
   // Starts `body` on a new thread and hands the thread to the caller, which
@@ -46,6 +49,8 @@ class FakeTime : public Runtime {
  public:
   FakeTime();
   Clock::time_point now() const override;
+  // 2026-01-01T00:00:00Z plus whatever the fake clock moved since it started.
+  std::chrono::system_clock::time_point wall_now() const override;
   void sleep_for(Duration d) const override;
   std::thread start_thread(std::function<void()> body) const override;
   void advance(Duration by);

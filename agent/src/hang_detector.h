@@ -1,0 +1,76 @@
+// Hang detection: pure functions of what the agents know about every rank
+// (rank_status.h) and the timeout, so that every node, given the same
+// summaries, names the same culprit. No clock is read here: ages come in.
+//
+// A hang, for timeout T:
+//   - kBehind: in some process group, ranks have waited in collective #N for
+//     T or longer while others never issued #N (they stay in #N-1 or earlier,
+//     inside or outside a collective, or exited). The culprits are the ranks
+//     furthest behind.
+//   - kStalled: no rank of a group completed a collective for T. When every
+//     rank waits in the same collective the culprits are all of them (the
+//     collective itself does not complete: the network or the backend); when
+//     none is in a collective, all of them (nobody issued one for T).
+//   - kNotExiting: a rank still runs T after every other rank exited 0 (also
+//     for programs that do not link ddp::worker).
+// Thread-safety: none needed (values in, values out).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "rank_status.h"
+
+namespace ddp::agent {
+
+struct Hang {
+  enum class Kind { kBehind, kStalled, kNotExiting };
+  Kind kind = Kind::kBehind;
+  std::vector<int> culprits;  // ranks, ascending
+  std::string group;          // the process group ("" for kNotExiting)
+  std::uint64_t seq = 0;      // the collective the others wait in (kBehind, kStalled)
+  progress::Kind collective = progress::Kind::kNone;
+  Millis duration{0};  // how long the group has been stuck
+  // One line: what is wrong and who is to blame.
+  std::string summary;
+  // One line per rank: where it is.
+  std::vector<std::string> ranks;
+};
+
+const char* to_string(Hang::Kind kind);
+
+// The hang the ranks are in, or nullopt. `timeout` must be positive.
+std::optional<Hang> find_hang(const std::vector<RankStatus>& ranks, Millis timeout);
+
+// Where one rank is, for reports: "rank 2 (node 1, host h, pid 42): waits in
+// allreduce #17 (4096 bytes) of group 'default' for 5.2 s; 16 completed".
+std::string describe_rank(const RankStatus& rank);
+
+// --hang_timeout: a fixed value, or derived from the steps seen (auto):
+// kAutoBeforeWarmup until some rank finished kWarmupSteps synchronized steps,
+// then the larger of kAutoFloor and kAutoFactor times the slowest step seen
+// since (a generous factor and a floor, as NVIDIA's ft_launcher calibrates).
+class HangTimeout {
+ public:
+  static constexpr Millis kAutoBeforeWarmup = std::chrono::minutes(15);
+  static constexpr Millis kAutoFloor = std::chrono::minutes(5);
+  static constexpr int kAutoFactor = 10;
+  static constexpr std::uint64_t kWarmupSteps = 3;
+
+  // nullopt: auto. Zero: off.
+  explicit HangTimeout(std::optional<Millis> fixed) : fixed_(fixed) {}
+  bool enabled() const { return !fixed_ || fixed_->count() > 0; }
+  bool is_auto() const { return !fixed_; }
+  // Takes in the ranks' last step times.
+  void observe(const std::vector<RankStatus>& ranks);
+  Millis current() const;
+  Millis slowest_step() const { return slowest_; }
+
+ private:
+  std::optional<Millis> fixed_;
+  bool warm_ = false;
+  Millis slowest_{0};
+};
+
+}  // namespace ddp::agent

@@ -1,0 +1,153 @@
+#include "progress_watch.h"
+
+#include <fmt/format.h>
+
+#include "ddp/common/logging.h"
+
+namespace ddp::agent {
+
+ProgressWatch::ProgressWatch(const WatchOptions& options, std::string host, const Runtime& runtime)
+    : options_(options), host_(std::move(host)), runtime_(runtime), timeout_(options.hang_timeout) {
+}
+
+ProgressWatch::~ProgressWatch() = default;
+
+void ProgressWatch::begin_round(const RendezvousInfo& info, std::shared_ptr<Store> store) {
+  end_round();
+  info_ = info;
+  reported_ = false;
+  stragglers_ = StragglerWatch();
+  if (info.group_world_size > 1 && store && active()) {
+    exchange_ = std::make_unique<ProgressExchange>(
+        std::move(store), info.round_prefix + "/progress/", info.group_rank, info.group_world_size,
+        options_.exchange_period, runtime_);
+  }
+}
+
+void ProgressWatch::end_round() {
+  exchange_.reset();
+  locals_.clear();
+  view_.clear();
+}
+
+ProgressPageFile* ProgressWatch::prepare(int local_rank) {
+  Local& local = locals_[local_rank];
+  if (options_.progress_pages) local.page = ProgressPageFile::create();
+  return local.page.get();
+}
+
+void ProgressWatch::started(int local_rank, int rank, int pid) {
+  Local& local = locals_[local_rank];
+  local.rank = rank;
+  local.pid = pid;
+  local.started = runtime_.now();
+  if (local.page) local.page->close_fd();
+}
+
+void ProgressWatch::exited(int local_rank, int status) {
+  auto it = locals_.find(local_rank);
+  if (it == locals_.end() || it->second.state != RankStatus::State::kRunning) return;
+  it->second.state = status == 0 ? RankStatus::State::kSucceeded : RankStatus::State::kFailed;
+  it->second.exited = runtime_.now();
+}
+
+RankStatus ProgressWatch::status_of(int local_rank, const Local& local, std::int64_t now_ns,
+                                    Clock::time_point now) const {
+  RankStatus r;
+  r.rank = local.rank;
+  r.local_rank = local_rank;
+  r.node = info_.group_rank;
+  r.host = host_;
+  r.pid = local.pid;
+  r.state = local.state;
+  r.since_start = std::chrono::duration_cast<Millis>(now - local.started);
+  if (local.state != RankStatus::State::kRunning)
+    r.since_exit = std::chrono::duration_cast<Millis>(now - local.exited);
+  r.since_step = r.since_start;
+  if (local.page) local.page->read(r, now_ns, r.since_start);
+  for (auto& g : r.groups) {
+    // A page written by a worker that ended stops aging where it ended.
+    if (local.state != RankStatus::State::kRunning) g.waiting = Millis(0);
+  }
+  return r;
+}
+
+std::optional<ProgressWatch::Verdict> ProgressWatch::check() {
+  const auto now = runtime_.now();
+  const std::int64_t now_ns = progress::now_ns();
+  std::vector<RankStatus> view;
+  for (const auto& [local_rank, local] : locals_) {
+    if (local.rank >= 0) view.push_back(status_of(local_rank, local, now_ns, now));
+  }
+  if (exchange_) {
+    NodeSummary mine;
+    mine.node = info_.group_rank;
+    mine.host = host_;
+    mine.version = ++version_;
+    mine.ranks = view;
+    exchange_->publish(std::move(mine));
+  }
+  std::vector<std::string> unreachable;
+  if (exchange_) {
+    auto remotes = exchange_->remotes(now);
+    for (int n = 0; n < info_.group_world_size; ++n) {
+      if (n == info_.group_rank) continue;
+      auto it = remotes.find(n);
+      if (it == remotes.end()) {
+        unreachable.push_back(fmt::format("node {} (no progress summary yet)", n));
+        continue;
+      }
+      if (it->second.stale) {
+        unreachable.push_back(fmt::format("node {} ({}: no new progress summary for {:.1f} s)", n,
+                                          it->second.summary.host,
+                                          it->second.age.count() / 1000.0));
+      }
+      for (auto& r : it->second.summary.ranks) view.push_back(std::move(r));
+    }
+  }
+  view_ = std::move(view);
+
+  for (int rank : stragglers_.update(now, straggler_scores(view_))) {
+    for (const auto& r : view_) {
+      if (r.rank != rank) continue;
+      log::get("ddprun")->warn(
+          "straggler: rank {} (node {}, host {}, pid {}) has scored below {:.1f} for {} s: a "
+          "step's compute takes {:.3f} s there, {:.2f} of the fastest rank's speed",
+          rank, r.node, r.host, r.pid, StragglerWatch::kThreshold,
+          std::chrono::duration_cast<std::chrono::seconds>(StragglerWatch::kWindow).count(),
+          r.compute.count() / 1000.0, stragglers_.last_scores().at(rank));
+    }
+  }
+
+  timeout_.observe(view_);
+  if (reported_ || !timeout_.enabled()) return std::nullopt;
+  const Millis timeout = timeout_.current();
+  auto hang = find_hang(view_, timeout);
+  if (!hang) return std::nullopt;
+  // Without every rank's word a stall cannot be pinned on the ranks that do report.
+  const auto known = static_cast<int>(view_.size());
+  if (hang->kind == Hang::Kind::kStalled && known < info_.world_size) {
+    hang->culprits.clear();
+    hang->summary +=
+        fmt::format("; {} of {} ranks never reported, so the culprit may be among them",
+                    info_.world_size - known, info_.world_size);
+  }
+  reported_ = true;
+  Verdict verdict;
+  verdict.hang = std::move(*hang);
+  verdict.timeout = timeout;
+  verdict.unreachable = std::move(unreachable);
+  for (const auto& [local_rank, local] : locals_) {
+    for (int culprit : verdict.hang.culprits) {
+      if (culprit == local.rank && local.state == RankStatus::State::kRunning)
+        verdict.local_culprits.push_back(local_rank);
+    }
+  }
+  return verdict;
+}
+
+std::string ProgressWatch::straggler_summary() const {
+  return format_scores(stragglers_.last_scores(), stragglers_.named());
+}
+
+}  // namespace ddp::agent

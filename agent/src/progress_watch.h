@@ -1,0 +1,92 @@
+// The agent's watch over its workers' progress: creates each worker's
+// progress page, reads the pages every tick, shares this node's summary with
+// the other nodes (progress_exchange.h), and compares every rank: a hang
+// (hang_detector.h) and stragglers (straggler.h). It decides nothing about
+// processes: the agent collects stacks, writes the incident and applies
+// --on_hang.
+//
+// Ownership: owns the pages and the exchange of the current round. Blocking:
+// never (the exchange's store calls run on its own thread). Thread-safety:
+// the agent's thread only. Errors: prepare() throws InternalError when no
+// page can be made.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ddp/agent/worker_spec.h"
+#include "ddp/common/time.h"
+#include "ddp/rendezvous/rendezvous.h"
+#include "hang_detector.h"
+#include "progress_exchange.h"
+#include "progress_page_file.h"
+#include "straggler.h"
+
+namespace ddp::agent {
+
+class ProgressWatch {
+ public:
+  ProgressWatch(const WatchOptions& options, std::string host, const Runtime& runtime);
+  ~ProgressWatch();
+
+  // Whether the agent needs to tick at all (hang detection or pages on).
+  bool active() const { return timeout_.enabled() || options_.progress_pages; }
+
+  // A new round: `store` carries the summaries when the round has more than one node.
+  void begin_round(const RendezvousInfo& info, std::shared_ptr<Store> store);
+  // Stops the exchange and forgets the round's workers (their pages go).
+  void end_round();
+
+  // The page of the worker about to start at `local_rank`, or null (pages off).
+  ProgressPageFile* prepare(int local_rank);
+  void started(int local_rank, int rank, int pid);
+  void exited(int local_rank, int status);
+
+  struct Verdict {
+    Hang hang;
+    Millis timeout{0};
+    // The culprits running on this node, by local rank.
+    std::vector<int> local_culprits;
+    // Nodes whose summary is stale or never came: "node 1 (no summary for 9.0 s)".
+    std::vector<std::string> unreachable;
+  };
+  // One look: reads the pages, publishes, compares. Returns a hang the first
+  // time it is found in a round (nullopt afterwards, and while none).
+  // Logs straggler warnings.
+  std::optional<Verdict> check();
+
+  // Every rank as last seen (this node's and the others').
+  const std::vector<RankStatus>& ranks() const { return view_; }
+  // "rank 0 1.00, rank 1 0.33 (straggler)", or empty when no steps were seen.
+  std::string straggler_summary() const;
+  Millis timeout() const { return timeout_.current(); }
+
+ private:
+  struct Local {
+    int rank = -1;
+    int pid = 0;
+    RankStatus::State state = RankStatus::State::kRunning;
+    Clock::time_point started{};
+    Clock::time_point exited{};
+    std::unique_ptr<ProgressPageFile> page;
+  };
+  RankStatus status_of(int local_rank, const Local& local, std::int64_t now_ns,
+                       Clock::time_point now) const;
+
+  WatchOptions options_;
+  std::string host_;
+  const Runtime& runtime_;
+  HangTimeout timeout_;
+  StragglerWatch stragglers_;
+  RendezvousInfo info_;
+  std::map<int, Local> locals_;
+  std::unique_ptr<ProgressExchange> exchange_;
+  std::uint64_t version_ = 0;
+  bool reported_ = false;
+  std::vector<RankStatus> view_;
+};
+
+}  // namespace ddp::agent

@@ -1,0 +1,59 @@
+// What the agents know about one worker rank's progress: read from a local
+// worker's progress page (progress_page.h) or from another node's summary
+// (progress_exchange.h). Plain values; times are ages ("how long ago") so that
+// nodes never compare their clocks.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ddp/common/progress_page.h"
+
+namespace ddp::agent {
+
+using Millis = std::chrono::milliseconds;
+
+struct GroupStatus {
+  std::string name;  // the process group's name ("default" for the world group)
+  int size = 0;
+  int rank = 0;                 // this worker's rank in the group
+  std::uint64_t issued = 0;     // collectives issued (the next sequence number)
+  std::uint64_t completed = 0;  // collectives completed
+  progress::Kind last_kind = progress::Kind::kNone;  // the last issued
+  std::uint64_t last_bytes = 0;
+  Millis since_issued{0};     // since the last was issued (0 when none)
+  Millis since_completed{0};  // since the last completed, or since the worker started
+  Millis waiting{0};          // how long the oldest outstanding one waits (0 when none)
+
+  bool in_collective() const { return issued > completed; }
+};
+
+struct RankStatus {
+  enum class State { kRunning, kSucceeded, kFailed };
+  int rank = 0;
+  int local_rank = 0;
+  int node = 0;  // group rank of its node
+  std::string host;
+  int pid = 0;
+  State state = State::kRunning;
+  Millis since_exit{0};  // when not running
+  Millis since_start{0};
+  // The progress page: absent for programs that do not link ddp::worker.
+  bool has_page = false;
+  std::vector<GroupStatus> groups;
+  std::uint64_t steps = 0;
+  std::uint64_t no_sync_steps = 0;
+  Millis since_step{0};  // since the last step ended (or since start)
+  Millis compute{0};     // smoothed compute time of a synchronized step (0: unknown)
+  Millis last_wall{0};   // end-to-end time of the last synchronized step (0: unknown)
+  // From another node: its summary is older than its keep-alive period allows.
+  bool stale = false;
+  Millis summary_age{0};
+};
+
+const char* to_string(RankStatus::State state);
+
+}  // namespace ddp::agent

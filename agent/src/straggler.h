@@ -1,0 +1,44 @@
+// Straggler scores from DDP's step boundaries: each rank's smoothed compute
+// time per synchronized step (rank_status.h; time spent waiting for other
+// ranks is not in it) relative to the fastest rank's: 1.0 is the fastest,
+// 0.5 takes twice as long. A rank scoring below the threshold in every look
+// for a sustained window is a straggler, warned about once per round.
+// Not thread-safe (the agent's thread).
+#pragma once
+
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "ddp/common/time.h"
+#include "rank_status.h"
+
+namespace ddp::agent {
+
+// Rank -> score, for ranks that finished a synchronized step after their first
+// (so that a compute time is known); empty when fewer than two such ranks.
+std::map<int, double> straggler_scores(const std::vector<RankStatus>& ranks);
+
+class StragglerWatch {
+ public:
+  static constexpr double kThreshold = 0.7;
+  static constexpr Millis kWindow = std::chrono::seconds(5);
+
+  // Returns the ranks that just became stragglers (below the threshold in
+  // every call for kWindow up to `now`).
+  std::vector<int> update(Clock::time_point now, const std::map<int, double>& scores);
+  // The last scores seen (for the end-of-job summary).
+  const std::map<int, double>& last_scores() const { return last_; }
+  const std::set<int>& named() const { return named_; }
+
+ private:
+  std::map<int, Clock::time_point> below_since_;
+  std::set<int> named_;
+  std::map<int, double> last_;
+};
+
+// "rank 0 1.00, rank 1 0.98, rank 2 0.33 (straggler)".
+std::string format_scores(const std::map<int, double>& scores, const std::set<int>& stragglers);
+
+}  // namespace ddp::agent
