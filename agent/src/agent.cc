@@ -14,6 +14,9 @@
 #include <optional>
 #include <set>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include "ddp/agent/failure_report.h"
 #include "ddp/common/background.h"
 #include "ddp/common/env_contract.h"
@@ -683,39 +686,28 @@ class Agent::Impl {
     } catch (const std::exception& e) {
       logger_->warn("file timer: {}", e.what());
     }
-    std::map<int, std::vector<ExpiredTimer>> by_pid;
-    for (auto& expired : timer_->take_expired(options_.runtime->wall_now())) {
-      by_pid[expired.pid].push_back(std::move(expired));
-    }
-    for (const auto& [pid, expired] : by_pid) {
-      auto it = pid_to_worker_.find(pid);
+    for (const Reap& reap : plan_reaps(timer_->take_expired(options_.runtime->wall_now()))) {
+      // torch clears every timer of a reaped pid, expired or not.
+      timer_->forget_pid(reap.pid);
+      auto it = pid_to_worker_.find(reap.pid);
       if (it == pid_to_worker_.end() || !workers_[it->second].running) continue;
       Worker& worker = workers_[it->second];
-      std::string scopes;
-      for (const auto& e : expired) scopes += (scopes.empty() ? "" : ", ") + e.scope_id;
-      logger_->info("Reaping worker_pid=[{}]. Expired timers: [{}]", pid, scopes);
-      const ExpiredTimer* first = nullptr;
-      for (const auto& e : expired) {
-        if (e.signal > 0) {
-          first = &e;
-          break;
-        }
-      }
-      if (first == nullptr) {
-        logger_->info("No signal specified with worker=[{}]. Do not reap it.", pid);
-        timer_->forget_pid(pid);
+      logger_->info("Reaping worker_pid=[{}]. Expired timers: [{}]", reap.pid,
+                    fmt::format("{}", fmt::join(reap.scopes, ", ")));
+      if (!reap.signal_from) {
+        logger_->info("No signal specified with worker=[{}]. Do not reap it.", reap.pid);
         continue;
       }
-      worker.ended_by_agent = "the file timer of scope '" + first->scope_id +
+      const ExpiredTimer& first = *reap.signal_from;
+      worker.ended_by_agent = "the file timer of scope '" + first.scope_id +
                               "' expired (torch.distributed.elastic.timer.expires): ddprun sent " +
-                              signal_name(first->signal);
-      std::fprintf(
-          stderr,
-          "ddprun: timer of scope '%s' expired on rank %d (local rank %d, pid %d): sending %s\n",
-          first->scope_id.c_str(), worker.rank, worker.local_rank, pid,
-          signal_name(first->signal).c_str());
-      ::kill(pid, first->signal);  // our unreaped child: the pid cannot be reused
-      timer_->forget_pid(pid);
+                              signal_name(first.signal);
+      std::fprintf(stderr,
+                   "ddprun: timer of scope '%s' expired on rank %d (local rank %d, pid %d): "
+                   "sending %s\n",
+                   first.scope_id.c_str(), worker.rank, worker.local_rank, reap.pid,
+                   signal_name(first.signal).c_str());
+      ::kill(reap.pid, first.signal);  // our unreaped child: the pid cannot be reused
     }
   }
 

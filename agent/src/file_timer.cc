@@ -282,6 +282,23 @@ std::vector<ExpiredTimer> FileTimerServer::take_expired(std::chrono::system_cloc
   return expired;
 }
 
+std::vector<Reap> plan_reaps(const std::vector<ExpiredTimer>& expired) {
+  std::vector<ExpiredTimer> ordered = expired;
+  std::stable_sort(ordered.begin(), ordered.end(),
+                   [](const ExpiredTimer& a, const ExpiredTimer& b) {
+                     return a.expiration_time < b.expiration_time;
+                   });
+  std::vector<Reap> reaps;
+  for (const auto& timer : ordered) {
+    auto it = std::find_if(reaps.begin(), reaps.end(),
+                           [&](const Reap& reap) { return reap.pid == timer.pid; });
+    if (it == reaps.end()) it = reaps.insert(reaps.end(), Reap{timer.pid, {}, std::nullopt});
+    it->scopes.push_back(timer.scope_id);
+    if (!it->signal_from && timer.signal > 0) it->signal_from = timer;
+  }
+  return reaps;
+}
+
 void FileTimerServer::forget_pid(int pid) {
   auto it = timers_.lower_bound(std::make_pair(pid, std::string()));
   while (it != timers_.end() && it->first.first == pid) it = timers_.erase(it);

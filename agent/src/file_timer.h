@@ -87,6 +87,16 @@ struct ExpiredTimer {
   double expiration_time;
 };
 
+// What torch's server does with the timers that expired at one look, per
+// pid (in order of each pid's earliest timer): every expired scope, and the
+// earliest-expiring timer with a signal > 0 (none: report, do not signal).
+struct Reap {
+  int pid = 0;
+  std::vector<std::string> scopes;
+  std::optional<ExpiredTimer> signal_from;
+};
+std::vector<Reap> plan_reaps(const std::vector<ExpiredTimer>& expired);
+
 class FileTimerServer {
  public:
   // Creates the FIFO at `path`, mode 0600, and opens it

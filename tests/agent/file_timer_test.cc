@@ -524,3 +524,30 @@ print("not killed", flush=True)
 
 }  // namespace
 }  // namespace ddp::agent
+
+namespace ddp::agent {
+namespace {
+
+TEST(PlanReaps, PerPidEveryScopeAndTheEarliestTimerWithASignal) {
+  // As take_expired returns them: by expiration time.
+  std::vector<ExpiredTimer> expired = {{7, "load", 0, 10.0},
+                                       {9, "step", 9, 11.0},
+                                       {7, "step", 15, 12.0},
+                                       {7, "save", 9, 13.0},
+                                       {8, "eval", 0, 14.0}};
+  auto reaps = plan_reaps(expired);
+  ASSERT_EQ(reaps.size(), 3u);
+  EXPECT_EQ(reaps[0].pid, 7);  // the earliest timer of all is pid 7's
+  EXPECT_EQ(reaps[0].scopes, (std::vector<std::string>{"load", "step", "save"}));
+  ASSERT_TRUE(reaps[0].signal_from);
+  EXPECT_EQ(reaps[0].signal_from->scope_id, "step");  // "load" has no signal
+  EXPECT_EQ(reaps[0].signal_from->signal, 15);
+  EXPECT_EQ(reaps[1].pid, 9);
+  EXPECT_EQ(reaps[1].signal_from->signal, 9);
+  EXPECT_EQ(reaps[2].pid, 8);
+  EXPECT_FALSE(reaps[2].signal_from);  // report only
+  EXPECT_TRUE(plan_reaps({}).empty());
+}
+
+}  // namespace
+}  // namespace ddp::agent
