@@ -11,16 +11,26 @@
 //     and the hidden part is the share of it before the backward pass ended;
 //   - the step time that communication adds (step time minus the same training
 //     without DDP), next to a blocking all-reduce of all gradients;
-//   - the plain C++ path (OpenBLAS MLP + ddp::DistributedDataParallel).
+//   - the plain C++ path (OpenBLAS MLP + ddp::DistributedDataParallel);
+//   - what progress tracking costs that path: its buckets configuration run
+//     with and without a progress page per rank (a sealed one-page memfd named
+//     by DDP_PROGRESS_FD, made as ddprun's agent makes it), interleaved (off,
+//     on, off, on...) over --repeat runs each so that drift cancels;
+//     progress_overhead_pct is (median step time on / median step time off -
+//     1) x 100. After each "on" run the driver reads both pages and checks that
+//     they recorded the run (steps, and every collective of group "default"
+//     issued and completed); a figure from pages that recorded nothing is
+//     marked invalid.
 // Every configuration runs as 2 processes of this binary (or of the Python
 // script) started with env:// variables; rank 0 reports one RESULT line. A run
 // that takes longer than --run-timeout is killed (its whole process group) and
 // its row reads "timed out after N s"; the other rows still print.
 //
 //   ddp_bench [--layers 784,1024,1024,1024,1024,10] [--batch 64] [--steps 30] [--bucket-cap-mb 4]
-//             [--repeat 3] [--run-timeout 180]
+//             [--repeat 3] [--run-timeout 180] [--progress-only]
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -33,8 +43,11 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <map>
+#include <memory>
+#include <new>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -42,6 +55,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "ddp/common/env_contract.h"
+#include "ddp/common/progress_page.h"
 #include "ddp/worker/ddp.h"
 #include "ddp/worker/init.h"
 #include "mlp.h"
@@ -66,6 +81,7 @@ struct Args {
   std::string python = "/usr/bin/python3";
   int repeat = 3;
   int run_timeout_s = 180;
+  bool progress_only = false;  // only the progress-tracking overhead
 };
 
 std::vector<int> parse_layers(const std::string& s) {
@@ -257,11 +273,79 @@ bool has_exited(pid_t pid) {
   return info.si_pid == pid;
 }
 
+// One rank's progress page, made as ddprun's agent makes it
+// (agent/src/progress_page_file.cc): a one-page memfd, sealed against growing
+// and shrinking, that starts with a progress::Page, mapped here to be read
+// after the run. Close-on-exec here; the rank it is for clears the flag on its
+// copy after fork(), so the other rank does not inherit it.
+class ProgressPage {
+ public:
+  static std::unique_ptr<ProgressPage> create() {
+    const int fd = ::memfd_create("ddp-bench-progress", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (fd < 0) throw std::runtime_error(std::string("memfd_create: ") + std::strerror(errno));
+    void* memory = MAP_FAILED;
+    if (::ftruncate(fd, static_cast<off_t>(ddp::progress::kPageBytes)) == 0 &&
+        ::fcntl(fd, F_ADD_SEALS, F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL) == 0) {
+      memory =
+          ::mmap(nullptr, ddp::progress::kPageBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    }
+    if (memory == MAP_FAILED) {
+      const int err = errno;
+      ::close(fd);
+      throw std::runtime_error(std::string("cannot set up a progress page: ") + std::strerror(err));
+    }
+    auto* page = new (memory) ddp::progress::Page();  // magic and version; the rest zero
+    return std::unique_ptr<ProgressPage>(new ProgressPage(fd, page));
+  }
+  ~ProgressPage() {
+    ::close(fd_);
+    ::munmap(page_, ddp::progress::kPageBytes);
+  }
+  ProgressPage(const ProgressPage&) = delete;
+  ProgressPage& operator=(const ProgressPage&) = delete;
+
+  int fd() const { return fd_; }
+
+  // What the rank recorded, as "steps=S default issued=I completed=C" (its
+  // group "default"); `ok` when steps > 0 and issued == completed > 0.
+  std::string summary(bool& ok) const {
+    const std::uint64_t steps = page_->steps.load();
+    std::uint64_t issued = 0, completed = 0;
+    bool found = false;
+    for (const auto& slot : page_->groups) {
+      if (slot.in_use.load(std::memory_order_acquire) == 0) continue;
+      if (std::strncmp(slot.name, "default", sizeof slot.name) != 0) continue;
+      found = true;
+      issued = slot.issued.load();
+      completed = slot.completed.load();
+      break;
+    }
+    ok = steps > 0 && found && issued > 0 && issued == completed;
+    char buf[160];
+    std::snprintf(
+        buf, sizeof buf, "steps=%llu %s issued=%llu completed=%llu",
+        static_cast<unsigned long long>(steps), found ? "default" : "(no group \"default\")",
+        static_cast<unsigned long long>(issued), static_cast<unsigned long long>(completed));
+    return buf;
+  }
+
+ private:
+  ProgressPage(int fd, ddp::progress::Page* page) : fd_(fd), page_(page) {}
+  int fd_;
+  ddp::progress::Page* page_;
+};
+
 // Runs `argv` as 2 ranks in a process group of their own; returns rank 0's
 // RESULT fields. A run still going after `deadline` (PyTorch 1.13 on Python 3.11
 // sometimes never finishes shutting one rank down) has its whole process group
 // killed, so whatever the ranks started goes too, and is reported as timed out.
-RunOutcome run_pair(const std::vector<std::string>& argv, std::chrono::seconds deadline) {
+// With `page_fds` (one per rank), rank r inherits page_fds[r] as its
+// DDP_PROGRESS_FD; without, no rank records progress.
+RunOutcome run_pair(const std::vector<std::string>& argv, std::chrono::seconds deadline,
+                    const std::vector<int>& page_fds = {}) {
+  if (!page_fds.empty() && page_fds.size() != 2) throw std::runtime_error("2 pages, one a rank");
+  std::vector<std::string> page_fd_text;
+  for (int fd : page_fds) page_fd_text.push_back(std::to_string(fd));
   const auto give_up_at = Clock::now() + deadline;
   const int port = ddp::test::free_port();
   int pipe_fds[2];
@@ -296,6 +380,13 @@ RunOutcome run_pair(const std::vector<std::string>& argv, std::chrono::seconds d
       ::setenv("LOCAL_WORLD_SIZE", "2", 1);
       ::setenv("OMP_NUM_THREADS", "1", 1);
       ::unsetenv("DDP_STORE_ADDR");
+      if (page_fds.empty()) {
+        ::unsetenv(ddp::env_names::kProgressFd);
+      } else {
+        ::fcntl(page_fds[static_cast<std::size_t>(rank)], F_SETFD, 0);  // inherited by exec
+        ::setenv(ddp::env_names::kProgressFd, page_fd_text[static_cast<std::size_t>(rank)].c_str(),
+                 1);
+      }
       if (rank == 0) ::dup2(pipe_fds[1], 1);  // dup2 clears close-on-exec on fd 1
       std::vector<char*> args;
       for (const auto& s : argv) args.push_back(const_cast<char*>(s.c_str()));
@@ -378,6 +469,76 @@ bool succeeded(const std::map<std::string, double>& r) {
   return !r.empty() && !r.count(kTimedOutKey);
 }
 
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n == 0 ? 0.0 : n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+std::string fmt_ms(double ms) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f", ms);
+  return buf;
+}
+
+// Progress tracking's cost on the plain C++ path, buckets: `argv` (its "cpp"
+// mode) runs --repeat times without progress pages and as many times with a
+// fresh page per rank, interleaved (off, on, off, on...) so that drift on a
+// shared machine falls on both. Prints a human line with both median step
+// times and the runs, then progress_overhead_pct. Each "on" run's pages are
+// read back: steps > 0 and, for group "default", issued == completed > 0, or
+// the figure is marked invalid (the ranks recorded nothing, so it measured
+// nothing).
+void progress_overhead(const Args& a, const std::vector<std::string>& argv) {
+  const auto deadline = std::chrono::seconds(a.run_timeout_s);
+  std::vector<double> off, on;
+  std::string off_text, on_text, recorded;
+  bool valid = true;
+  for (int i = 0; i < std::max(a.repeat, 1); ++i) {
+    const RunOutcome r_off = run_pair(argv, deadline);
+    if (r_off.fields.count("step_ms")) {
+      off.push_back(r_off.fields.at("step_ms"));
+      off_text += (off_text.empty() ? "" : " ") + fmt_ms(off.back());
+    }
+    std::vector<std::unique_ptr<ProgressPage>> pages;
+    pages.push_back(ProgressPage::create());
+    pages.push_back(ProgressPage::create());
+    const RunOutcome r_on = run_pair(argv, deadline, {pages[0]->fd(), pages[1]->fd()});
+    if (!r_on.fields.count("step_ms")) continue;  // run_pair said why
+    on.push_back(r_on.fields.at("step_ms"));
+    on_text += (on_text.empty() ? "" : " ") + fmt_ms(on.back());
+    recorded.clear();
+    for (std::size_t rank = 0; rank < pages.size(); ++rank) {
+      bool ok = false;
+      const std::string summary = pages[rank]->summary(ok);
+      recorded += (rank == 0 ? "rank 0 " : "; rank " + std::to_string(rank) + " ") + summary;
+      if (!ok) {
+        valid = false;
+        std::fprintf(stderr,
+                     "ddp_bench: warning: after \"on\" run %d, rank %zu's progress page did not "
+                     "record the run (%s; expected steps > 0 and issued == completed > 0 for "
+                     "group \"default\"): progress_overhead_pct is invalid\n",
+                     i + 1, rank, summary.c_str());
+      }
+    }
+  }
+  std::printf(
+      "\nprogress tracking, plain C++ (buckets): step %s ms off, %s ms on (medians of %zu and %zu "
+      "runs, interleaved off/on; target: within 1%%)\n"
+      "  step ms off: %s; on: %s; pages after the last \"on\" run: %s\n",
+      off.empty() ? "n/a" : fmt_ms(median(off)).c_str(),
+      on.empty() ? "n/a" : fmt_ms(median(on)).c_str(), off.size(), on.size(),
+      off_text.empty() ? "none" : off_text.c_str(), on_text.empty() ? "none" : on_text.c_str(),
+      recorded.empty() ? "none" : recorded.c_str());
+  if (off.empty() || on.empty()) {
+    std::printf("progress_overhead_pct=n/a (every run %s failed)\n", off.empty() ? "off" : "on");
+  } else {
+    std::printf("progress_overhead_pct=%.2f%s\n", (median(on) / median(off) - 1) * 100,
+                valid ? "" : " (INVALID: a progress page did not record its run; see above)");
+  }
+  std::fflush(stdout);
+}
+
 int run_driver(const Args& a, const std::string& self) {
   const auto layers = parse_layers(a.layers);
   const std::vector<std::string> common = {"--layers",        a.layers,
@@ -401,11 +562,23 @@ int run_driver(const Args& a, const std::string& self) {
     if (best.empty() && any_timed_out) best[kTimedOutKey] = a.run_timeout_s;
     return best;
   };
-  auto mode = [&](const std::string& m) {
+  auto mode_argv = [&](const std::string& m) {
     std::vector<std::string> v = {self, "--mode", m};
     v.insert(v.end(), common.begin(), common.end());
-    return best_of(v);
+    return v;
   };
+  auto mode = [&](const std::string& m) { return best_of(mode_argv(m)); };
+  if (a.progress_only) {
+    std::printf(
+        "ddp_bench: progress tracking's overhead, 2 ranks on this machine, plain C++ MLP %s "
+        "(%.1f M params), batch %d per rank, %d steps, bucket cap %.1f MiB, %d runs off and %d "
+        "on, interleaved, %d s per run at most\n",
+        a.layers.c_str(), static_cast<double>(param_count(layers)) / 1e6, a.batch, a.steps,
+        a.bucket_cap_mb, std::max(a.repeat, 1), std::max(a.repeat, 1), a.run_timeout_s);
+    std::fflush(stdout);
+    progress_overhead(a, mode_argv("cpp"));
+    return 0;
+  }
   std::printf(
       "ddp_bench: 2 ranks on this machine, MLP %s (%.1f M params, %.1f MiB of gradients), "
       "batch %d per rank, %d steps, bucket cap %.1f MiB, best of %d runs, %d s per run at most\n",
@@ -543,6 +716,7 @@ int run_driver(const Args& a, const std::string& self) {
 #endif
   std::printf("all-reduce hidden, plain C++: buckets %s, one whole-model bucket %s\n",
               percent(cpp).c_str(), percent(cpp_single).c_str());
+  progress_overhead(a, mode_argv("cpp"));
   return 0;
 }
 
@@ -558,13 +732,18 @@ int main(int argc, char** argv) {
   app.add_option("--bucket-cap-mb", a.bucket_cap_mb, "bucket cap (MiB) for both DDPs")
       ->capture_default_str();
   app.add_option("--python", a.python, "Python with torch 1.13")->capture_default_str();
-  app.add_option("--repeat", a.repeat, "runs per configuration; the fastest counts")
+  app.add_option("--repeat", a.repeat,
+                 "runs per configuration; the fastest counts (the progress overhead: "
+                 "this many runs off and on each, and the medians count)")
       ->capture_default_str();
   app.add_option("--run-timeout", a.run_timeout_s,
                  "seconds one run of a configuration (2 ranks) may take; one still going then "
                  "is killed with everything it started and reported as timed out")
       ->capture_default_str()
       ->check(CLI::Range(1, 86400));
+  app.add_flag("--progress-only", a.progress_only,
+               "run only the progress-tracking overhead comparison (plain C++, buckets, "
+               "--repeat runs without progress pages and --repeat with, interleaved)");
   app.add_option("--mode", a.mode, "internal: run as one rank of a configuration");
   CLI11_PARSE(app, argc, argv);
   try {
