@@ -32,6 +32,7 @@ struct Hang {
   std::uint64_t seq = 0;      // the collective the others wait in (kBehind, kStalled)
   progress::Kind collective = progress::Kind::kNone;
   Millis duration{0};  // how long the group has been stuck
+  int found_by = -1;   // the node (group rank) whose agent found it
   // One line: what is wrong and who is to blame.
   std::string summary;
   // One line per rank: where it is.

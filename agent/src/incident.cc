@@ -58,8 +58,11 @@ nlohmann::json rank_json(const RankStatus& r) {
 std::string format_incident(const Incident& incident) {
   const std::string rule(72, '=');
   std::string text = rule + "\n";
-  text += fmt::format("ddprun: HANG ({}) detected by node {} ({}), round {}\n",
-                      to_string(incident.hang.kind), incident.node, incident.host, incident.round);
+  text += fmt::format("ddprun: HANG ({}) detected by node {} ({}), round {}{}\n",
+                      to_string(incident.hang.kind), incident.node, incident.host, incident.round,
+                      incident.hang.found_by >= 0 && incident.hang.found_by != incident.node
+                          ? fmt::format(" (found first by node {})", incident.hang.found_by)
+                          : std::string());
   text += "  " + incident.hang.summary + "\n";
   text += fmt::format("  culprit rank(s): {}; hang timeout {:.1f} s; action: {}\n",
                       incident.hang.culprits.empty()
@@ -106,6 +109,7 @@ std::string write_incident(const std::string& dir, const Incident& incident) {
                         {"stuck_s", incident.hang.duration.count() / 1000.0},
                         {"hang_timeout_s", incident.timeout.count() / 1000.0},
                         {"node", incident.node},
+                        {"found_by", incident.hang.found_by},
                         {"host", incident.host},
                         {"round", incident.round},
                         {"attempt", incident.attempt},

@@ -12,6 +12,8 @@ namespace ddp::agent {
 namespace {
 
 constexpr const char* kOrigin = "progress summary";
+// The longest text of a hang a summary may carry (a summary, one rank's line).
+constexpr std::size_t kMaxHangText = 4096;
 
 std::int64_t ms(Millis d) { return d.count(); }
 
@@ -34,6 +36,50 @@ Millis age_field(const nlohmann::json& object, const char* name) {
   const auto value = field<std::int64_t>(object, name);
   if (value < 0) throw ProtocolError(kOrigin, std::string("field '") + name + "' is negative");
   return Millis(value);
+}
+
+// A text a peer wrote that ends up in reports: bounded.
+std::string bounded_text(const nlohmann::json& object, const char* name) {
+  std::string text = field<std::string>(object, name);
+  if (text.size() > kMaxHangText) {
+    throw ProtocolError(kOrigin, std::string("field '") + name + "' is too long");
+  }
+  return text;
+}
+
+Hang parse_hang(const nlohmann::json& item) {
+  if (!item.is_object()) throw ProtocolError(kOrigin, "'hang' is not an object");
+  Hang hang;
+  const int kind = field<int>(item, "kind");
+  if (kind < 0 || kind > static_cast<int>(Hang::Kind::kNotExiting))
+    throw ProtocolError(kOrigin, "unknown hang kind");
+  hang.kind = static_cast<Hang::Kind>(kind);
+  auto culprits = item.find("culprits");
+  auto lines = item.find("ranks");
+  if (culprits == item.end() || !culprits->is_array() ||
+      culprits->size() > ProgressExchange::kMaxRanks || lines == item.end() || !lines->is_array() ||
+      lines->size() > ProgressExchange::kMaxRanks) {
+    throw ProtocolError(kOrigin, "bad 'culprits' or 'ranks' of a hang");
+  }
+  for (const auto& c : *culprits) {
+    if (!c.is_number_integer()) throw ProtocolError(kOrigin, "a culprit is not a rank");
+    hang.culprits.push_back(c.get<int>());
+  }
+  for (const auto& line : *lines) {
+    if (!line.is_string() || line.get_ref<const std::string&>().size() > kMaxHangText)
+      throw ProtocolError(kOrigin, "a hang's rank line is not a short string");
+    hang.ranks.push_back(line.get<std::string>());
+  }
+  hang.group = bounded_text(item, "group");
+  hang.seq = field<std::uint64_t>(item, "seq");
+  const int collective = field<int>(item, "k");
+  if (collective < 0 || collective > static_cast<int>(progress::Kind::kAlltoall))
+    throw ProtocolError(kOrigin, "unknown collective kind");
+  hang.collective = static_cast<progress::Kind>(collective);
+  hang.duration = age_field(item, "d");
+  hang.found_by = field<int>(item, "by");
+  hang.summary = bounded_text(item, "summary");
+  return hang;
 }
 
 }  // namespace
@@ -66,13 +112,25 @@ std::string encode_summary(const NodeSummary& summary) {
                      {"ss", ms(r.since_step)},
                      {"cp", ms(r.compute)},
                      {"wall", ms(r.last_wall)},
+                     {"mc", ms(r.mean_compute)},
                      {"g", std::move(groups)}});
   }
   nlohmann::json doc = {{"node", summary.node},
                         {"host", summary.host},
                         {"v", summary.version},
                         {"ranks", std::move(ranks)}};
-  return doc.dump();
+  if (const auto& hang = summary.hang) {
+    doc["hang"] = {{"kind", static_cast<int>(hang->kind)},
+                   {"culprits", hang->culprits},
+                   {"group", hang->group},
+                   {"seq", hang->seq},
+                   {"k", static_cast<int>(hang->collective)},
+                   {"d", ms(hang->duration)},
+                   {"by", hang->found_by},
+                   {"summary", hang->summary},
+                   {"ranks", hang->ranks}};
+  }
+  return doc.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 NodeSummary parse_summary(std::string_view text) {
@@ -107,6 +165,7 @@ NodeSummary parse_summary(std::string_view text) {
     r.since_step = age_field(item, "ss");
     r.compute = age_field(item, "cp");
     r.last_wall = age_field(item, "wall");
+    r.mean_compute = age_field(item, "mc");
     auto groups = item.find("g");
     if (groups == item.end() || !groups->is_array() || groups->size() > progress::kMaxGroups) {
       throw ProtocolError(kOrigin, "bad 'g' (groups) of a rank");
@@ -133,6 +192,7 @@ NodeSummary parse_summary(std::string_view text) {
     }
     summary.ranks.push_back(std::move(r));
   }
+  if (auto hang = doc.find("hang"); hang != doc.end()) summary.hang = parse_hang(*hang);
   return summary;
 }
 
@@ -237,10 +297,16 @@ ProgressExchange::~ProgressExchange() {
   });
 }
 
-void ProgressExchange::publish(NodeSummary summary) {
-  std::lock_guard lock(state_->mutex);
-  state_->outgoing = encode_summary(summary);
-  state_->outgoing_fresh = true;
+void ProgressExchange::publish(NodeSummary summary, bool urgent) {
+  {
+    std::lock_guard lock(state_->mutex);
+    state_->outgoing = encode_summary(summary);
+    state_->outgoing_fresh = true;
+  }
+  if (urgent) {
+    std::shared_ptr<State> state = state_;
+    worker_->post([state] { state->tick(); });
+  }
 }
 
 std::map<int, ProgressExchange::Remote> ProgressExchange::remotes(Clock::time_point now) const {

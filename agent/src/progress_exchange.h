@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -28,6 +29,7 @@
 #include "ddp/common/background.h"
 #include "ddp/common/time.h"
 #include "ddp/store/store.h"
+#include "hang_detector.h"
 #include "rank_status.h"
 
 namespace ddp::agent {
@@ -37,6 +39,10 @@ struct NodeSummary {
   std::string host;
   std::uint64_t version = 0;  // the publisher's counter
   std::vector<RankStatus> ranks;
+  // The hang this node found in the round (it stays in every later summary),
+  // so that every node reports the same one even when its own look would come
+  // later, or too late (the culprit ended).
+  std::optional<Hang> hang;
 };
 
 // JSON, a few hundred bytes per rank.
@@ -56,8 +62,9 @@ class ProgressExchange {
   ProgressExchange(const ProgressExchange&) = delete;
   ProgressExchange& operator=(const ProgressExchange&) = delete;
 
-  // This node's ranks as they are now; the next tick writes them.
-  void publish(NodeSummary summary);
+  // This node's ranks as they are now; the next tick writes them, or one at
+  // once when `urgent` (a worker exited, a hang was found).
+  void publish(NodeSummary summary, bool urgent = false);
 
   struct Remote {
     NodeSummary summary;  // ages already advanced to `now`; stale marked

@@ -62,6 +62,11 @@ void ProgressPageFile::read(RankStatus& out, std::int64_t now_ns, Millis since_s
   out.since_step = age(now_ns, page.last_step_ns.load(std::memory_order_acquire), since_start);
   out.compute = Millis(std::max<std::int64_t>(0, page.compute_ns.load() / 1000000));
   out.last_wall = Millis(std::max<std::int64_t>(0, page.last_wall_ns.load() / 1000000));
+  const std::uint64_t timed = page.timed_steps.load();
+  const std::int64_t total = page.total_compute_ns.load();
+  out.mean_compute = timed > 0 && total > 0
+                         ? Millis(total / static_cast<std::int64_t>(timed) / 1000000)
+                         : Millis(0);
   for (const auto& slot : page.groups) {
     if (slot.in_use.load(std::memory_order_acquire) == 0) continue;
     GroupStatus g;

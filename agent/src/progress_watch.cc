@@ -16,6 +16,9 @@ void ProgressWatch::begin_round(const RendezvousInfo& info, std::shared_ptr<Stor
   end_round();
   info_ = info;
   reported_ = false;
+  found_.reset();
+  published_states_.clear();
+  final_scores_.clear();
   stragglers_ = StragglerWatch();
   if (info.group_world_size > 1 && store && active()) {
     exchange_ = std::make_unique<ProgressExchange>(
@@ -79,15 +82,13 @@ std::optional<ProgressWatch::Verdict> ProgressWatch::check() {
   for (const auto& [local_rank, local] : locals_) {
     if (local.rank >= 0) view.push_back(status_of(local_rank, local, now_ns, now));
   }
-  if (exchange_) {
-    NodeSummary mine;
-    mine.node = info_.group_rank;
-    mine.host = host_;
-    mine.version = ++version_;
-    mine.ranks = view;
-    exchange_->publish(std::move(mine));
-  }
+  std::vector<RankStatus::State> states;
+  for (const auto& r : view) states.push_back(r.state);
+  // An exit goes out at once: another node's not_exiting rule counts from it.
+  publish(view, states != published_states_);
+  published_states_ = std::move(states);
   std::vector<std::string> unreachable;
+  std::optional<Hang> theirs;
   if (exchange_) {
     auto remotes = exchange_->remotes(now);
     for (int n = 0; n < info_.group_world_size; ++n) {
@@ -103,9 +104,14 @@ std::optional<ProgressWatch::Verdict> ProgressWatch::check() {
                                           it->second.age.count() / 1000.0));
       }
       for (auto& r : it->second.summary.ranks) view.push_back(std::move(r));
+      if (it->second.summary.hang && !theirs) theirs = std::move(it->second.summary.hang);
     }
   }
   view_ = std::move(view);
+  if (auto means = straggler_scores(view_, &RankStatus::mean_compute);
+      means.size() >= final_scores_.size()) {
+    final_scores_ = std::move(means);
+  }
 
   for (int rank : stragglers_.update(now, straggler_scores(view_))) {
     for (const auto& r : view_) {
@@ -123,14 +129,22 @@ std::optional<ProgressWatch::Verdict> ProgressWatch::check() {
   if (reported_ || !timeout_.enabled()) return std::nullopt;
   const Millis timeout = timeout_.current();
   auto hang = find_hang(view_, timeout);
-  if (!hang) return std::nullopt;
-  // Without every rank's word a stall cannot be pinned on the ranks that do report.
-  const auto known = static_cast<int>(view_.size());
-  if (hang->kind == Hang::Kind::kStalled && known < info_.world_size) {
-    hang->culprits.clear();
-    hang->summary +=
-        fmt::format("; {} of {} ranks never reported, so the culprit may be among them",
-                    info_.world_size - known, info_.world_size);
+  if (hang) {
+    hang->found_by = info_.group_rank;
+    // Without every rank's word a stall cannot be pinned on the ranks that do report.
+    const auto known = static_cast<int>(view_.size());
+    if (hang->kind == Hang::Kind::kStalled && known < info_.world_size) {
+      hang->culprits.clear();
+      hang->summary +=
+          fmt::format("; {} of {} ranks never reported, so the culprit may be among them",
+                      info_.world_size - known, info_.world_size);
+    }
+    found_ = hang;
+    publish(view_local(), true);  // before the culprit is ended: the others see why
+  } else if (theirs) {
+    hang = std::move(theirs);
+  } else {
+    return std::nullopt;
   }
   reported_ = true;
   Verdict verdict;
@@ -146,8 +160,31 @@ std::optional<ProgressWatch::Verdict> ProgressWatch::check() {
   return verdict;
 }
 
+void ProgressWatch::publish(const std::vector<RankStatus>& local, bool urgent) {
+  if (!exchange_) return;
+  NodeSummary mine;
+  mine.node = info_.group_rank;
+  mine.host = host_;
+  mine.version = ++version_;
+  mine.ranks = local;
+  mine.hang = found_;
+  exchange_->publish(std::move(mine), urgent);
+}
+
+std::vector<RankStatus> ProgressWatch::view_local() const {
+  std::vector<RankStatus> local;
+  for (const auto& r : view_) {
+    if (r.node == info_.group_rank) local.push_back(r);
+  }
+  return local;
+}
+
 std::string ProgressWatch::straggler_summary() const {
-  return format_scores(stragglers_.last_scores(), stragglers_.named());
+  std::string text = format_scores(final_scores_, stragglers_.named());
+  if (!text.empty() && static_cast<int>(final_scores_.size()) < info_.world_size) {
+    text += fmt::format(" (step times of {} of {} ranks)", final_scores_.size(), info_.world_size);
+  }
+  return text;
 }
 
 }  // namespace ddp::agent

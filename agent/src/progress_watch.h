@@ -54,13 +54,15 @@ class ProgressWatch {
     std::vector<std::string> unreachable;
   };
   // One look: reads the pages, publishes, compares. Returns a hang the first
-  // time it is found in a round (nullopt afterwards, and while none).
-  // Logs straggler warnings.
+  // time it is found in a round (nullopt afterwards, and while none): found
+  // here, or found first by another node and carried by its summary (the same
+  // hang on every node). Logs straggler warnings.
   std::optional<Verdict> check();
 
   // Every rank as last seen (this node's and the others').
   const std::vector<RankStatus>& ranks() const { return view_; }
-  // "rank 0 1.00, rank 1 0.33 (straggler)", or empty when no steps were seen.
+  // Scores from each rank's mean compute time over the round ("rank 0 1.00,
+  // rank 1 0.33 (straggler)"), or empty when no steps were seen.
   std::string straggler_summary() const;
   Millis timeout() const { return timeout_.current(); }
 
@@ -75,6 +77,10 @@ class ProgressWatch {
   };
   RankStatus status_of(int local_rank, const Local& local, std::int64_t now_ns,
                        Clock::time_point now) const;
+  // Sends this node's ranks (and found_) to the other nodes.
+  void publish(const std::vector<RankStatus>& local, bool urgent);
+  // This node's ranks in view_.
+  std::vector<RankStatus> view_local() const;
 
   WatchOptions options_;
   std::string host_;
@@ -86,7 +92,13 @@ class ProgressWatch {
   std::unique_ptr<ProgressExchange> exchange_;
   std::uint64_t version_ = 0;
   bool reported_ = false;
+  // The hang this node found in the round: it goes out with every summary.
+  std::optional<Hang> found_;
+  // The local ranks' states as last published (a change is published at once).
+  std::vector<RankStatus::State> published_states_;
   std::vector<RankStatus> view_;
+  // Mean compute scores from the most complete view of the round.
+  std::map<int, double> final_scores_;
 };
 
 }  // namespace ddp::agent

@@ -46,9 +46,10 @@ struct RankStatus {
   std::vector<GroupStatus> groups;
   std::uint64_t steps = 0;
   std::uint64_t no_sync_steps = 0;
-  Millis since_step{0};  // since the last step ended (or since start)
-  Millis compute{0};     // smoothed compute time of a synchronized step (0: unknown)
-  Millis last_wall{0};   // end-to-end time of the last synchronized step (0: unknown)
+  Millis since_step{0};    // since the last step ended (or since start)
+  Millis compute{0};       // smoothed compute time of a synchronized step (0: unknown)
+  Millis last_wall{0};     // end-to-end time of the last synchronized step (0: unknown)
+  Millis mean_compute{0};  // compute time per synchronized step over the round (0: unknown)
   // From another node: its summary is older than its keep-alive period allows.
   bool stale = false;
   Millis summary_age{0};

@@ -6,19 +6,21 @@
 
 namespace ddp::agent {
 
-std::map<int, double> straggler_scores(const std::vector<RankStatus>& ranks) {
+std::map<int, double> straggler_scores(const std::vector<RankStatus>& ranks,
+                                       Millis RankStatus::*compute) {
   Millis fastest = Millis::max();
   int known = 0;
   for (const auto& r : ranks) {
-    if (r.compute.count() <= 0) continue;
-    fastest = std::min(fastest, r.compute);
+    if ((r.*compute).count() <= 0) continue;
+    fastest = std::min(fastest, r.*compute);
     ++known;
   }
   std::map<int, double> scores;
   if (known < 2) return scores;
   for (const auto& r : ranks) {
-    if (r.compute.count() <= 0) continue;
-    scores[r.rank] = static_cast<double>(fastest.count()) / static_cast<double>(r.compute.count());
+    if ((r.*compute).count() <= 0) continue;
+    scores[r.rank] =
+        static_cast<double>(fastest.count()) / static_cast<double>((r.*compute).count());
   }
   return scores;
 }

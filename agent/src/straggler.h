@@ -18,7 +18,10 @@ namespace ddp::agent {
 
 // Rank -> score, for ranks that finished a synchronized step after their first
 // (so that a compute time is known); empty when fewer than two such ranks.
-std::map<int, double> straggler_scores(const std::vector<RankStatus>& ranks);
+// `compute` picks the figure: the smoothed recent one (warnings) or the mean
+// over the round (the end-of-job summary, which a stale summary hardly moves).
+std::map<int, double> straggler_scores(const std::vector<RankStatus>& ranks,
+                                       Millis RankStatus::*compute = &RankStatus::compute);
 
 class StragglerWatch {
  public:

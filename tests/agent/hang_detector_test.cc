@@ -273,7 +273,7 @@ TEST(Summary, RoundTripsEveryField) {
 
 TEST(Summary, BadSummariesAreProtocolErrors) {
   const std::string good =
-      encode_summary(NodeSummary{0, "h", 1, {rank_at(0, 2, 1, std::chrono::seconds(1))}});
+      encode_summary(NodeSummary{0, "h", 1, {rank_at(0, 2, 1, std::chrono::seconds(1))}, {}});
   EXPECT_NO_THROW(parse_summary(good));
   for (const std::string& bad :
        {std::string("not json"), std::string("[]"), std::string(R"({"node":0})"),
@@ -292,6 +292,50 @@ TEST(Summary, BadSummariesAreProtocolErrors) {
   twisted = good;
   twisted.replace(twisted.find("\"st\":0"), 6, "\"st\":7");
   EXPECT_THROW(parse_summary(twisted), ProtocolError);
+}
+
+TEST(Summary, CarriesTheHangItsNodeFound) {
+  std::vector<RankStatus> ranks = {rank_at(0, 14, 13, seconds(4)), rank_at(1, 13, 13),
+                                   rank_at(2, 14, 13, seconds(4)), rank_at(3, 14, 13, seconds(4))};
+  NodeSummary summary{0, "h0", 5, {ranks[0], ranks[1]}, find_hang(ranks, seconds(3))};
+  ASSERT_TRUE(summary.hang);
+  summary.hang->found_by = 0;
+  NodeSummary back = parse_summary(encode_summary(summary));
+  ASSERT_TRUE(back.hang);
+  EXPECT_EQ(back.hang->kind, Hang::Kind::kBehind);
+  EXPECT_EQ(back.hang->culprits, std::vector<int>{1});
+  EXPECT_EQ(back.hang->group, "default");
+  EXPECT_EQ(back.hang->seq, 13u);
+  EXPECT_EQ(back.hang->collective, progress::Kind::kAllreduce);
+  EXPECT_EQ(back.hang->duration, summary.hang->duration);
+  EXPECT_EQ(back.hang->found_by, 0);
+  EXPECT_EQ(back.hang->summary, summary.hang->summary);
+  EXPECT_EQ(back.hang->ranks, summary.hang->ranks);
+  // No hang, no field.
+  summary.hang.reset();
+  EXPECT_FALSE(parse_summary(encode_summary(summary)).hang);
+  // A peer's text is bounded, and its fields typed.
+  std::string text = encode_summary(NodeSummary{0, "h0", 5, {}, Hang{}});
+  auto at = text.find("\"summary\":\"\"");
+  ASSERT_NE(at, std::string::npos) << text;
+  std::string huge = text;
+  huge.insert(at + 11, std::string(5000, 'x'));
+  EXPECT_THROW(parse_summary(huge), ProtocolError);
+  std::string typed = text;
+  typed.replace(typed.find("\"culprits\":[]"), 13, "\"culprits\":[\"a\"]");
+  EXPECT_THROW(parse_summary(typed), ProtocolError);
+}
+
+TEST(Straggler, TheEndOfJobScoresUseTheMeanComputeOfTheRound) {
+  std::vector<RankStatus> ranks(2);
+  ranks[0].rank = 0;
+  ranks[0].compute = Millis(500);  // just paused for a checkpoint
+  ranks[0].mean_compute = Millis(100);
+  ranks[1].rank = 1;
+  ranks[1].compute = Millis(100);
+  ranks[1].mean_compute = Millis(100);
+  EXPECT_NEAR(straggler_scores(ranks)[0], 0.2, 1e-9);
+  EXPECT_DOUBLE_EQ(straggler_scores(ranks, &RankStatus::mean_compute)[0], 1.0);
 }
 
 TEST(Summary, AgesAdvanceByTheTimeASummaryWaited) {

@@ -164,6 +164,8 @@ TEST_F(ProcessPageTest, DdpStepsAndNoSyncStepsAreMarked) {
   EXPECT_EQ(agent_->page->no_sync_steps.load(), no_sync_before + 2);
   EXPECT_GT(agent_->page->compute_ns.load(), 0);
   EXPECT_GT(agent_->page->last_wall_ns.load(), 0);
+  EXPECT_EQ(agent_->page->timed_steps.load(), 4u);  // every step but each rank's first
+  EXPECT_GE(agent_->page->total_compute_ns.load(), 4 * 5'000'000);
   EXPECT_GE(agent_->page->last_step_ns.load(), agent_->page->groups[0].last_issued_ns.load());
 }
 

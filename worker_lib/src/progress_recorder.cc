@@ -88,6 +88,8 @@ void StepProgress::step_end(bool synchronized) {
                            std::memory_order_relaxed);
     page->last_compute_ns.store(compute, std::memory_order_relaxed);
     page->last_wall_ns.store(now - last_end_ns_, std::memory_order_relaxed);
+    page->total_compute_ns.fetch_add(compute, std::memory_order_relaxed);
+    page->timed_steps.fetch_add(1, std::memory_order_relaxed);
   }
   last_end_ns_ = now;
   page->steps.fetch_add(1, std::memory_order_relaxed);

@@ -81,6 +81,10 @@ struct Page {
   std::atomic<std::int64_t> compute_ns{0};       // smoothed compute time of a synchronized step
   std::atomic<std::int64_t> last_compute_ns{0};  // compute time of the last synchronized step
   std::atomic<std::int64_t> last_wall_ns{0};     // end to end time of the last synchronized step
+  // Compute time summed over the synchronized steps whose compute is known
+  // (every one after the first), and how many those are.
+  std::atomic<std::int64_t> total_compute_ns{0};
+  std::atomic<std::uint64_t> timed_steps{0};
   GroupSlot groups[kMaxGroups];
 };
 
