@@ -315,9 +315,12 @@ class Agent::Impl {
     note.reset();
   }
 
-  // "attempt_<restart>/<local rank>", below run_log_dir.
+  // "attempt_<n>" for this round's attempt, below run_log_dir.
+  std::string attempt_subdir_name() const { return "attempt_" + std::to_string(attempt_ - 1); }
+
+  // "attempt_<n>/<local rank>", below run_log_dir.
   std::string attempt_subdir(int local_rank) const {
-    return "attempt_" + std::to_string(attempt_ - 1) + "/" + std::to_string(local_rank);
+    return attempt_subdir_name() + "/" + std::to_string(local_rank);
   }
 
   void start_workers() {
@@ -555,6 +558,10 @@ class Agent::Impl {
     auto ended = watch.ended();
     if (!ended) return std::nullopt;
     const RoundEnd& end = *ended;
+    if (end.kind != RoundEnd::Kind::kDone && end.kind != RoundEnd::Kind::kStoreLost) {
+      // Another node may have ended the round over a hang it found first.
+      if (auto verdict = watch_.last_look(std::chrono::seconds(1))) on_hang(*verdict);
+    }
     switch (end.kind) {
       case RoundEnd::Kind::kRestart:
         logger_->warn("node {} asked for a restart: stopping the workers", end.node);
@@ -717,6 +724,25 @@ class Agent::Impl {
   // other: --on_hang=restart spends a restart, fail ends the job.
   void on_hang(const ProgressWatch::Verdict& verdict) {
     last_hang_ = verdict.hang.summary;
+    std::vector<Worker*> culprits;
+    for (int local_rank : verdict.local_culprits) {
+      for (auto& w : workers_) {
+        if (w.local_rank == local_rank && w.running) culprits.push_back(&w);
+      }
+    }
+    const std::string path = report_incident(incident_of(verdict, culprits));
+    if (culprits.empty()) return;
+    if (options_.watch.on_hang == WatchOptions::OnHang::kFail) fail_without_restart_ = true;
+    for (Worker* w : culprits) {
+      w->ended_by_agent = "ended by ddprun after a hang: " + verdict.hang.summary +
+                          (path.empty() ? std::string() : " (incident: " + path + ")");
+      launcher_.signal_group(w->pid, python_ ? SIGABRT : SIGKILL);
+    }
+  }
+
+  // The incident as this node sees it, with the stacks of its culprits.
+  Incident incident_of(const ProgressWatch::Verdict& verdict,
+                       const std::vector<Worker*>& culprits) const {
     Incident incident;
     incident.hang = verdict.hang;
     incident.timeout = verdict.timeout;
@@ -726,24 +752,18 @@ class Agent::Impl {
     incident.attempt = attempt_ - 1;
     incident.ranks = watch_.ranks();
     incident.unreachable = verdict.unreachable;
-    const bool fail = options_.watch.on_hang == WatchOptions::OnHang::kFail;
-    std::vector<Worker*> culprits;
-    for (int local_rank : verdict.local_culprits) {
-      for (auto& w : workers_) {
-        if (w.local_rank == local_rank && w.running) culprits.push_back(&w);
-      }
-    }
     if (culprits.empty()) {
       incident.action = verdict.hang.culprits.empty()
                             ? "none: no culprit could be named"
                             : "none on this node: the culprit's node ends it";
+    } else if (options_.watch.on_hang == WatchOptions::OnHang::kFail) {
+      incident.action = "fail (--on_hang=fail)";
     } else {
-      incident.action = fail ? "fail (--on_hang=fail)"
-                        : restart_count_ < options_.spec.max_restarts
+      incident.action = restart_count_ < options_.spec.max_restarts
                             ? "restart (--on_hang=restart)"
                             : "fail (--on_hang=restart, but no restarts are left)";
     }
-    for (Worker* w : culprits) {
+    for (const Worker* w : culprits) {
       StackDump dump = collect_native_stacks(w->pid, options_.watch.stack_timeout);
       incident.stacks[w->rank] = Incident::Stacks{dump.tool, dump.text, dump.error};
       if (python_) {
@@ -752,8 +772,14 @@ class Agent::Impl {
                                  "prints every thread's Python traceback into its log");
       }
     }
-    const std::string path = write_incident(
-        options_.run_log_dir + "/" + "attempt_" + std::to_string(attempt_ - 1), incident);
+    return incident;
+  }
+
+  // Writes the incident file and prints the report; returns the file's path
+  // (empty when it could not be written).
+  std::string report_incident(const Incident& incident) {
+    const std::string path =
+        write_incident(options_.run_log_dir + "/" + attempt_subdir_name(), incident);
     std::string text = format_incident(incident);
     if (!path.empty()) {
       text += "ddprun: incident written to " + path + "\n";
@@ -761,13 +787,7 @@ class Agent::Impl {
     }
     std::fputs(text.c_str(), stderr);
     std::fflush(stderr);
-    if (culprits.empty()) return;
-    if (fail) fail_without_restart_ = true;
-    for (Worker* w : culprits) {
-      w->ended_by_agent = "ended by ddprun after a hang: " + verdict.hang.summary +
-                          (path.empty() ? std::string() : " (incident: " + path + ")");
-      launcher_.signal_group(w->pid, python_ ? SIGABRT : SIGKILL);
-    }
+    return path;
   }
 
   // Logs a membership change with its wall-clock time and keeps it for the report.

@@ -1,5 +1,6 @@
 #include "progress_exchange.h"
 
+#include <future>
 #include <mutex>
 
 #include <nlohmann/json.hpp>
@@ -307,6 +308,17 @@ void ProgressExchange::publish(NodeSummary summary, bool urgent) {
     std::shared_ptr<State> state = state_;
     worker_->post([state] { state->tick(); });
   }
+}
+
+bool ProgressExchange::tick_now(Millis wait) {
+  auto done = std::make_shared<std::promise<void>>();
+  std::future<void> ticked = done->get_future();
+  std::shared_ptr<State> state = state_;
+  worker_->post([state, done] {
+    state->tick();
+    done->set_value();
+  });
+  return ticked.wait_for(wait) == std::future_status::ready;
 }
 
 std::map<int, ProgressExchange::Remote> ProgressExchange::remotes(Clock::time_point now) const {

@@ -66,6 +66,10 @@ class ProgressExchange {
   // once when `urgent` (a worker exited, a hang was found).
   void publish(NodeSummary summary, bool urgent = false);
 
+  // Runs a tick now (writes what was published, reads the other nodes) and
+  // waits for it at most `wait`; true when it ran in time.
+  bool tick_now(Millis wait);
+
   struct Remote {
     NodeSummary summary;  // ages already advanced to `now`; stale marked
     bool stale = false;

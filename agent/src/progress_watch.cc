@@ -77,54 +77,8 @@ RankStatus ProgressWatch::status_of(int local_rank, const Local& local, std::int
 
 std::optional<ProgressWatch::Verdict> ProgressWatch::check() {
   const auto now = runtime_.now();
-  const std::int64_t now_ns = progress::now_ns();
-  std::vector<RankStatus> view;
-  for (const auto& [local_rank, local] : locals_) {
-    if (local.rank >= 0) view.push_back(status_of(local_rank, local, now_ns, now));
-  }
-  std::vector<RankStatus::State> states;
-  for (const auto& r : view) states.push_back(r.state);
-  // An exit goes out at once: another node's not_exiting rule counts from it.
-  publish(view, states != published_states_);
-  published_states_ = std::move(states);
-  std::vector<std::string> unreachable;
-  std::optional<Hang> theirs;
-  if (exchange_) {
-    auto remotes = exchange_->remotes(now);
-    for (int n = 0; n < info_.group_world_size; ++n) {
-      if (n == info_.group_rank) continue;
-      auto it = remotes.find(n);
-      if (it == remotes.end()) {
-        unreachable.push_back(fmt::format("node {} (no progress summary yet)", n));
-        continue;
-      }
-      if (it->second.stale) {
-        unreachable.push_back(fmt::format("node {} ({}: no new progress summary for {:.1f} s)", n,
-                                          it->second.summary.host,
-                                          it->second.age.count() / 1000.0));
-      }
-      for (auto& r : it->second.summary.ranks) view.push_back(std::move(r));
-      if (it->second.summary.hang && !theirs) theirs = std::move(it->second.summary.hang);
-    }
-  }
-  view_ = std::move(view);
-  if (auto means = straggler_scores(view_, &RankStatus::mean_compute);
-      means.size() >= final_scores_.size()) {
-    final_scores_ = std::move(means);
-  }
-
-  for (int rank : stragglers_.update(now, straggler_scores(view_))) {
-    for (const auto& r : view_) {
-      if (r.rank != rank) continue;
-      log::get("ddprun")->warn(
-          "straggler: rank {} (node {}, host {}, pid {}) has scored below {:.1f} for {} s: a "
-          "step's compute takes {:.3f} s there, {:.2f} of the fastest rank's speed",
-          rank, r.node, r.host, r.pid, StragglerWatch::kThreshold,
-          std::chrono::duration_cast<std::chrono::seconds>(StragglerWatch::kWindow).count(),
-          r.compute.count() / 1000.0, stragglers_.last_scores().at(rank));
-    }
-  }
-
+  Remote remote = look(now);
+  note_stragglers(now);
   timeout_.observe(view_);
   if (reported_ || !timeout_.enabled()) return std::nullopt;
   const Millis timeout = timeout_.current();
@@ -140,15 +94,83 @@ std::optional<ProgressWatch::Verdict> ProgressWatch::check() {
                       info_.world_size - known, info_.world_size);
     }
     found_ = hang;
-    publish(view_local(), true);  // before the culprit is ended: the others see why
-  } else if (theirs) {
-    hang = std::move(theirs);
+    // In the store before the culprit is ended: the others see why their round ends.
+    publish(view_local(), false);
+    if (exchange_ && !exchange_->tick_now(kPublishWait)) {
+      log::get("ddprun")->warn("the hang's summary did not reach the store within {} s",
+                               kPublishWait.count() / 1000.0);
+    }
+  } else if (remote.hang) {
+    hang = std::move(remote.hang);
   } else {
     return std::nullopt;
   }
   reported_ = true;
+  return verdict_on(std::move(*hang), timeout, std::move(remote.unreachable));
+}
+
+std::optional<ProgressWatch::Verdict> ProgressWatch::last_look(Millis wait) {
+  if (reported_ || !exchange_ || !timeout_.enabled()) return std::nullopt;
+  exchange_->tick_now(wait);
+  return check();
+}
+
+ProgressWatch::Remote ProgressWatch::look(Clock::time_point now) {
+  const std::int64_t now_ns = progress::now_ns();
+  std::vector<RankStatus> view;
+  for (const auto& [local_rank, local] : locals_) {
+    if (local.rank >= 0) view.push_back(status_of(local_rank, local, now_ns, now));
+  }
+  std::vector<RankStatus::State> states;
+  for (const auto& r : view) states.push_back(r.state);
+  // An exit goes out at once: another node's not_exiting rule counts from it.
+  publish(view, states != published_states_);
+  published_states_ = std::move(states);
+  Remote remote;
+  if (exchange_) {
+    auto remotes = exchange_->remotes(now);
+    for (int n = 0; n < info_.group_world_size; ++n) {
+      if (n == info_.group_rank) continue;
+      auto it = remotes.find(n);
+      if (it == remotes.end()) {
+        remote.unreachable.push_back(fmt::format("node {} (no progress summary yet)", n));
+        continue;
+      }
+      if (it->second.stale) {
+        remote.unreachable.push_back(
+            fmt::format("node {} ({}: no new progress summary for {:.1f} s)", n,
+                        it->second.summary.host, it->second.age.count() / 1000.0));
+      }
+      for (auto& r : it->second.summary.ranks) view.push_back(std::move(r));
+      if (it->second.summary.hang && !remote.hang) remote.hang = std::move(it->second.summary.hang);
+    }
+  }
+  view_ = std::move(view);
+  return remote;
+}
+
+void ProgressWatch::note_stragglers(Clock::time_point now) {
+  if (auto means = straggler_scores(view_, &RankStatus::mean_compute);
+      means.size() >= final_scores_.size()) {
+    final_scores_ = std::move(means);
+  }
+  for (int rank : stragglers_.update(now, straggler_scores(view_))) {
+    for (const auto& r : view_) {
+      if (r.rank != rank) continue;
+      log::get("ddprun")->warn(
+          "straggler: rank {} (node {}, host {}, pid {}) has scored below {:.1f} for {} s: a "
+          "step's compute takes {:.3f} s there, {:.2f} of the fastest rank's speed",
+          rank, r.node, r.host, r.pid, StragglerWatch::kThreshold,
+          std::chrono::duration_cast<std::chrono::seconds>(StragglerWatch::kWindow).count(),
+          r.compute.count() / 1000.0, stragglers_.last_scores().at(rank));
+    }
+  }
+}
+
+ProgressWatch::Verdict ProgressWatch::verdict_on(Hang hang, Millis timeout,
+                                                 std::vector<std::string> unreachable) const {
   Verdict verdict;
-  verdict.hang = std::move(*hang);
+  verdict.hang = std::move(hang);
   verdict.timeout = timeout;
   verdict.unreachable = std::move(unreachable);
   for (const auto& [local_rank, local] : locals_) {

@@ -29,6 +29,10 @@ namespace ddp::agent {
 
 class ProgressWatch {
  public:
+  // How long a found hang's summary may take to reach the store before the
+  // culprit is ended anyway.
+  static constexpr Millis kPublishWait = std::chrono::seconds(2);
+
   ProgressWatch(const WatchOptions& options, std::string host, const Runtime& runtime);
   ~ProgressWatch();
 
@@ -59,6 +63,12 @@ class ProgressWatch {
   // hang on every node). Logs straggler warnings.
   std::optional<Verdict> check();
 
+  // The round ends (another node ended it): one more look, reading the other
+  // nodes' summaries at once (waiting for the store at most `wait`), so that a
+  // hang another node found and acted on is reported here too. Nullopt when
+  // there is none, or it was reported already.
+  std::optional<Verdict> last_look(Millis wait);
+
   // Every rank as last seen (this node's and the others').
   const std::vector<RankStatus>& ranks() const { return view_; }
   // Scores from each rank's mean compute time over the round ("rank 0 1.00,
@@ -77,6 +87,17 @@ class ProgressWatch {
   };
   RankStatus status_of(int local_rank, const Local& local, std::int64_t now_ns,
                        Clock::time_point now) const;
+  // What the other nodes said beyond their ranks.
+  struct Remote {
+    std::vector<std::string> unreachable;
+    std::optional<Hang> hang;  // one a node found first
+  };
+  // Reads the pages, publishes them, and puts every rank known in view_.
+  Remote look(Clock::time_point now);
+  // The end-of-job scores and the straggler warnings.
+  void note_stragglers(Clock::time_point now);
+  // Which of this node's workers a hang names.
+  Verdict verdict_on(Hang hang, Millis timeout, std::vector<std::string> unreachable) const;
   // Sends this node's ranks (and found_) to the other nodes.
   void publish(const std::vector<RankStatus>& local, bool urgent);
   // This node's ranks in view_.
