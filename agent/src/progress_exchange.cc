@@ -8,6 +8,7 @@
 #include "ddp/common/error.h"
 #include "ddp/common/json.h"
 #include "ddp/common/logging.h"
+#include "ddp/rendezvous/round.h"
 
 namespace ddp::agent {
 namespace {
@@ -225,7 +226,7 @@ struct ProgressExchange::State {
   std::map<int, Seen> seen;  // guarded
   bool warned = false;       // the worker thread's
 
-  std::string key(int n) const { return prefix + std::to_string(n); }
+  std::string key(int n) const { return progress_key(prefix, n); }
 
   void tick() {
     try {
@@ -274,11 +275,11 @@ struct ProgressExchange::State {
   }
 };
 
-ProgressExchange::ProgressExchange(std::shared_ptr<Store> store, std::string key_prefix, int node,
+ProgressExchange::ProgressExchange(std::shared_ptr<Store> store, std::string round_prefix, int node,
                                    int nodes, Millis period, const Runtime& runtime)
     : state_(std::make_shared<State>()), period_(period) {
   state_->store = std::move(store);
-  state_->prefix = std::move(key_prefix);
+  state_->prefix = std::move(round_prefix);
   state_->node = node;
   state_->nodes = nodes;
   state_->runtime = &runtime;

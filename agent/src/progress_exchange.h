@@ -56,7 +56,8 @@ class ProgressExchange {
   static constexpr int kStaleAfter = 4;  // periods
   static constexpr std::size_t kMaxRanks = 4096;
 
-  ProgressExchange(std::shared_ptr<Store> store, std::string key_prefix, int node, int nodes,
+  // Node n's summary lives at progress_key(round_prefix, n) (ddp/rendezvous/round.h).
+  ProgressExchange(std::shared_ptr<Store> store, std::string round_prefix, int node, int nodes,
                    Millis period, const Runtime& runtime = real_runtime());
   ~ProgressExchange();
   ProgressExchange(const ProgressExchange&) = delete;

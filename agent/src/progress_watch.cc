@@ -21,9 +21,9 @@ void ProgressWatch::begin_round(const RendezvousInfo& info, std::shared_ptr<Stor
   final_scores_.clear();
   stragglers_ = StragglerWatch();
   if (info.group_world_size > 1 && store && active()) {
-    exchange_ = std::make_unique<ProgressExchange>(
-        std::move(store), info.round_prefix + "/progress/", info.group_rank, info.group_world_size,
-        options_.exchange_period, runtime_);
+    exchange_ = std::make_unique<ProgressExchange>(std::move(store), info.round_prefix,
+                                                   info.group_rank, info.group_world_size,
+                                                   options_.exchange_period, runtime_);
   }
 }
 

@@ -129,8 +129,10 @@ void delete_round_keys(Store& store, const std::string& r) {
   for (int i = 0; i < arrived; ++i) keys.push_back(RunKeys::record(r, i));
   if (decision) {
     keys.push_back(RunKeys::members(r, decision->decider));
-    for (int i = 0; i < decision->considered; ++i)
+    for (int i = 0; i < decision->considered; ++i) {
       keys.push_back(RunKeys::assignment(r, decision->decider, i));
+      keys.push_back(progress_key(r, i));  // group ranks are below the arrivals considered
+    }
     keys.push_back(RunKeys::closed(r));
   }
   for (const auto& key : keys) store.delete_key(key);

@@ -43,7 +43,10 @@ std::string random_instance() {
 // The keys one round uses besides its workers' (which cannot be listed).
 std::vector<std::string> round_keys(const std::string& prefix, int nodes) {
   std::vector<std::string> keys = {prefix + "/end", prefix + "/exit_barrier"};
-  for (int rank = 0; rank < nodes; ++rank) keys.push_back(prefix + "/node_" + std::to_string(rank));
+  for (int rank = 0; rank < nodes; ++rank) {
+    keys.push_back(prefix + "/node_" + std::to_string(rank));
+    keys.push_back(progress_key(prefix, rank));
+  }
   return keys;
 }
 

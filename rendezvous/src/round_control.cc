@@ -11,6 +11,10 @@
 
 namespace ddp {
 
+std::string progress_key(const std::string& round_prefix, int node) {
+  return round_prefix + "/progress/" + std::to_string(node);
+}
+
 std::string encode_round_end(const RoundEnd& end) {
   switch (end.kind) {
     case RoundEnd::Kind::kRestart:

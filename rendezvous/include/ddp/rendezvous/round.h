@@ -43,6 +43,12 @@ std::optional<RoundEnd> parse_round_end(const std::string& text);
 // A one-line description for logs and reports ("node 2 was lost (...)").
 std::string describe(const RoundEnd& end);
 
+// Where the agent of group rank `node` keeps its progress summary while a
+// round runs ("<round prefix>/progress/<node>", see agent/src/progress_exchange.h).
+// Not a rendezvous record, but the round's keys: the handlers delete it with
+// the round's other keys, so a node that died keeps none in the store.
+std::string progress_key(const std::string& round_prefix, int node);
+
 // Watches one round for its end (Round::watch). Destroying
 // it stops watching; a watch still blocked in the store is left to finish on
 // its own and wakes nobody. Thread-safe.
