@@ -558,9 +558,10 @@ class Agent::Impl {
     auto ended = watch.ended();
     if (!ended) return std::nullopt;
     const RoundEnd& end = *ended;
-    if (end.kind != RoundEnd::Kind::kDone && end.kind != RoundEnd::Kind::kStoreLost) {
-      // Another node may have ended the round over a hang it found first.
-      if (auto verdict = watch_.last_look(std::chrono::seconds(1))) on_hang(*verdict);
+    if (end.kind == RoundEnd::Kind::kRestart || end.kind == RoundEnd::Kind::kAbort) {
+      // Another node may have ended the round over a hang it found first (a
+      // membership change never comes from one: no look, no delay there).
+      if (auto verdict = watch_.last_look(std::chrono::milliseconds(500))) on_hang(*verdict);
     }
     switch (end.kind) {
       case RoundEnd::Kind::kRestart:
@@ -661,15 +662,15 @@ class Agent::Impl {
   // A new round's progress watch: its summaries go through a store handle of
   // their own (the exchange blocks in it on its own thread).
   void begin_watch() {
-    std::shared_ptr<Store> store;
-    if (watch_.active() && round_->info().group_world_size > 1) {
+    if (watch_.active() && round_->info().group_world_size > 1 && !progress_store_) {
       try {
-        store = rdzv_.open_store();
+        progress_store_ = rdzv_.open_store();  // one for the whole run
       } catch (const std::exception& e) {
         logger_->warn("progress summaries stay on this node (no store handle: {})", e.what());
       }
     }
-    watch_.begin_round(round_->info(), std::move(store));
+    watch_.begin_round(round_->info(),
+                       round_->info().group_world_size > 1 ? progress_store_ : nullptr);
   }
 
   // One look at every rank's progress; acts on a hang found.
@@ -828,6 +829,8 @@ class Agent::Impl {
   const bool python_;
   // A hang under --on_hang=fail: the next failure ends the job.
   bool fail_without_restart_ = false;
+  // The progress summaries' store handle (opened by the first multi-node round).
+  std::shared_ptr<Store> progress_store_;
   // Every incident file written.
   std::vector<std::string> incident_files_;
   // The summary of the hang found in this round, if any.

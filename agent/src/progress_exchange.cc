@@ -289,8 +289,11 @@ ProgressExchange::ProgressExchange(std::shared_ptr<Store> store, std::string rou
 }
 
 ProgressExchange::~ProgressExchange() {
+  // Never waits: the agent is between rounds, and the next round's last call
+  // does not wait for it. The thread deletes this node's key on its own (the
+  // round's cleanup deletes it too).
   std::shared_ptr<State> state = state_;
-  worker_->stop(std::chrono::seconds(2), [state] {
+  worker_->stop(Millis(0), [state] {
     try {
       state->store->delete_key(state->key(state->node));
     } catch (const std::exception&) {

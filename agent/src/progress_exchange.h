@@ -10,9 +10,9 @@
 // are compared. A summary whose version did not change for kStaleAfter
 // periods is stale: its node's agent is unreachable or stopped.
 //
-// Ownership: shares the store handle with its thread. Blocking: publish() and
-// remotes() never block; the destructor waits at most one store timeout for
-// the key's removal. Thread-safety: one owner thread; its tick runs on
+// Ownership: shares the store handle with its thread. Blocking: publish(),
+// remotes() and the destructor never block (the thread removes this node's
+// key after the destructor, on its own); tick_now() waits as long as told. Thread-safety: one owner thread; its tick runs on
 // another (BackgroundWorker). Errors: store failures are logged once per
 // kind and retried next period; a summary that does not parse is ignored (and
 // its node reads as never heard from).
