@@ -125,12 +125,7 @@ std::string write_incident(const std::string& dir, const Incident& incident) {
   const int fd = detail::open_no_symlinks(temp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW, 0644);
   bool ok = fd >= 0;
   if (ok) {
-    std::size_t done = 0;
-    while (ok && done < body.size()) {
-      const ssize_t n = ::write(fd, body.data() + done, body.size() - done);
-      ok = n > 0;
-      if (ok) done += static_cast<std::size_t>(n);
-    }
+    ok = detail::write_all(fd, body.data(), body.size());
     ok = ::close(fd) == 0 && ok;
   }
   if (!ok || std::rename(temp.c_str(), path.c_str()) != 0) {

@@ -32,16 +32,9 @@ constexpr std::size_t kMaxLine = 64 * 1024;  // a longer "line" is cut and flush
 
 std::string errno_text(int err) { return std::strerror(err); }
 
+// Worker output is best effort: a console gone (EPIPE) or a full disk is ignored.
 void write_all(int fd, const char* data, std::size_t size) {
-  while (size > 0) {
-    ssize_t n = ::write(fd, data, size);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return;  // console gone (EPIPE) or disk full: output is best effort
-    }
-    data += n;
-    size -= static_cast<std::size_t>(n);
-  }
+  (void)detail::write_all(fd, data, size);
 }
 
 // Opens a worker's log file for writing, safely in a directory others may

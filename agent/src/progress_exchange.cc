@@ -40,6 +40,13 @@ Millis age_field(const nlohmann::json& object, const char* name) {
   return Millis(value);
 }
 
+progress::Kind kind_field(const nlohmann::json& object, const char* name) {
+  const auto kind = progress::kind_of(field<std::int64_t>(object, name));
+  if (!kind)
+    throw ProtocolError(kOrigin, std::string("field '") + name + "' is no collective kind");
+  return *kind;
+}
+
 // A text a peer wrote that ends up in reports: bounded.
 std::string bounded_text(const nlohmann::json& object, const char* name) {
   std::string text = field<std::string>(object, name);
@@ -74,10 +81,7 @@ Hang parse_hang(const nlohmann::json& item) {
   }
   hang.group = bounded_text(item, "group");
   hang.seq = field<std::uint64_t>(item, "seq");
-  const int collective = field<int>(item, "k");
-  if (collective < 0 || collective > static_cast<int>(progress::Kind::kAlltoall))
-    throw ProtocolError(kOrigin, "unknown collective kind");
-  hang.collective = static_cast<progress::Kind>(collective);
+  hang.collective = kind_field(item, "k");
   hang.duration = age_field(item, "d");
   hang.found_by = field<int>(item, "by");
   hang.summary = bounded_text(item, "summary");
@@ -157,7 +161,8 @@ NodeSummary parse_summary(std::string_view text) {
     r.host = summary.host;
     r.pid = field<int>(item, "pid");
     const int state = field<int>(item, "st");
-    if (state < 0 || state > 2) throw ProtocolError(kOrigin, "unknown rank state");
+    if (state < 0 || state > static_cast<int>(RankStatus::State::kFailed))
+      throw ProtocolError(kOrigin, "unknown rank state");
     r.state = static_cast<RankStatus::State>(state);
     r.since_exit = age_field(item, "ex");
     r.since_start = age_field(item, "up");
@@ -182,10 +187,7 @@ NodeSummary parse_summary(std::string_view text) {
       g.completed = field<std::uint64_t>(g_item, "c");
       if (g.issued < g.completed)
         throw ProtocolError(kOrigin, "a group completed more than it issued");
-      const int kind = field<int>(g_item, "k");
-      if (kind < 0 || kind > static_cast<int>(progress::Kind::kAlltoall))
-        throw ProtocolError(kOrigin, "unknown collective kind");
-      g.last_kind = static_cast<progress::Kind>(kind);
+      g.last_kind = kind_field(g_item, "k");
       g.last_bytes = field<std::uint64_t>(g_item, "b");
       g.since_issued = age_field(g_item, "si");
       g.since_completed = age_field(g_item, "sc");

@@ -78,10 +78,7 @@ void ProgressPageFile::read(RankStatus& out, std::int64_t now_ns, Millis since_s
     g.rank = slot.rank.load();
     g.completed = slot.completed.load();
     g.issued = std::max(slot.issued.load(), g.completed);
-    const auto kind = slot.last_kind.load();
-    g.last_kind = kind <= static_cast<std::uint32_t>(progress::Kind::kAlltoall)
-                      ? static_cast<progress::Kind>(kind)
-                      : progress::Kind::kNone;
+    g.last_kind = progress::kind_of(slot.last_kind.load()).value_or(progress::Kind::kNone);
     g.last_bytes = slot.last_bytes.load();
     g.since_issued = age(now_ns, slot.last_issued_ns.load(), since_start);
     g.since_completed = age(now_ns, slot.last_completed_ns.load(), since_start);

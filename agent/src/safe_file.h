@@ -1,6 +1,7 @@
 // Opening files in a log directory that other users may be able to write to
 // (a shared --log_dir): a planted symbolic link must not redirect a write or a
-// read, and a planted FIFO must not block the agent. Internal to ddp::agent.
+// read, and a planted FIFO must not block the agent; and writing them whole.
+// Internal to ddp::agent.
 #pragma once
 
 #include <fcntl.h>
@@ -76,6 +77,22 @@ inline std::string open_error_text(int err) {
   // O_NONBLOCK|O_WRONLY on a FIFO without a reader.
   if (err == ENXIO) return "it is a FIFO or device without a reader (refused)";
   return std::strerror(err);
+}
+
+// Writes all `size` bytes of `data` to `fd`, retrying after EINTR and short
+// writes. False when a write failed (the console gone, a full disk); how much
+// reached the file is then unknown.
+inline bool write_all(int fd, const char* data, std::size_t size) {
+  while (size > 0) {
+    const ssize_t n = ::write(fd, data, size);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    data += n;
+    size -= static_cast<std::size_t>(n);
+  }
+  return true;
 }
 
 // "a FIFO", "a directory", ... for a refused file type.

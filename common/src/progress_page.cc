@@ -26,6 +26,11 @@ const char* to_string(Kind kind) {
   return "unknown";
 }
 
+std::optional<Kind> kind_of(std::int64_t value) {
+  if (value < 0 || value > static_cast<std::int64_t>(Kind::kAlltoall)) return std::nullopt;
+  return static_cast<Kind>(value);
+}
+
 std::int64_t now_ns() {
   // The vDSO answers CLOCK_MONOTONIC without entering the kernel.
   timespec ts{};

@@ -60,6 +60,7 @@ void mark_stall(int rank) {
   }
 }
 
+// The value after `name` among the options (after the 3 positional arguments), or "".
 const char* arg_text(int argc, char** argv, const char* name) {
   for (int i = 4; i + 1 < argc; ++i) {
     if (std::strcmp(argv[i], name) == 0) return argv[i + 1];
@@ -70,10 +71,8 @@ const char* arg_text(int argc, char** argv, const char* name) {
 void sleep_ms(long ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
 
 long option(int argc, char** argv, const char* name, long fallback) {
-  for (int i = 4; i + 1 < argc; ++i) {
-    if (std::strcmp(argv[i], name) == 0) return std::atol(argv[i + 1]);
-  }
-  return fallback;
+  const char* text = arg_text(argc, argv, name);
+  return *text == '\0' ? fallback : std::atol(text);
 }
 
 }  // namespace

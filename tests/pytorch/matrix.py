@@ -482,12 +482,14 @@ def leave_on_signal(signo, frame):
     raise SystemExit(128 + signo)
 
 
-def main(argv):
-    if len(argv) != 2 or argv[1] not in CASES:
-        print(f"usage: {argv[0]} CASE    (CASE: {', '.join(CASES)})", file=sys.stderr)
+def start_driver(argv, cases):
+    """What every driver (this one, watchdog.py) does first: read the case from
+    argv, skip without torch, find ddprun in DDP_BUILD_BIN, stop its launchers on
+    a signal. Returns (case name, ddprun's path), or the exit code to leave with
+    (2 bad usage, 77 skipped, 1 no ddprun) after saying why."""
+    if len(argv) != 2 or argv[1] not in cases:
+        print(f"usage: {argv[0]} CASE    (CASE: {', '.join(cases)})", file=sys.stderr)
         return 2
-    name = argv[1]
-    case = CASES[name]
     reason = torch_missing_reason()
     if reason:
         print(f"skipped: {reason}")
@@ -499,6 +501,15 @@ def main(argv):
         return 1
     for signo in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signo, leave_on_signal)
+    return argv[1], ddprun
+
+
+def main(argv):
+    started = start_driver(argv, CASES)
+    if isinstance(started, int):
+        return started
+    name, ddprun = started
+    case = CASES[name]
 
     work = Path(tempfile.mkdtemp(prefix="ddprun-pytorch-"))
     try:

@@ -222,6 +222,16 @@ def check_ddprun_kill_line(run, checks, scope, rank_record):
 
 # ---------------------------------------------------------------- the cases
 
+def expect_ended_within(run, scoped, entered, scope_s):
+    """The run ended within KILL_SLACK_S of rank 1's scope of `scope_s` seconds
+    expiring (`entered`: when rank 1 entered it)."""
+    late = run.ended - entered
+    _notes.append(f"{run.launcher}: ended {late:.1f} s after rank 1 entered its {scope_s} s scope")
+    scoped.expect(late <= scope_s + KILL_SLACK_S,
+                  f"the run ended {late:.1f} s after rank 1 entered its {scope_s} s scope "
+                  f"(expected within {scope_s + KILL_SLACK_S:.0f} s)")
+
+
 def case_timer_expired(work, ddprun, checks):
     runs = [run_launcher(launcher, work, ddprun, [], timer_program("overrun"), TIMER_ENV)
             for launcher in LAUNCHERS]
@@ -237,11 +247,7 @@ def case_timer_expired(work, ddprun, checks):
         scoped.expect("step_done" not in rank1, "rank 1 finished its 10 s step: the timer did not kill it")
         scoped.expect("finished" not in ranks[0], "rank 0 finished: it should have been stopped")
         if scoped.expect("step_entered" in rank1, "rank 1 never entered its step"):
-            late = run.ended - rank1["step_entered"]
-            _notes.append(f"{run.launcher}: ended {late:.1f} s after rank 1 entered its 2 s scope")
-            scoped.expect(late <= 2 + KILL_SLACK_S,
-                          f"the run ended {late:.1f} s after rank 1 entered its 2 s scope "
-                          f"(expected within {2 + KILL_SLACK_S:.0f} s)")
+            expect_ended_within(run, scoped, rank1["step_entered"], 2)
         check_fifo_gone(rank1.get("timer_file"), scoped)
         outcomes[run.launcher] = killed_failure(run, scoped, "step", rank1)
         if run.launcher == "ddprun":
@@ -285,11 +291,7 @@ def case_timer_allreduce(work, ddprun, checks):
     rank1 = ranks[1]
     scoped.expect("finished" not in rank1 and "finished" not in ranks[0], "a rank finished the all_reduce")
     if scoped.expect("scope_entered" in rank1, "rank 1 never entered the 'allreduce' scope"):
-        late = run.ended - rank1["scope_entered"]
-        _notes.append(f"{run.launcher}: ended {late:.1f} s after rank 1 entered its 3 s scope")
-        scoped.expect(late <= 3 + KILL_SLACK_S,
-                      f"the run ended {late:.1f} s after rank 1 entered its 3 s scope "
-                      f"(expected within {3 + KILL_SLACK_S:.0f} s)")
+        expect_ended_within(run, scoped, rank1["scope_entered"], 3)
     check_ddprun_kill_line(run, scoped, "allreduce", rank1)
     report = matrix.failure_report(run.stderr, "timer_step.py")
     if scoped.expect(report is not None, "no 'timer_step.py FAILED' report on stderr"):
@@ -470,21 +472,10 @@ CASES = {
 
 
 def main(argv):
-    if len(argv) != 2 or argv[1] not in CASES:
-        print(f"usage: {argv[0]} CASE    (CASE: {', '.join(CASES)})", file=sys.stderr)
-        return 2
-    name = argv[1]
-    reason = matrix.torch_missing_reason()
-    if reason:
-        print(f"skipped: {reason}")
-        return 77
-    ddprun = Path(os.environ.get("DDP_BUILD_BIN", "")) / "ddprun"
-    if not os.access(ddprun, os.X_OK):
-        print(f"error: {ddprun} not found or not executable (set DDP_BUILD_BIN to the build's bin directory "
-              f"and build the ddprun target)", file=sys.stderr)
-        return 1
-    for signo in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(signo, matrix.leave_on_signal)
+    started = matrix.start_driver(argv, CASES)
+    if isinstance(started, int):
+        return started
+    name, ddprun = started
 
     work = Path(tempfile.mkdtemp(prefix="ddprun-watchdog-"))
     try:

@@ -32,6 +32,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 
 namespace ddp::progress {
 
@@ -52,6 +53,8 @@ enum class Kind : std::uint32_t {
   kAlltoall,
 };
 const char* to_string(Kind kind);
+// The Kind a number written by someone else names, or nullopt when it names none.
+std::optional<Kind> kind_of(std::int64_t value);
 
 struct GroupSlot {
   std::atomic<std::uint32_t> in_use{0};
