@@ -338,11 +338,11 @@ StackDump collect_native_stacks(int pid, std::chrono::milliseconds timeout, std:
       args.insert(args.end(), tool.args.begin(), tool.args.end());
       dump.tool = tool.name;
       ToolRun run = run_tool(args, deadline, max_bytes);
-      // A tool killed or dead while attached may leave its attach's SIGSTOP
-      // pending; a clean exit detached, but check the state all the same.
-      if (!was_stopped && run.start_error.empty() && (!run.exited || process_state(pid) == 'T')) {
-        ::kill(pid, SIGCONT);
-      }
+      // A tool killed or dead while attached may leave the target stopped, or
+      // its SIGSTOP still pending (then /proc still says S and the stop comes
+      // later). SIGCONT both resumes a stopped target and discards a pending
+      // stop, so it is sent whenever the target was running before.
+      if (!was_stopped && run.start_error.empty()) ::kill(pid, SIGCONT);
       if (!run.start_error.empty()) {
         add_problem(std::string(tool.name) + ": " + run.start_error);
         continue;

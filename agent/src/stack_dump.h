@@ -12,11 +12,11 @@
 // signal mask, DEBUGINFOD_URLS removed (never the network) and LC_ALL=C.
 //
 // The target: both tools attach with ptrace and detach when done, so the
-// process is left running. When a tool is killed (timeout) or dies while
-// attached, the SIGSTOP its attach sent may still be pending and would stop the
-// process after the kernel detaches it: the target is then sent SIGCONT
-// (which discards pending stop signals), unless it was already stopped before
-// the dump began. Attaching needs the right to ptrace `pid`: root or
+// process is left running. A tool killed (timeout) or dead while attached may
+// leave the SIGSTOP its attach sent pending, and it would stop the process
+// after the kernel detaches it; /proc does not show a pending stop. So after
+// every tool the target is sent SIGCONT (which resumes it and discards pending
+// stop signals), unless it was already stopped before the dump began. Attaching needs the right to ptrace `pid`: root or
 // CAP_SYS_PTRACE, or the same user where kernel.yama.ptrace_scope allows it (at
 // 1 only a descendant of the process that `pid` named with
 // prctl(PR_SET_PTRACER), or one of its ancestors, may attach).
