@@ -79,8 +79,10 @@ std::unique_ptr<Round> DynamicRendezvous::join() {
   for (;;) {
     if (auto info = step()) {
       const int nodes = info->group_world_size;
-      return std::make_unique<StoreRound>(std::move(*info), *this, /*solo=*/false, kDynamicOrigin,
-                                          [this, nodes] { return membership_grace(nodes); });
+      return std::make_unique<StoreRound>(
+          std::move(*info), *this, /*solo=*/false, kDynamicOrigin,
+          [this, nodes] { return membership_grace(nodes); },
+          [liveness = liveness_, &time = time_] { return liveness->watched(time.now()); });
     }
     wait_for_change();
   }

@@ -51,6 +51,17 @@ class KeepAliveCounters final : public Liveness {
     watched_.reset();
   }
 
+  std::optional<KeepAliveView> watched(Clock::time_point now) const override {
+    std::lock_guard lock(mutex_);
+    if (!watched_) return std::nullopt;
+    KeepAliveView view;
+    view.group_rank = watched_->group_rank;
+    view.age = std::chrono::duration_cast<std::chrono::milliseconds>(std::max(
+        Duration(0), std::chrono::duration_cast<Duration>(now - watched_->tracker.last_change())));
+    view.lost_after = std::chrono::duration_cast<std::chrono::milliseconds>(verdict());
+    return view;
+  }
+
   std::function<void(Store&)> leave() override {
     return [key = alive_key(member())](Store& store) { store.delete_key(key); };
   }
@@ -209,6 +220,7 @@ class KeepAliveLeases final : public Liveness {
     {
       std::lock_guard lock(mutex_);
       death_watch_ = std::move(watch);
+      watched_rank_ = rank;
     }
     if (!store->check({key})) declare();
   }
@@ -218,8 +230,18 @@ class KeepAliveLeases final : public Liveness {
     {
       std::lock_guard lock(mutex_);
       watch = std::move(death_watch_);
+      watched_rank_ = -1;
     }
     watch.reset();  // outside the lock: it waits for its callbacks
+  }
+
+  std::optional<KeepAliveView> watched(Clock::time_point) const override {
+    std::lock_guard lock(mutex_);
+    if (watched_rank_ < 0) return std::nullopt;
+    KeepAliveView view;  // no age: the store expires the lease
+    view.group_rank = watched_rank_;
+    view.lost_after = std::chrono::duration_cast<std::chrono::milliseconds>(verdict());
+    return view;
   }
 
   std::function<void(Store&)> leave() override {
@@ -317,11 +339,13 @@ class KeepAliveLeases final : public Liveness {
   }
 
   // Guarded by mutex_: this node's lease (0: none yet, or it expired) and the
-  // member whose key it holds; the watch on the watched member's key.
+  // member whose key it holds; the watch on the watched member's key and
+  // the watched node's group rank (-1: none).
   StoreLeases::LeaseId lease_ = 0;
   std::string leased_member_;
   Clock::time_point next_refresh_{};
   std::unique_ptr<StoreWatch> death_watch_;
+  int watched_rank_ = -1;
 };
 
 }  // namespace

@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "ddp/common/time.h"
+#include "ddp/rendezvous/rendezvous.h"
 #include "ddp/rendezvous/round.h"
 #include "ddp/store/store.h"
 #include "membership.h"
@@ -79,6 +80,8 @@ class Liveness {
                      const std::string& member) = 0;
   // This node left its round: nobody to judge.
   virtual void unwatch() = 0;
+  // What this node sees of the node it judges (nullopt: none). Any thread.
+  virtual std::optional<KeepAliveView> watched(Clock::time_point now) const = 0;
   // What takes this node's key away when it leaves the job, to run on the
   // shutdown's cleanup thread (it owns what it needs).
   virtual std::function<void(Store&)> leave() = 0;

@@ -64,6 +64,8 @@ class HeartbeatTracker {
   bool dead(Clock::time_point now) const;
   // Whole keep-alive intervals without a change.
   int missed(Clock::time_point now) const;
+  // When the value last changed (or the tracker started).
+  Clock::time_point last_change() const { return last_change_; }
 
  private:
   Duration interval_;

@@ -45,6 +45,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -129,6 +130,18 @@ struct RendezvousInfo {
   std::uint16_t store_port = 0;
 };
 
+// What this node sees of the keep-alives of the node it judges in a round of
+// dynamic membership (its group rank + 1, wrapping), for status pages.
+struct KeepAliveView {
+  int group_rank = 0;  // the node judged
+  // Since its keep-alive counter last moved, on this node's clock (from the
+  // round's start while it has not moved yet). Nullopt for leases (etcd),
+  // whose age only the store knows: the key simply goes when it expires.
+  std::optional<std::chrono::milliseconds> age;
+  // How long without a keep-alive declares it lost (interval x max attempts).
+  std::chrono::milliseconds lost_after{0};
+};
+
 // One round this node takes part in (RendezvousHandler::join): what it
 // decided, and what the agent does with it while it runs (watch it, end it,
 // pass its exit barrier). How an end is told and seen is the handler's
@@ -165,6 +178,10 @@ class Round {
   virtual std::chrono::milliseconds grace_for_membership_change() {
     return std::chrono::milliseconds(0);
   }
+
+  // The keep-alives of the node this one judges; nullopt for a fixed
+  // membership or a single node. Never blocks, never throws.
+  virtual std::optional<KeepAliveView> watched_keep_alive() const { return std::nullopt; }
 
  protected:
   explicit Round(RendezvousInfo info) : info_(std::move(info)) {}
