@@ -24,9 +24,11 @@
 #include "ddp/common/logging.h"
 #include "file_timer.h"
 #include "incident.h"
+#include "job_status.h"
 #include "progress_watch.h"
 #include "safe_file.h"
 #include "stack_dump.h"
+#include "status_endpoint.h"
 
 namespace ddp::agent {
 namespace {
@@ -56,10 +58,24 @@ class Agent::Impl {
  public:
   Impl(AgentOptions options, RendezvousHandler& rendezvous, ProcessLauncher& launcher)
       : options_(std::move(options)), rdzv_(rendezvous), launcher_(launcher),
-        logger_(log::get("ddprun")), watch_(options_.watch, options_.hostname, *options_.runtime),
-        python_(runs_python(options_.spec.argv)) {}
+        logger_(log::get("ddprun")), watch_(options_.watch, options_.hostname,
+                                            rendezvous.params().local_addr, *options_.runtime),
+        python_(runs_python(options_.spec.argv)), board_(*options_.runtime) {}
 
   int run() {
+    if (!start_live_view()) return 1;
+    const int code = run_job();
+    board_.update([&](JobSnapshot& job) {
+      set_state(job, code == 0 ? JobState::kSucceeded : JobState::kFailed);
+    });
+    board_.event(
+        code == 0 ? "done" : "failed",
+        code == 0 ? "the job succeeded" : "the job ended with exit code " + std::to_string(code));
+    status_.reset();
+    return code;
+  }
+
+  int run_job() {
     if (!options_.watch.timer_file.empty()) {
       try {
         timer_ = std::make_unique<FileTimerServer>(options_.watch.timer_file);
@@ -126,6 +142,10 @@ class Agent::Impl {
   int run_rounds() {
     for (;;) {
       std::unique_ptr<Round> round;
+      board_.update([](JobSnapshot& job) {
+        set_state(job, JobState::kRendezvous);
+        job.in_rendezvous = true;
+      });
       try {
         if (auto code = next_round(round)) return *code;
       } catch (const ShutdownError& e) {
@@ -139,6 +159,7 @@ class Agent::Impl {
       round_ = std::move(round);
       const RendezvousInfo& info = round_->info();
       ++attempt_;
+      on_round_formed(info);
       if (reforming_) {
         reforming_ = false;
         note_membership("re-formed the group as round " + std::to_string(info.round) + ": " +
@@ -161,6 +182,7 @@ class Agent::Impl {
         ProcessLauncher* launcher = &launcher_;
         watch = round_->watch([launcher] { launcher->wake(); });
         start_workers();
+        board_.update([](JobSnapshot& job) { set_state(job, JobState::kRunning); });
         outcome = monitor(*watch);
       } catch (const std::exception& e) {
         std::fprintf(stderr, "ddprun: %s\n", e.what());
@@ -194,10 +216,12 @@ class Agent::Impl {
           break;
         case Outcome::Kind::kReform:
           reforming_ = true;
+          count_restart(reform_cause_);
           continue;  // a membership change does not consume --max_restarts
       }
       if (outcome.kind == Outcome::Kind::kRestart && restart_count_ < options_.spec.max_restarts) {
         ++restart_count_;
+        count_restart(last_hang_.empty() ? RestartCause::kWorkerFailure : RestartCause::kHang);
         logger_->warn("restarting the worker group ({}/{} restarts)", restart_count_,
                       options_.spec.max_restarts);
         continue;
@@ -437,6 +461,7 @@ class Agent::Impl {
     Worker& worker = workers_[it->second];
     worker.running = false;
     watch_.exited(worker.local_rank, event.status);
+    count_exit(worker, event.status);
     if (timer_) timer_->forget_pid(worker.pid);
     return &worker;
   }
@@ -445,6 +470,11 @@ class Agent::Impl {
     failures_.push_back(make_failure(worker.local_rank, worker.rank, worker.pid, event.status,
                                      worker.error_file, event.when));
     if (!worker.ended_by_agent.empty()) failures_.back().message = worker.ended_by_agent;
+    board_.event("worker_failed",
+                 fmt::format("rank {} (node {}, pid {}) failed with {}", worker.rank,
+                             round_->info().group_rank, worker.pid,
+                             event.status < 0 ? signal_name(-event.status)
+                                              : "exit code " + std::to_string(event.status)));
     logger_->warn("worker rank {} (local rank {}, pid {}) failed with {}", worker.rank,
                   worker.local_rank, worker.pid,
                   event.status < 0 ? signal_name(-event.status)
@@ -452,7 +482,7 @@ class Agent::Impl {
   }
 
   // Whether the agent looks at its workers periodically.
-  bool ticking() const { return watch_.active() || timer_ != nullptr; }
+  bool ticking() const { return watch_.active() || timer_ != nullptr || status_ != nullptr; }
 
   // When the next look at the workers' progress is due (never when off). The
   // file timer is served at torchrun's pace (100 ms).
@@ -460,7 +490,7 @@ class Agent::Impl {
     if (timer_)
       return now() + std::min<std::chrono::milliseconds>(options_.watch.tick,
                                                          std::chrono::milliseconds(100));
-    return watch_.active() ? now() + options_.watch.tick : Clock::time_point::max();
+    return ticking() ? now() + options_.watch.tick : Clock::time_point::max();
   }
 
   Outcome monitor(const RoundWatch& watch) {
@@ -575,6 +605,7 @@ class Agent::Impl {
         return std::nullopt;  // only meaningful at the exit barrier
       case RoundEnd::Kind::kNodeLost:
       case RoundEnd::Kind::kNodeJoined:
+        note_membership_change(end);
         note_membership(describe(end) + "; stopping the workers to re-form the group");
         stop_workers(SIGTERM);
         return Outcome{Outcome::Kind::kReform, end.node, 0};
@@ -631,6 +662,10 @@ class Agent::Impl {
   // grace, and waits until all have exited. A second handled signal escalates
   // to SIGKILL at once.
   void stop_workers(int signo) {
+    if (running_count() > 0) {
+      board_.update([](JobSnapshot& job) { set_state(job, JobState::kStopping); });
+    }
+    stopping_ = true;
     for (auto& w : workers_) {
       if (w.running) launcher_.signal_group(w.pid, signo);
     }
@@ -657,6 +692,7 @@ class Agent::Impl {
     // Leftovers of the workers' process groups (their own children) need
     // nothing more: the launcher kills a worker's group when the worker exits,
     // on every path (see ProcessLauncher).
+    stopping_ = false;
   }
 
   // A new round's progress watch: its summaries go through a store handle of
@@ -676,9 +712,11 @@ class Agent::Impl {
   // One look at every rank's progress; acts on a hang found.
   void look_at_progress() {
     if (timer_) serve_file_timer();
-    if (!watch_.active()) return;
-    auto verdict = watch_.check();
-    if (verdict) on_hang(*verdict);
+    if (watch_.active()) {
+      auto verdict = watch_.check();
+      if (verdict) on_hang(*verdict);
+    }
+    refresh_board();
   }
 
   // torch's file timer: requests from our running workers only; an expired
@@ -732,6 +770,7 @@ class Agent::Impl {
       }
     }
     const std::string path = report_incident(incident_of(verdict, culprits));
+    note_incident(verdict, path);
     if (culprits.empty()) return;
     if (options_.watch.on_hang == WatchOptions::OnHang::kFail) fail_without_restart_ = true;
     for (Worker* w : culprits) {
@@ -791,6 +830,192 @@ class Agent::Impl {
     return path;
   }
 
+  // ---- the live view (--status_port) ------------------------------------------------------
+
+  // Fills the board's facts and starts the endpoint when asked for; false
+  // (after saying why) when it cannot listen.
+  bool start_live_view() {
+    const RendezvousParams& params = rdzv_.params();
+    board_.update([&](JobSnapshot& job) {
+      JobFacts& f = job.facts;
+      f.run_id = params.run_id;
+      f.backend = rdzv_.backend();
+      f.host = options_.hostname;
+      f.addr = params.local_addr;
+      f.pid = static_cast<int>(::getpid());
+      f.min_nodes = params.min_nodes;
+      f.max_nodes = params.max_nodes;
+      f.nproc_per_node = options_.spec.local_world_size;
+      f.max_restarts = options_.spec.max_restarts;
+      f.started = now();
+      f.started_wall = std::chrono::system_clock::to_time_t(options_.runtime->wall_now());
+      set_state(job, JobState::kRendezvous);
+    });
+    if (!options_.status.port) return true;
+    try {
+      status_ = std::make_unique<StatusEndpoint>(options_.status, rdzv_.store_token(), board_,
+                                                 stuck_after(options_));
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "ddprun: cannot serve the live view (--status_port): %s\n", e.what());
+      return false;
+    }
+    // Printed whatever the log level: with --status_port=0 it is how one learns the port.
+    std::fprintf(stderr, "ddprun: live view at %s (/metrics, /status, /livez, /readyz)%s\n",
+                 status_->url().c_str(),
+                 status_->token_required() ? "; clients must carry the store's token" : "");
+    return true;
+  }
+
+  static void set_state(JobSnapshot& job, JobState state) {
+    if (job.state != state) job.state_since = job.last_update;
+    job.state = state;
+  }
+
+  void on_round_formed(const RendezvousInfo& info) {
+    RoundStatus r;
+    r.number = info.round;
+    r.attempt = attempt_;
+    r.world_size = info.world_size;
+    r.group_world_size = info.group_world_size;
+    r.group_rank = info.group_rank;
+    r.base_rank = info.base_rank;
+    r.formed = now();
+    board_.update([&](JobSnapshot& job) {
+      job.round = r;
+      ++job.rounds_formed;
+      job.in_rendezvous = false;
+      job.members.clear();
+      job.ranks.clear();
+      job.scores.clear();
+      job.stragglers.clear();
+    });
+    board_.event(
+        "round_formed",
+        fmt::format("round {} formed: {} node{}, world size {}; this node is node {}", info.round,
+                    info.group_world_size, info.group_world_size == 1 ? "" : "s", info.world_size,
+                    info.group_rank));
+    refresh_board();
+  }
+
+  // What the agent knows now of every member and rank of the round.
+  void refresh_board() {
+    if (!round_) return;
+    const RendezvousInfo& info = round_->info();
+    std::vector<MemberStatus> members;
+    MemberStatus self;
+    self.node = info.group_rank;
+    self.host = options_.hostname;
+    self.addr = rdzv_.params().local_addr;
+    for (int i = 0; i < options_.spec.local_world_size; ++i)
+      self.ranks.push_back(info.base_rank + i);
+    self.state = "self";
+    self.last_heard = Millis(0);
+    members.push_back(std::move(self));
+    const auto keep_alive = round_->watched_keep_alive();
+    for (const auto& seen : watch_.nodes()) {
+      MemberStatus m;
+      m.node = seen.node;
+      m.host = seen.host;
+      m.addr = seen.addr;
+      for (const auto& r : watch_.ranks()) {
+        if (r.node == seen.node) m.ranks.push_back(r.rank);
+      }
+      m.state = !seen.heard ? "silent" : seen.stale ? "unreachable" : "alive";
+      if (seen.heard) m.last_heard = seen.age;
+      if (keep_alive && keep_alive->group_rank == seen.node) {
+        m.keep_alive_age = keep_alive->age;
+        m.lost_after = keep_alive->lost_after;
+      }
+      if (lost_nodes_.count(seen.node) > 0) m.state = "lost";
+      members.push_back(std::move(m));
+    }
+    std::sort(members.begin(), members.end(),
+              [](const auto& a, const auto& b) { return a.node < b.node; });
+    for (const auto& gone : departed_) members.push_back(gone);
+    std::vector<int> stragglers(watch_.stragglers().begin(), watch_.stragglers().end());
+    for (int rank : watch_.take_new_stragglers()) {
+      board_.event("straggler",
+                   fmt::format("rank {} is a straggler (score {:.2f})", rank,
+                               watch_.scores().count(rank) > 0 ? watch_.scores().at(rank) : 0.0));
+    }
+    board_.update([&](JobSnapshot& job) {
+      job.members = std::move(members);
+      job.ranks = watch_.ranks();
+      job.scores = watch_.scores();
+      job.stragglers = std::move(stragglers);
+    });
+  }
+
+  // A node was declared lost or asked to join: the board shows it at once.
+  void note_membership_change(const RoundEnd& end) {
+    if (end.kind == RoundEnd::Kind::kNodeLost) {
+      reform_cause_ = RestartCause::kNodeLost;
+      lost_nodes_.insert(end.node);
+      refresh_board();
+      // It stays listed as lost once the next round forms without it.
+      JobSnapshot job = board_.snapshot();
+      for (const auto& m : job.members) {
+        if (m.node == end.node && m.state == "lost") departed_.push_back(m);
+      }
+      while (departed_.size() > 16) departed_.erase(departed_.begin());
+      std::string host;
+      for (const auto& m : job.members) {
+        if (m.node == end.node && !m.host.empty()) host = " (" + m.host + ")";
+      }
+      board_.event("node_lost",
+                   fmt::format("node {}{} was declared lost: {}", end.node, host, describe(end)));
+    } else {
+      reform_cause_ = RestartCause::kNodeJoined;
+      board_.event("node_joined", describe(end));
+    }
+  }
+
+  void count_restart(RestartCause cause) {
+    board_.update([&](JobSnapshot& job) {
+      ++job.restarts[cause];
+      job.restarts_spent = restart_count_;
+      set_state(job, JobState::kRestarting);
+    });
+    if (cause == RestartCause::kWorkerFailure || cause == RestartCause::kHang) {
+      board_.event("restart", fmt::format("restarting the worker group ({}/{} restarts{})",
+                                          restart_count_, options_.spec.max_restarts,
+                                          cause == RestartCause::kHang ? ", after a hang" : ""));
+    } else {
+      board_.event("restart", std::string("re-forming the group after a node ") +
+                                  (cause == RestartCause::kNodeLost ? "was lost" : "joined"));
+    }
+    lost_nodes_.clear();
+  }
+
+  void count_exit(const Worker& worker, int status) {
+    ExitReason reason = ExitReason::kFailed;
+    if (status == 0) {
+      reason = ExitReason::kSucceeded;
+    } else if (!worker.ended_by_agent.empty()) {
+      reason = ExitReason::kEndedByAgent;
+    } else if (stopping_) {
+      reason = ExitReason::kStopped;
+    } else if (status < 0) {
+      reason = ExitReason::kSignaled;
+    }
+    board_.update([&](JobSnapshot& job) { ++job.exits[reason]; });
+  }
+
+  void note_incident(const ProgressWatch::Verdict& verdict, const std::string& path) {
+    IncidentStatus incident;
+    incident.hang_kind = to_string(verdict.hang.kind);
+    incident.summary = verdict.hang.summary;
+    incident.culprits = verdict.hang.culprits;
+    incident.node = verdict.hang.found_by;
+    incident.wall = std::chrono::system_clock::to_time_t(options_.runtime->wall_now());
+    incident.file = path;
+    board_.update([&](JobSnapshot& job) {
+      ++job.hangs;
+      job.incident = incident;
+    });
+    board_.event("hang", "hang (" + incident.hang_kind + "): " + incident.summary);
+  }
+
   // Logs a membership change with its wall-clock time and keeps it for the report.
   void note_membership(const std::string& what) {
     const std::time_t now = std::time(nullptr);
@@ -837,6 +1062,16 @@ class Agent::Impl {
   std::string last_hang_;
   // torch's file timer, when TORCHELASTIC_ENABLE_FILE_TIMER=1.
   std::unique_ptr<FileTimerServer> timer_;
+  // The live view: what the agent knows, and its endpoint (--status_port).
+  JobBoard board_;
+  std::unique_ptr<StatusEndpoint> status_;
+  // Workers are being stopped (their exits are not failures of their own).
+  bool stopping_ = false;
+  // Why the current round re-forms; nodes declared lost in it; members of
+  // earlier rounds that were lost (listed until the job ends, at most 16).
+  RestartCause reform_cause_ = RestartCause::kNodeLost;
+  std::set<int> lost_nodes_;
+  std::vector<MemberStatus> departed_;
 };
 
 Agent::Agent(AgentOptions options, RendezvousHandler& rendezvous, ProcessLauncher& launcher)

@@ -123,6 +123,7 @@ std::string encode_summary(const NodeSummary& summary) {
   }
   nlohmann::json doc = {{"node", summary.node},
                         {"host", summary.host},
+                        {"addr", summary.addr},
                         {"v", summary.version},
                         {"ranks", std::move(ranks)}};
   if (const auto& hang = summary.hang) {
@@ -148,6 +149,7 @@ NodeSummary parse_summary(std::string_view text) {
   NodeSummary summary;
   summary.node = field<int>(doc, "node");
   summary.host = field<std::string>(doc, "host");
+  summary.addr = field<std::string>(doc, "addr");
   summary.version = field<std::uint64_t>(doc, "v");
   auto ranks = doc.find("ranks");
   if (ranks == doc.end() || !ranks->is_array()) throw ProtocolError(kOrigin, "no 'ranks' array");

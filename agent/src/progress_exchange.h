@@ -37,6 +37,7 @@ namespace ddp::agent {
 struct NodeSummary {
   int node = 0;
   std::string host;
+  std::string addr;           // where other nodes reach it (--local_addr), for status pages
   std::uint64_t version = 0;  // the publisher's counter
   std::vector<RankStatus> ranks;
   // The hang this node found in the round (it stays in every later summary),

@@ -6,9 +6,10 @@
 
 namespace ddp::agent {
 
-ProgressWatch::ProgressWatch(const WatchOptions& options, std::string host, const Runtime& runtime)
-    : options_(options), host_(std::move(host)), runtime_(runtime), timeout_(options.hang_timeout) {
-}
+ProgressWatch::ProgressWatch(const WatchOptions& options, std::string host, std::string addr,
+                             const Runtime& runtime)
+    : options_(options), host_(std::move(host)), runtime_(runtime), timeout_(options.hang_timeout),
+      addr_(std::move(addr)) {}
 
 ProgressWatch::~ProgressWatch() = default;
 
@@ -31,6 +32,8 @@ void ProgressWatch::end_round() {
   exchange_.reset();
   locals_.clear();
   view_.clear();
+  nodes_.clear();
+  new_stragglers_.clear();
 }
 
 ProgressPageFile* ProgressWatch::prepare(int local_rank) {
@@ -127,6 +130,7 @@ ProgressWatch::Remote ProgressWatch::look(Clock::time_point now) {
   publish(view, states != published_states_);
   published_states_ = std::move(states);
   Remote remote;
+  std::vector<NodeSeen> nodes;
   if (exchange_) {
     auto remotes = exchange_->remotes(now);
     for (int n = 0; n < info_.group_world_size; ++n) {
@@ -134,8 +138,12 @@ ProgressWatch::Remote ProgressWatch::look(Clock::time_point now) {
       auto it = remotes.find(n);
       if (it == remotes.end()) {
         remote.unreachable.push_back(fmt::format("node {} (no progress summary yet)", n));
+        nodes.push_back(NodeSeen{n, false, "", "", false, Millis(0)});
         continue;
       }
+      const NodeSummary& summary = it->second.summary;
+      nodes.push_back(
+          NodeSeen{n, true, summary.host, summary.addr, it->second.stale, it->second.age});
       if (it->second.stale) {
         remote.unreachable.push_back(
             fmt::format("node {} ({}: no new progress summary for {:.1f} s)", n,
@@ -146,6 +154,7 @@ ProgressWatch::Remote ProgressWatch::look(Clock::time_point now) {
     }
   }
   view_ = std::move(view);
+  nodes_ = std::move(nodes);
   return remote;
 }
 
@@ -155,6 +164,7 @@ void ProgressWatch::note_stragglers(Clock::time_point now) {
     final_scores_ = std::move(means);
   }
   for (int rank : stragglers_.update(now, straggler_scores(view_))) {
+    new_stragglers_.push_back(rank);
     for (const auto& r : view_) {
       if (r.rank != rank) continue;
       log::get("ddprun")->warn(
@@ -187,6 +197,7 @@ void ProgressWatch::publish(const std::vector<RankStatus>& local, bool urgent) {
   NodeSummary mine;
   mine.node = info_.group_rank;
   mine.host = host_;
+  mine.addr = addr_;
   mine.version = ++version_;
   mine.ranks = local;
   mine.hang = found_;

@@ -14,7 +14,9 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ddp/agent/worker_spec.h"
@@ -33,7 +35,9 @@ class ProgressWatch {
   // culprit is ended anyway.
   static constexpr Millis kPublishWait = std::chrono::seconds(2);
 
-  ProgressWatch(const WatchOptions& options, std::string host, const Runtime& runtime);
+  // `host` and `addr` name this node in its summaries.
+  ProgressWatch(const WatchOptions& options, std::string host, std::string addr,
+                const Runtime& runtime);
   ~ProgressWatch();
 
   // Whether the agent needs to tick at all (hang detection or pages on).
@@ -71,6 +75,22 @@ class ProgressWatch {
 
   // Every rank as last seen (this node's and the others').
   const std::vector<RankStatus>& ranks() const { return view_; }
+
+  // The other nodes of the round as last seen (in the last look).
+  struct NodeSeen {
+    int node = 0;
+    bool heard = false;  // a summary came
+    std::string host, addr;
+    bool stale = false;
+    Millis age{0};  // since its summary last changed
+  };
+  const std::vector<NodeSeen>& nodes() const { return nodes_; }
+  // Each rank's recent straggler score (1.00 = fastest), and the ranks named
+  // stragglers in this round.
+  const std::map<int, double>& scores() const { return stragglers_.last_scores(); }
+  const std::set<int>& stragglers() const { return stragglers_.named(); }
+  // The ranks named stragglers since the last call.
+  std::vector<int> take_new_stragglers() { return std::exchange(new_stragglers_, {}); }
   // Scores from each rank's mean compute time over the round ("rank 0 1.00,
   // rank 1 0.33 (straggler)"), or empty when no steps were seen.
   std::string straggler_summary() const;
@@ -118,6 +138,9 @@ class ProgressWatch {
   // The local ranks' states as last published (a change is published at once).
   std::vector<RankStatus::State> published_states_;
   std::vector<RankStatus> view_;
+  std::vector<NodeSeen> nodes_;
+  std::vector<int> new_stragglers_;
+  std::string addr_;
   // Mean compute scores from the most complete view of the round.
   std::map<int, double> final_scores_;
 };

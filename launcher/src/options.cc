@@ -172,6 +172,16 @@ const std::vector<OptionRow>& option_table() {
        .default_value = "restart",
        .help = "What a hang does once the culprit's stacks are taken: restart (spends a "
                "restart) or fail (ends the job)."},
+      {.name = "status_port",
+       .text = &R::status_port,
+       .help = "Serve this node's live view over HTTP on this port: /metrics (Prometheus), "
+               "/livez, /readyz, /status (JSON) and / (a page). 0 picks a free port (logged). "
+               "Default: off."},
+      {.name = "status_host",
+       .text = &R::status_host,
+       .default_value = agent.status.host,
+       .help = "Address the live view listens on. Beyond loopback, requests must carry the "
+               "store's token (Authorization: Bearer) when the store has one."},
   };
   return table;
 }

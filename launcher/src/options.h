@@ -43,6 +43,8 @@ struct RawOptions {
   std::string stop_grace;
   std::string hang_timeout;
   std::string on_hang;
+  std::string status_port;
+  std::string status_host;
 };
 
 struct OptionRow {

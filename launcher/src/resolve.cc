@@ -242,11 +242,22 @@ class Resolver {
         parse_secs(raw_.exit_barrier_timeout, what("exit_barrier_timeout"));
     c.agent.stop_grace = parse_secs(raw_.stop_grace, what("stop_grace"));
     resolve_watch(c.agent.watch);
+    resolve_status(c.agent.status);
     if (auto tmpl = host_.env("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE")) {
       spec.line_prefix_template = *tmpl;
     }
     c.agent.set_omp_num_threads = nproc > 1;
     c.agent.hostname = host_.hostname();
+  }
+
+  // --status_port and --status_host.
+  void resolve_status(agent::StatusOptions& status) const {
+    if (!raw_.status_port.empty()) {
+      status.port = static_cast<std::uint16_t>(parse_int_in(
+          raw_.status_port, 0, 65535, what("status_port"), "a port in 0..65535 (0 picks one)"));
+    }
+    if (raw_.status_host.empty()) fail(what("status_host") + ": empty address");
+    status.host = raw_.status_host;
   }
 
   // --hang_timeout, --on_hang and torch's file timer.

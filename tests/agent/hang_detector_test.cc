@@ -230,6 +230,7 @@ TEST(Summary, RoundTripsEveryField) {
   NodeSummary summary;
   summary.node = 1;
   summary.host = "node-b";
+  summary.addr = "10.0.0.2";
   summary.version = 42;
   RankStatus r = rank_at(3, 14, 13, seconds(4), seconds(5));
   r.node = 1;
@@ -246,6 +247,7 @@ TEST(Summary, RoundTripsEveryField) {
   NodeSummary back = parse_summary(encode_summary(summary));
   EXPECT_EQ(back.node, 1);
   EXPECT_EQ(back.host, "node-b");
+  EXPECT_EQ(back.addr, "10.0.0.2");
   EXPECT_EQ(back.version, 42u);
   ASSERT_EQ(back.ranks.size(), 1u);
   const RankStatus& b = back.ranks[0];
@@ -272,8 +274,8 @@ TEST(Summary, RoundTripsEveryField) {
 }
 
 TEST(Summary, BadSummariesAreProtocolErrors) {
-  const std::string good =
-      encode_summary(NodeSummary{0, "h", 1, {rank_at(0, 2, 1, std::chrono::seconds(1))}, {}});
+  const std::string good = encode_summary(
+      NodeSummary{0, "h", "127.0.0.1", 1, {rank_at(0, 2, 1, std::chrono::seconds(1))}, {}});
   EXPECT_NO_THROW(parse_summary(good));
   for (const std::string& bad :
        {std::string("not json"), std::string("[]"), std::string(R"({"node":0})"),
@@ -297,7 +299,7 @@ TEST(Summary, BadSummariesAreProtocolErrors) {
 TEST(Summary, CarriesTheHangItsNodeFound) {
   std::vector<RankStatus> ranks = {rank_at(0, 14, 13, seconds(4)), rank_at(1, 13, 13),
                                    rank_at(2, 14, 13, seconds(4)), rank_at(3, 14, 13, seconds(4))};
-  NodeSummary summary{0, "h0", 5, {ranks[0], ranks[1]}, find_hang(ranks, seconds(3))};
+  NodeSummary summary{0, "h0", "127.0.0.1", 5, {ranks[0], ranks[1]}, find_hang(ranks, seconds(3))};
   ASSERT_TRUE(summary.hang);
   summary.hang->found_by = 0;
   NodeSummary back = parse_summary(encode_summary(summary));
@@ -315,7 +317,7 @@ TEST(Summary, CarriesTheHangItsNodeFound) {
   summary.hang.reset();
   EXPECT_FALSE(parse_summary(encode_summary(summary)).hang);
   // A peer's text is bounded, and its fields typed.
-  std::string text = encode_summary(NodeSummary{0, "h0", 5, {}, Hang{}});
+  std::string text = encode_summary(NodeSummary{0, "h0", "127.0.0.1", 5, {}, Hang{}});
   auto at = text.find("\"summary\":\"\"");
   ASSERT_NE(at, std::string::npos) << text;
   std::string huge = text;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <set>
@@ -76,6 +77,16 @@ struct WatchOptions {
   std::chrono::milliseconds stack_timeout = std::chrono::seconds(15);
 };
 
+// The agent's live view (status_endpoint.h): /metrics, /livez, /readyz,
+// /status and the page.
+struct StatusOptions {
+  // --status_port: nullopt serves none; 0 picks a free port (logged).
+  std::optional<std::uint16_t> port;
+  // --status_host: the address to listen on. Beyond loopback, clients must
+  // carry the store's token when it has one.
+  std::string host = "127.0.0.1";
+};
+
 struct AgentOptions {
   WorkerSpec spec;
   // <log_dir>/<run_id>: holds attempt_<n>/<local_rank>/{error.json,stdout.log,stderr.log}.
@@ -98,6 +109,8 @@ struct AgentOptions {
   std::vector<std::string> base_env;
   // Progress, hangs, the file timer, stragglers.
   WatchOptions watch;
+  // The live view.
+  StatusOptions status;
   // Where the agent's deadlines are read from; must outlive the agent.
   const Runtime* runtime = &real_runtime();
 };
