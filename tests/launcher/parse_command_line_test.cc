@@ -199,6 +199,26 @@ TEST(ParseCommandLine, ABadPetValueNamesTheVariable) {
             "--max_restarts (from PET_MAX_RESTARTS): expected a non-negative integer, got 'many'");
 }
 
+TEST(ParseCommandLine, StatusPortAndHostSetTheLiveView) {
+  FakeHost host;
+  EXPECT_FALSE(host.config({"/bin/true"}).agent.status.port.has_value());  // off by default
+  EXPECT_EQ(host.config({"/bin/true"}).agent.status.host, "127.0.0.1");
+  auto c = host.config({"--status_port=0", "/bin/true"});
+  ASSERT_TRUE(c.agent.status.port.has_value());
+  EXPECT_EQ(*c.agent.status.port, 0);
+  c = host.config({"--status-port", "9400", "--status_host=0.0.0.0", "/bin/true"});
+  EXPECT_EQ(c.agent.status.port.value_or(1), 9400);
+  EXPECT_EQ(c.agent.status.host, "0.0.0.0");
+  host.env["PET_STATUS_PORT"] = "9401";
+  EXPECT_EQ(host.config({"/bin/true"}).agent.status.port.value_or(1), 9401);
+  host.env.erase("PET_STATUS_PORT");
+  EXPECT_EQ(host.error({"--status_port=65536", "/bin/true"}),
+            "--status_port: expected a port in 0..65535 (0 picks one), got '65536'");
+  EXPECT_EQ(host.error({"--status_port=web", "/bin/true"}),
+            "--status_port: expected a port in 0..65535 (0 picks one), got 'web'");
+  EXPECT_EQ(host.error({"--status_host", "", "/bin/true"}), "--status_host: empty address");
+}
+
 TEST(ParseCommandLine, ABadPetFlagFailsEvenTheHelpButNotTheVersion) {
   FakeHost host;
   host.env["PET_STANDALONE"] = "abc";
