@@ -1,7 +1,8 @@
 // ddp-rendezvous: serves the rendezvous store (StoreServer) until SIGTERM/SIGINT.
 //
 // The first line on stdout is the port it listens on (useful with --port 0);
-// logs go to stderr. Exit codes: 0 after a signal, 1 when it cannot serve (the
+// logs go to stderr. With --status-port it also serves its live view over
+// HTTP (status_routes.h) and logs where. Exit codes: 0 after a signal, 1 when it cannot serve (the
 // port is taken), 2 for bad flags or an unusable token file.
 #include <CLI/CLI.hpp>
 #include <cerrno>
@@ -10,6 +11,7 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <sstream>
 #include <string>
 
@@ -21,7 +23,9 @@
 
 #include "ddp/common/error.h"
 #include "ddp/common/logging.h"
+#include "ddp/status_http/server.h"
 #include "ddp/store_server/store_server.h"
+#include "status_routes.h"
 
 namespace {
 
@@ -58,6 +62,8 @@ int main(int argc, char** argv) {
   std::string token_file;
   double idle_timeout_s = 1800;
   std::uint64_t max_store_mib = options.max_store_bytes >> 20;
+  int status_port = -1;
+  std::string status_host = "127.0.0.1";
   app.add_option("--host", options.host,
                  "Address to listen on (0.0.0.0: every IPv4 interface, :: for IPv6, "
                  "127.0.0.1: this machine only)")
@@ -81,6 +87,15 @@ int main(int argc, char** argv) {
                  "idle); 0 disables")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1e9));
+  app.add_option("--status-port", status_port,
+                 "Serve the live view over HTTP on this port: /metrics (Prometheus), /livez, "
+                 "/readyz, /status (JSON) and / (a page); 0 picks a free port (logged). "
+                 "Default: off")
+      ->check(CLI::Range(0, 65535));
+  app.add_option("--status-host", status_host,
+                 "Address the live view listens on; beyond loopback, requests must carry the "
+                 "token (Authorization: Bearer) when --token-file is given")
+      ->capture_default_str();
 
   try {
     app.parse(argc, argv);
@@ -114,6 +129,25 @@ int main(int argc, char** argv) {
     logger->info("{} listening on {}:{} (auth {}, max {} clients, max {} MiB stored)", kName,
                  options.host, server.port(), options.token.empty() ? "off" : "on",
                  server.options().max_clients, max_store_mib);
+    std::unique_ptr<ddp::status_http::Server> status;
+    if (status_port >= 0) {
+      ddp::daemon::DaemonFacts facts{options.host + ":" + std::to_string(server.port()),
+                                     !options.token.empty(), std::chrono::steady_clock::now()};
+      ddp::status_http::ServerOptions http;
+      http.host = status_host;
+      http.port = static_cast<std::uint16_t>(status_port);
+      http.token = options.token;
+      http.name = "ddp-rendezvous status";
+      status = std::make_unique<ddp::status_http::Server>(
+          http, [&server, facts](const ddp::status_http::Request& request) {
+            return ddp::daemon::answer(request, server, facts);
+          });
+      status->start();
+      const bool v6 = status_host.find(':') != std::string::npos;
+      logger->info("{}: live view at http://{}:{}/ (/metrics, /status, /livez, /readyz){}", kName,
+                   v6 ? "[" + status_host + "]" : status_host, status->port(),
+                   status->token_required() ? "; clients must carry the token" : "");
+    }
     int received = 0;
     signals.async_wait([&](const boost::system::error_code& ec, int signal) {
       if (!ec) received = signal;
@@ -121,6 +155,7 @@ int main(int argc, char** argv) {
     signals_io.run();
     logger->info("{}: signal {} received; shutting down ({} clients connected)", kName, received,
                  server.num_clients());
+    if (status) status->stop();
     server.stop();
     return 0;
   } catch (const ddp::Error& e) {

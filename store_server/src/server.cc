@@ -214,7 +214,9 @@ bool Server::may_log_client_event() {
 
 void Server::adopt(asio::ip::tcp::socket socket) {
   auto session = std::make_shared<Session>(std::move(socket), *this);
+  ++connections_total_;
   if (sessions_.active() >= options_.max_clients) {
+    ++refused_total_;
     sessions_.add(session, false);
     session->reject(
         protocol::Status::kTooManyClients,
@@ -223,6 +225,22 @@ void Server::adopt(asio::ip::tcp::socket socket) {
     sessions_.add(session, true);
     session->start();
   }
+}
+
+StoreServerStats Server::stats() const {
+  StoreServerStats s;
+  s.clients = sessions_.active();
+  s.connections_total = connections_total_;
+  s.refused_total = refused_total_;
+  s.failed_handshakes = failed_handshakes_;
+  s.keys = handler_.num_keys();
+  s.stored_bytes = handler_.stored_bytes();
+  s.parked_requests = handler_.num_parked();
+  for (std::size_t op = 0; op < op_counts_.size(); ++op) {
+    if (op_counts_[op] == 0 || !protocol::is_known_op(static_cast<std::uint8_t>(op))) continue;
+    s.operations[std::string(protocol::to_string(static_cast<protocol::Op>(op)))] = op_counts_[op];
+  }
+  return s;
 }
 
 void Server::shutdown() {

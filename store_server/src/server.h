@@ -6,6 +6,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <memory>
@@ -44,6 +45,15 @@ class Server {
   const protocol::Limits& limits() const { return limits_; }
   std::size_t num_clients() const { return sessions_.active(); }
 
+  // The figures of StoreServerStats (io_context thread only).
+  StoreServerStats stats() const;
+  // A request the session is about to apply (io_context thread only).
+  void count_operation(protocol::Op op) {
+    const auto index = static_cast<std::size_t>(op);
+    if (index < op_counts_.size()) ++op_counts_[index];
+  }
+  void count_failed_handshake() { ++failed_handshakes_; }
+
   // Moves one connection's buffered input from `before` to `after` bytes in
   // the server-wide total; false when growing it passed max_buffered_input()
   // (the total is updated either way). io_context thread only.
@@ -78,6 +88,10 @@ class Server {
 
  private:
   void accept();
+  std::array<std::uint64_t, 256> op_counts_{};
+  std::uint64_t connections_total_ = 0;
+  std::uint64_t refused_total_ = 0;
+  std::uint64_t failed_handshakes_ = 0;
   // accept4() every pending connection; sets accept_failed_ on a hard error.
   void accept_ready();
   void shutdown();

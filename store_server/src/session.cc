@@ -248,6 +248,7 @@ void Session::handle_frame(std::string_view payload) {
     auto result = handshake_->on_request(request_, out_);
     if (!result.ok()) {
       // The handshake already queued its error reply.
+      server_.count_failed_handshake();
       if (server_.may_log_client_event()) {
         server_.logger().info("store session: handshake failed: {}", result.message);
       }
@@ -267,6 +268,7 @@ void Session::handle_frame(std::string_view payload) {
   }
   touch();
   turn_work_ += request_.keys.size();
+  server_.count_operation(request_.op);
   if (request_.op == protocol::Op::kHello || request_.op == protocol::Op::kAuth) {
     fail(protocol::Status::kUnexpected,
          fmt::format("{} after the handshake completed", protocol::to_string(request_.op)));

@@ -1,9 +1,11 @@
 #include "ddp/store_server/store_server.h"
 
 #include <atomic>
+#include <future>
 #include <mutex>
 #include <thread>
 
+#include "ddp/common/error.h"
 #include "server.h"
 
 namespace ddp {
@@ -65,5 +67,20 @@ std::uint16_t StoreServer::port() const { return impl_->server.port(); }
 const StoreServerOptions& StoreServer::options() const { return impl_->server.options(); }
 
 std::size_t StoreServer::num_clients() const { return impl_->server.num_clients(); }
+
+StoreServerStats StoreServer::stats(std::chrono::milliseconds wait) const {
+  // Read on the serving thread, which owns every figure; the promise is
+  // shared so that an answer after the caller gave up touches nothing gone.
+  auto promise = std::make_shared<std::promise<StoreServerStats>>();
+  auto answer = promise->get_future();
+  server::Server* server = &impl_->server;
+  boost::asio::post(server->io_context(),
+                    [server, promise] { promise->set_value(server->stats()); });
+  if (answer.wait_for(wait) != std::future_status::ready) {
+    throw TimeoutError("store server", "the serving thread did not answer within " +
+                                           std::to_string(wait.count()) + " ms");
+  }
+  return answer.get();
+}
 
 }  // namespace ddp

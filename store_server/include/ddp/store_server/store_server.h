@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -53,6 +54,18 @@ struct StoreServerOptions {
   std::size_t retry_record_clients = 16384;
 };
 
+// What the server holds and did, as its io_context thread saw it at one moment.
+struct StoreServerStats {
+  std::size_t clients = 0;              // open connections
+  std::uint64_t connections_total = 0;  // accepted since start
+  std::uint64_t refused_total = 0;      // closed at once: max_clients reached
+  std::uint64_t failed_handshakes = 0;  // bad hello, wrong token, ...
+  std::size_t keys = 0;
+  std::uint64_t stored_bytes = 0;                   // counted against max_store_bytes
+  std::size_t parked_requests = 0;                  // get/wait blocked on a missing key
+  std::map<std::string, std::uint64_t> operations;  // requests by operation ("set", "get", ...)
+};
+
 class StoreServer {
  public:
   // Binds and listens at once (so port() is valid when the constructor returns).
@@ -76,6 +89,10 @@ class StoreServer {
   const StoreServerOptions& options() const;
   // Number of open client connections (for tests and the daemon's logs).
   std::size_t num_clients() const;
+  // Asks the serving thread for its figures and waits at most `wait` for
+  // them (thread-safe). Throws TimeoutError when that thread does not answer
+  // in time (it is stuck, or the server is not serving).
+  StoreServerStats stats(std::chrono::milliseconds wait) const;
 
  private:
   class Impl;
