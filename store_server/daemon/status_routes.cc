@@ -54,7 +54,7 @@ void write_metrics(const StoreServerStats& s, const StoreServer& server,
              "Connections closed at once because max_clients were open");
   out.sample("ddprun_store_refused_connections_total", static_cast<double>(s.refused_total));
   out.family("ddprun_store_failed_handshakes_total", "counter",
-             "Connections whose hello or authentication failed");
+             "Connections closed before their hello and authentication completed");
   out.sample("ddprun_store_failed_handshakes_total", static_cast<double>(s.failed_handshakes));
   out.family("ddprun_store_keys", "gauge", "Keys the store holds");
   out.sample("ddprun_store_keys", static_cast<double>(s.keys));

@@ -248,7 +248,6 @@ void Session::handle_frame(std::string_view payload) {
     auto result = handshake_->on_request(request_, out_);
     if (!result.ok()) {
       // The handshake already queued its error reply.
-      server_.count_failed_handshake();
       if (server_.may_log_client_event()) {
         server_.logger().info("store session: handshake failed: {}", result.message);
       }
@@ -475,10 +474,7 @@ void Session::fail(protocol::Status status, const std::string& message) {
 void Session::begin_close() {
   if (state_ != State::kOpen) return;
   state_ = State::kClosing;
-  if (counted_) {
-    counted_ = false;
-    server_.sessions().uncount();
-  }
+  uncount();
   server_.handler().cancel(this);
   parked_ = false;
   ++wait_generation_;
@@ -514,6 +510,15 @@ void Session::account_input() {
   accounted_input_ = now;
 }
 
+void Session::uncount() {
+  if (!counted_) return;
+  counted_ = false;
+  server_.sessions().uncount();
+  // Closed before its hello (and auth) completed: refused by the server,
+  // abandoned by a client that did not accept the server's proof, or silent.
+  if (handshake_ && !server_.stopping()) server_.count_failed_handshake();
+}
+
 void Session::close_now() {
   if (state_ == State::kClosed) return;
   if (registered_) {
@@ -522,10 +527,7 @@ void Session::close_now() {
   }
   server_.account_input(accounted_input_, 0);
   accounted_input_ = 0;
-  if (counted_) {
-    counted_ = false;
-    server_.sessions().uncount();
-  }
+  uncount();
   server_.handler().cancel(this);
   state_ = State::kClosed;
   parked_ = false;

@@ -109,6 +109,9 @@ class Session final : public std::enable_shared_from_this<Session>, public Store
   void begin_close();
   void begin_linger();
   void close_now();
+  // Takes the connection out of the server's count (once); one that had not
+  // completed its handshake counts as a failed handshake.
+  void uncount();
   void touch();
 
   Server& server_;

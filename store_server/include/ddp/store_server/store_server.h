@@ -59,11 +59,12 @@ struct StoreServerStats {
   std::size_t clients = 0;              // open connections
   std::uint64_t connections_total = 0;  // accepted since start
   std::uint64_t refused_total = 0;      // closed at once: max_clients reached
-  std::uint64_t failed_handshakes = 0;  // bad hello, wrong token, ...
+  std::uint64_t failed_handshakes = 0;  // closed before the hello (and auth) completed
   std::size_t keys = 0;
-  std::uint64_t stored_bytes = 0;                   // counted against max_store_bytes
-  std::size_t parked_requests = 0;                  // get/wait blocked on a missing key
-  std::map<std::string, std::uint64_t> operations;  // requests by operation ("set", "get", ...)
+  std::uint64_t stored_bytes = 0;   // counted against max_store_bytes
+  std::size_t parked_requests = 0;  // get/wait blocked on a missing key
+  // Requests after the handshake, by operation ("set", "get", ...).
+  std::map<std::string, std::uint64_t> operations;
 };
 
 class StoreServer {
