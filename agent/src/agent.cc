@@ -866,11 +866,6 @@ class Agent::Impl {
     return true;
   }
 
-  static void set_state(JobSnapshot& job, JobState state) {
-    if (job.state != state) job.state_since = job.last_update;
-    job.state = state;
-  }
-
   void on_round_formed(const RendezvousInfo& info) {
     RoundStatus r;
     r.number = info.round;

@@ -123,11 +123,16 @@ const char* to_string(ExitReason reason) {
 
 // ---- the board ----------------------------------------------------------------------------
 
+void set_state(JobSnapshot& job, JobState state) {
+  if (job.state != state) job.state_since = job.last_update;
+  job.state = state;
+}
+
 void JobBoard::update(const std::function<void(JobSnapshot&)>& change) {
   const auto now = runtime_.now();
   std::lock_guard lock(mutex_);
+  snapshot_.last_update = now;  // first: a change may stamp with it (state_since)
   change(snapshot_);
-  snapshot_.last_update = now;
 }
 
 void JobBoard::event(std::string kind, std::string text) {
@@ -301,7 +306,9 @@ void write_job_metrics(const JobSnapshot& job, status_http::MetricsText& out) {
   out.family("ddprun_world_size", "gauge", "Worker ranks in the current round (WORLD_SIZE)");
   out.sample("ddprun_world_size", job.round ? job.round->world_size : 0);
 
-  out.family("ddprun_members", "gauge", "Nodes of the current round as this node sees them");
+  out.family("ddprun_members", "gauge",
+             "Nodes as this node sees them: the current round's, and the last 16 nodes lost "
+             "from earlier rounds (state lost)");
   for (const char* state : kMemberStates) {
     const auto n = std::count_if(job.members.begin(), job.members.end(),
                                  [&](const MemberStatus& m) { return m.state == state; });

@@ -121,11 +121,15 @@ struct JobSnapshot {
   static constexpr std::size_t kMaxEvents = 200;
 };
 
+// Moves `job` to `state`; state_since is the update's time when it changes
+// (call it inside JobBoard::update).
+void set_state(JobSnapshot& job, JobState state);
+
 class JobBoard {
  public:
   explicit JobBoard(const Runtime& runtime) : runtime_(runtime) {}
 
-  // Changes the snapshot under the lock (and stamps last_update).
+  // Stamps last_update with now, then changes the snapshot, under the lock.
   void update(const std::function<void(JobSnapshot&)>& change);
   // Appends an event stamped now (the oldest go past kMaxEvents).
   void event(std::string kind, std::string text);

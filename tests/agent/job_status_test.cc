@@ -102,6 +102,22 @@ TEST(JobBoard, EventsAreStampedWithTheirRoundAndBounded) {
   EXPECT_EQ(job.events.back().round, 7);
 }
 
+TEST(JobBoard, TheStateKeepsTheTimeItWasEntered) {
+  FakeTime time;
+  JobBoard board(time);
+  time.advance(5s);
+  board.update([](JobSnapshot& job) { set_state(job, JobState::kRunning); });
+  const auto entered = time.now();
+  time.advance(2s);
+  board.update([](JobSnapshot& job) { set_state(job, JobState::kRunning); });
+  EXPECT_EQ(board.snapshot().state_since, entered);
+  time.advance(1s);
+  EXPECT_DOUBLE_EQ(
+      json::parse(status_json(board.snapshot(), time.now(), 0))["state_s"].get<double>(), 3.0);
+  board.update([](JobSnapshot& job) { set_state(job, JobState::kStopping); });
+  EXPECT_EQ(board.snapshot().state_since, time.now());
+}
+
 TEST(JobStatus, StatusJsonHoldsTheJobAsThisNodeSeesIt) {
   FakeTime time;
   JobBoard board(time);
