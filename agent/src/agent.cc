@@ -115,6 +115,11 @@ class Agent::Impl {
 
   int restart_count() const { return restart_count_; }
 
+  std::optional<std::uint16_t> status_port() const {
+    if (!status_) return std::nullopt;
+    return status_->port();
+  }
+
   Clock::time_point now() const { return options_.runtime->now(); }
 
   bool reported_worker_failure() const { return reported_worker_failure_; }
@@ -181,8 +186,8 @@ class Agent::Impl {
       try {
         ProcessLauncher* launcher = &launcher_;
         watch = round_->watch([launcher] { launcher->wake(); });
-        start_workers();
         board_.update([](JobSnapshot& job) { set_state(job, JobState::kRunning); });
+        start_workers();
         outcome = monitor(*watch);
       } catch (const std::exception& e) {
         std::fprintf(stderr, "ddprun: %s\n", e.what());
@@ -1074,6 +1079,7 @@ Agent::Agent(AgentOptions options, RendezvousHandler& rendezvous, ProcessLaunche
 Agent::~Agent() = default;
 int Agent::run() { return impl_->run(); }
 int Agent::restart_count() const { return impl_->restart_count(); }
+std::optional<std::uint16_t> Agent::status_port() const { return impl_->status_port(); }
 bool Agent::reported_worker_failure() const { return impl_->reported_worker_failure(); }
 const std::vector<std::string>& Agent::incident_files() const { return impl_->incident_files(); }
 

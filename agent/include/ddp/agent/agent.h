@@ -22,7 +22,9 @@
 // agent and calls run().
 #pragma once
 
+#include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -44,6 +46,11 @@ class Agent {
 
   // The restart count of the current (or last) attempt.
   int restart_count() const;
+
+  // The port of the live view (AgentOptions::status) while run() runs, from
+  // before the first round; nullopt when it is off, or before and after run().
+  // The agent's thread only (a launcher's callback may ask).
+  std::optional<std::uint16_t> status_port() const;
 
   // Whether run() ended by printing a failure report: this node's workers
   // failed and no restarts were left. False before run() returns, and when
