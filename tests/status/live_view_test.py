@@ -18,6 +18,9 @@ loopback that the case starts and always stops:
               body, 1,000 idle connections (a scrape still answers within 1 s
               and the workers keep stepping), a client that never finishes its
               request (closed by the idle timeout)
+  hang        rank 3 blocks before a collective (--hang_timeout=3): both nodes' /status
+              show the incident, the hang event and the restart it cost; /metrics
+              counts it
   token       an agent listening beyond loopback (0.0.0.0) with a store token
               (DDP_STORE_TOKEN): no token or a wrong one is 401, the Bearer
               header or ?token= is 200
@@ -155,7 +158,9 @@ class Agent:
 class Job:
     """A 2-node c10d job on loopback; the nodes meet in node 0's embedded store."""
 
-    def __init__(self, nodes=2, nproc=2, status_host=None, env=None, worker_args=None):
+    def __init__(self, nodes=2, nproc=2, status_host=None, env=None, worker_args=None,
+                 hang_timeout=0):
+        self.hang_timeout = hang_timeout
         self.port = free_port()
         self.agents = []
         worker = [os.path.join(bin_dir(), "ddprun_progress_worker")] + (
@@ -173,7 +178,7 @@ class Job:
                     # a lost node is declared after 4 x 0.5 s; admitted nodes wait no last call
                     "--rdzv_conf=keep_alive_interval=0.5,keep_alive_max_attempt=4,"
                     "last_call_timeout=1,join_timeout=60",
-                    "--max_restarts=3", "--stop_grace=5", "--hang_timeout=0",
+                    "--max_restarts=3", "--stop_grace=5", f"--hang_timeout={self.hang_timeout}",
                     "--status_port=0", "--no_python"]
             if status_host:
                 args.append(f"--status_host={status_host}")
@@ -514,7 +519,40 @@ def case_daemon(args):
     return 0, ""
 
 
-CASES = {"metrics": case_metrics, "prometheus": case_prometheus, "browser": case_browser,
+def case_hang(args):
+    # Rank 3 (node 1) blocks before step 5's collective on the first attempt.
+    with Job(worker_args=["sleep_before", "3", "5", "--steps", "100000", "--step_ms", "40"],
+             hang_timeout=3) as job:
+        job.formed()
+
+        def reported(agent):
+            try:
+                doc = agent.status()
+            except (OSError, Failure):
+                return None
+            ok = (doc["incident"] and doc["incident"]["culprits"] == [3]
+                  and doc["restarts"]["by_cause"]["hang"] >= 1
+                  and any(e["kind"] == "hang" for e in doc["events"]))
+            return doc if ok else None
+
+        for agent in job.agents:
+            doc = wait_until(lambda: reported(agent), 60,
+                             f"{agent.name} to show the hang:\n{agent.output()}")
+            check(doc["incident"]["hang_kind"] == "behind", f"incident {doc['incident']}")
+            check("rank 3" in doc["incident"]["summary"], f"incident {doc['incident']}")
+            _, text, _ = http(agent.url + "metrics")
+            check(metric_value(text, "ddprun_hangs_total") == 1, "ddprun_hangs_total is not 1")
+            check(metric_value(text, "ddprun_restarts_total", '{cause="hang"}') >= 1,
+                  "no restart counted for the hang")
+        # The culprit's node wrote the incident file and names it.
+        files = [a.status()["incident"]["file"] for a in job.agents]
+        check(any(f.endswith("_node1.json") for f in files), f"incident files {files}")
+        print(f"hang: both nodes show the hang of rank 3 (behind), the restart it cost and "
+              f"the incident file {files}")
+    return 0, ""
+
+
+CASES = {"hang": case_hang, "metrics": case_metrics, "prometheus": case_prometheus, "browser": case_browser,
          "hostile": case_hostile, "token": case_token, "daemon": case_daemon}
 
 
