@@ -34,10 +34,7 @@ Response answer(const Request& request, const JobBoard& board, Millis stuck_afte
     status_http::MetricsText text;
     write_job_metrics(board.snapshot(), text);
     status_http::write_process_metrics(text);
-    Response r;
-    r.content_type = status_http::kMetricsContentType;
-    r.body = text.text();
-    return r;
+    return status_http::metrics_response(text);
   }
   if (request.path == "/livez") {
     return health_response(liveness(board.snapshot(), runtime.now(), stuck_after));
@@ -51,13 +48,7 @@ Response answer(const Request& request, const JobBoard& board, Millis stuck_afte
              "\n";
     return r;
   }
-  if (request.path == "/") {
-    Response r;
-    r.content_type = "text/html; charset=utf-8";
-    r.body = std::string(status_http::status_page_html());
-    r.headers.emplace_back("Content-Security-Policy", status_http::kStatusPageCsp);
-    return r;
-  }
+  if (request.path == "/") return status_http::status_page_response();
   Response r;
   r.status = 404;
   r.content_type = "application/json";

@@ -75,13 +75,7 @@ void write_metrics(const StoreServerStats& s, const StoreServer& server,
 }  // namespace
 
 Response answer(const Request& request, const StoreServer& server, const DaemonFacts& facts) {
-  if (request.path == "/") {
-    Response r;
-    r.content_type = "text/html; charset=utf-8";
-    r.body = std::string(status_http::status_page_html());
-    r.headers.emplace_back("Content-Security-Policy", status_http::kStatusPageCsp);
-    return r;
-  }
+  if (request.path == "/") return status_http::status_page_response();
   const bool known = request.path == "/metrics" || request.path == "/status" ||
                      request.path == "/livez" || request.path == "/readyz";
   if (!known) {
@@ -107,10 +101,7 @@ Response answer(const Request& request, const StoreServer& server, const DaemonF
     status_http::MetricsText text;
     write_metrics(stats, server, text);
     status_http::write_process_metrics(text);
-    Response r;
-    r.content_type = status_http::kMetricsContentType;
-    r.body = text.text();
-    return r;
+    return status_http::metrics_response(text);
   }
   nlohmann::json ops = nlohmann::json::object();
   for (const auto& [op, count] : stats.operations) ops[op] = count;

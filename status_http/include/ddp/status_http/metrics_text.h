@@ -28,6 +28,8 @@
 #include <utility>
 #include <vector>
 
+#include "ddp/status_http/server.h"
+
 namespace ddp::status_http {
 
 using Labels = std::vector<std::pair<std::string, std::string>>;
@@ -60,5 +62,8 @@ class MetricsText {
   std::unordered_map<std::string, std::size_t> family_index_;
   mutable std::string text_;
 };
+
+// The exposition as a response (kMetricsContentType).
+Response metrics_response(const MetricsText& text);
 
 }  // namespace ddp::status_http

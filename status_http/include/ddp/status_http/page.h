@@ -9,6 +9,8 @@
 
 #include <string_view>
 
+#include "ddp/status_http/server.h"
+
 namespace ddp::status_http {
 
 // The page's bytes, exactly as the file held them at build time (UTF-8).
@@ -22,5 +24,8 @@ inline constexpr const char* kStatusPageCsp =
     "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
     "img-src 'self' data:; connect-src 'self'; base-uri 'none'; form-action 'none'; "
     "frame-ancestors 'none'";
+
+// The page as a response: HTML, UTF-8, with kStatusPageCsp.
+Response status_page_response();
 
 }  // namespace ddp::status_http
