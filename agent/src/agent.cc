@@ -853,7 +853,6 @@ class Agent::Impl {
       f.nproc_per_node = options_.spec.local_world_size;
       f.max_restarts = options_.spec.max_restarts;
       f.started = now();
-      f.started_wall = std::chrono::system_clock::to_time_t(options_.runtime->wall_now());
       set_state(job, JobState::kRendezvous);
     });
     if (!options_.status.port) return true;

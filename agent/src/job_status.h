@@ -39,7 +39,6 @@ struct JobFacts {
   int nproc_per_node = 1;
   int max_restarts = 0;
   Clock::time_point started{};
-  std::time_t started_wall = 0;
 };
 
 // Where the agent is in the job.
@@ -73,7 +72,7 @@ struct JobEvent {
   Clock::time_point at{};
   int round = -1;
   // round_formed, node_joined, node_lost, restart, hang, worker_failed,
-  // straggler, done, stopped, failed
+  // straggler, done, failed
   std::string kind;
   std::string text;
 };
