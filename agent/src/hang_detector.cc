@@ -76,23 +76,25 @@ const char* to_string(Hang::Kind kind) {
   return "unknown";
 }
 
-std::string describe_rank(const RankStatus& rank) {
-  std::string text = who(rank) + ": ";
+std::string rank_position(const RankStatus& rank) {
   if (!rank.has_page || rank.groups.empty()) {
     if (rank.state == RankStatus::State::kRunning) {
-      text += rank.has_page ? "running, no process group yet"
-                            : "running (no progress page: the program does not link ddp::worker)";
-    } else {
-      text += fmt::format("{} {} ago",
-                          rank.state == RankStatus::State::kSucceeded ? "exited 0" : "failed",
-                          seconds(rank.since_exit));
+      return rank.has_page ? "running, no process group yet"
+                           : "running (no progress page: the program does not link ddp::worker)";
     }
-  } else {
-    text += where_in_group(rank, rank.groups.front());
-    for (std::size_t i = 1; i < rank.groups.size(); ++i) {
-      text += "; " + where_in_group(rank, rank.groups[i]);
-    }
+    return fmt::format("{} {} ago",
+                       rank.state == RankStatus::State::kSucceeded ? "exited 0" : "failed",
+                       seconds(rank.since_exit));
   }
+  std::string text = where_in_group(rank, rank.groups.front());
+  for (std::size_t i = 1; i < rank.groups.size(); ++i) {
+    text += "; " + where_in_group(rank, rank.groups[i]);
+  }
+  return text;
+}
+
+std::string describe_rank(const RankStatus& rank) {
+  std::string text = who(rank) + ": " + rank_position(rank);
   if (rank.steps > 0) text += fmt::format("; {} steps", rank.steps);
   if (rank.stale) text += fmt::format(" (as its node reported {} ago)", seconds(rank.summary_age));
   return text;

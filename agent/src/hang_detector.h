@@ -47,6 +47,9 @@ std::optional<Hang> find_hang(const std::vector<RankStatus>& ranks, Millis timeo
 // Where one rank is, for reports: "rank 2 (node 1, host h, pid 42): waits in
 // allreduce #17 (4096 bytes) of group 'default' for 5.2 s; 16 completed".
 std::string describe_rank(const RankStatus& rank);
+// The same without who the rank is, its steps and staleness: "waits in
+// allreduce #17 (4096 bytes) of group 'default' for 5.2 s" (the live view's).
+std::string rank_position(const RankStatus& rank);
 
 // --hang_timeout: a fixed value, or derived from the steps seen (auto):
 // kAutoBeforeWarmup until some rank finished kWarmupSteps synchronized steps,

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
+#include "hang_detector.h"
+
 namespace ddp::agent {
 
 namespace {
@@ -32,29 +34,6 @@ std::optional<Millis> last_progress(const RankStatus& r) {
   Millis best = r.since_step;
   for (const auto& g : r.groups) best = std::min(best, g.since_completed);
   return best;
-}
-
-// "in allreduce #11 of group 'default' for 0.1 s", or what the rank did last.
-std::string where(const RankStatus& r) {
-  if (r.state != RankStatus::State::kRunning) {
-    return fmt::format("{} {:.1f} s ago",
-                       r.state == RankStatus::State::kSucceeded ? "exited 0" : "failed",
-                       seconds(r.since_exit));
-  }
-  if (!r.has_page) return "running (no progress page)";
-  for (const auto& g : r.groups) {
-    if (g.in_collective()) {
-      return fmt::format("in {} #{} of group '{}' for {:.1f} s", progress::to_string(g.last_kind),
-                         g.completed + 1, g.name, seconds(g.waiting));
-    }
-  }
-  for (const auto& g : r.groups) {
-    if (g.completed > 0) {
-      return fmt::format("computing: last {} of group '{}' completed {:.1f} s ago",
-                         progress::to_string(g.last_kind), g.name, seconds(g.since_completed));
-    }
-  }
-  return "running, no collective yet";
 }
 
 const JobState kStates[] = {JobState::kRendezvous, JobState::kRunning,   JobState::kStopping,
@@ -254,7 +233,7 @@ std::string status_json(const JobSnapshot& job, Clock::time_point now, std::time
          {"straggler",
           std::find(job.stragglers.begin(), job.stragglers.end(), r.rank) != job.stragglers.end()},
          {"last_progress_s", optional_seconds(last_progress(r))},
-         {"where", where(r)},
+         {"where", rank_position(r)},
          {"stale", r.stale}});
   }
   doc["ranks"] = std::move(ranks);

@@ -151,7 +151,9 @@ TEST(JobStatus, StatusJsonHoldsTheJobAsThisNodeSeesIt) {
   EXPECT_EQ(doc["ranks"][0]["straggler"], false);
   EXPECT_DOUBLE_EQ(doc["ranks"][0]["step_time_s"].get<double>(), 0.08);
   EXPECT_DOUBLE_EQ(doc["ranks"][0]["last_progress_s"].get<double>(), 0.2);
-  EXPECT_EQ(doc["ranks"][0]["where"], "in allreduce #12 of group 'default' for 0.1 s");
+  // The hang report's words and numbering: the same collective is #11 in both.
+  EXPECT_EQ(doc["ranks"][0]["where"],
+            "waits in allreduce #11 (0 bytes) of group 'default' for 0.1 s");
   ASSERT_EQ(doc["events"].size(), 2u);
   EXPECT_EQ(doc["events"][1]["kind"], "node_lost");
   EXPECT_EQ(doc["events"][1]["round"], 3);
