@@ -896,9 +896,8 @@ class Agent::Impl {
     refresh_board();
   }
 
-  // What the agent knows now of every member and rank of the round.
-  void refresh_board() {
-    if (!round_) return;
+  // The current round's members as the agent knows them now, by group rank.
+  std::vector<MemberStatus> round_members() const {
     const RendezvousInfo& info = round_->info();
     std::vector<MemberStatus> members;
     MemberStatus self;
@@ -930,6 +929,13 @@ class Agent::Impl {
     }
     std::sort(members.begin(), members.end(),
               [](const auto& a, const auto& b) { return a.node < b.node; });
+    return members;
+  }
+
+  // What the agent knows now of every member and rank of the round.
+  void refresh_board() {
+    if (!round_) return;
+    std::vector<MemberStatus> members = round_members();
     for (const auto& gone : departed_) members.push_back(gone);
     std::vector<int> stragglers(watch_.stragglers().begin(), watch_.stragglers().end());
     for (int rank : watch_.take_new_stragglers()) {
@@ -950,17 +956,15 @@ class Agent::Impl {
     if (end.kind == RoundEnd::Kind::kNodeLost) {
       reform_cause_ = RestartCause::kNodeLost;
       lost_nodes_.insert(end.node);
-      refresh_board();
       // It stays listed as lost once the next round forms without it.
-      JobSnapshot job = board_.snapshot();
-      for (const auto& m : job.members) {
-        if (m.node == end.node && m.state == "lost") departed_.push_back(m);
-      }
-      while (departed_.size() > 16) departed_.erase(departed_.begin());
       std::string host;
-      for (const auto& m : job.members) {
-        if (m.node == end.node && !m.host.empty()) host = " (" + m.host + ")";
+      for (const auto& m : round_members()) {
+        if (m.node != end.node) continue;
+        lost_members_.push_back(m);
+        lost_members_.back().state = "lost";
+        if (!m.host.empty()) host = " (" + m.host + ")";
       }
+      refresh_board();
       board_.event("node_lost",
                    fmt::format("node {}{} was declared lost: {}", end.node, host, describe(end)));
     } else {
@@ -983,6 +987,10 @@ class Agent::Impl {
       board_.event("restart", std::string("re-forming the group after a node ") +
                                   (cause == RestartCause::kNodeLost ? "was lost" : "joined"));
     }
+    // The round is over: its lost members are now listed after the next round's.
+    for (auto& m : lost_members_) departed_.push_back(std::move(m));
+    while (departed_.size() > 16) departed_.erase(departed_.begin());
+    lost_members_.clear();
     lost_nodes_.clear();
   }
 
@@ -1070,6 +1078,7 @@ class Agent::Impl {
   // earlier rounds that were lost (listed until the job ends, at most 16).
   RestartCause reform_cause_ = RestartCause::kNodeLost;
   std::set<int> lost_nodes_;
+  std::vector<MemberStatus> lost_members_;  // of the current round, as last seen
   std::vector<MemberStatus> departed_;
 };
 

@@ -353,6 +353,8 @@ def case_browser(args):
                 '!!document.querySelector(\'#members tr[data-node="1"][data-state="lost"]\')',
                 timeout=10)
             after_verdict = time.monotonic() - verdict_at
+            rows = browser.eval('document.querySelectorAll(\'#members tr[data-node="1"]\').length')
+            check(rows == 1, f"node 1 is listed {rows} times once lost")
             check(after_verdict <= 2.0,
                   f"the page showed node 1 lost {after_verdict:.2f} s after the verdict")
             banner = browser.eval('document.querySelector("#banner").getAttribute("data-level") + '
@@ -361,6 +363,8 @@ def case_browser(args):
             # The group re-formed without node 1: its ranks report again.
             browser.wait_for('document.querySelectorAll(\'#ranks [data-rank][data-score]:not([data-score=""])\').length >= 2',
                              timeout=30)
+            rows = browser.eval('document.querySelectorAll(\'#members tr[data-node="1"]\').length')
+            check(rows == 1, f"node 1 is listed {rows} times after the re-form")
             browser.screenshot(os.path.join(out, "live_view_node_lost.png"))
             print(f"browser: verdict {verdict_at - killed:.2f} s after the kill; the page showed "
                   f"node 1 lost {after_verdict:.2f} s after the verdict (waited {shown:.2f} s); "
