@@ -18,6 +18,8 @@ std::string_view to_string(ErrorKind kind) {
       return "BackendError";
     case ErrorKind::kShutdown:
       return "ShutdownError";
+    case ErrorKind::kGroupChanged:
+      return "GroupChanged";
     case ErrorKind::kInternal:
       return "InternalError";
   }
@@ -49,6 +51,8 @@ void throw_error(ErrorKind kind, std::string origin, const std::string& message)
       throw BackendError(std::move(origin), message);
     case ErrorKind::kShutdown:
       throw ShutdownError(std::move(origin), message);
+    case ErrorKind::kGroupChanged:
+      throw GroupChanged(std::move(origin), message);
     case ErrorKind::kInternal:
       break;
   }

@@ -23,6 +23,7 @@ TEST(Error, ThrowErrorRaisesTheSubclassOfItsKind) {
   EXPECT_THROW(throw_error(ErrorKind::kAuth, "x", "y"), AuthError);
   EXPECT_THROW(throw_error(ErrorKind::kTimeout, "x", "y"), TimeoutError);
   EXPECT_THROW(throw_error(ErrorKind::kShutdown, "x", "y"), ShutdownError);
+  EXPECT_THROW(throw_error(ErrorKind::kGroupChanged, "x", "y"), GroupChanged);
   EXPECT_THROW(throw_error(ErrorKind::kBackend, "x", "y"), BackendError);
   EXPECT_THROW(throw_error(ErrorKind::kInvalidArgument, "x", "y"), InvalidArgument);
   EXPECT_THROW(throw_error(ErrorKind::kInternal, "x", "y"), InternalError);

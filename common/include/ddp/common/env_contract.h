@@ -40,5 +40,12 @@ inline constexpr const char* kGlooHostname = "DDP_GLOO_HOSTNAME";
 // The descriptor of this worker's progress page (ddp/common/progress_page.h),
 // inherited from the agent; unset when the agent does not watch progress.
 inline constexpr const char* kProgressFd = "DDP_PROGRESS_FD";
+// The worker's end of its control channel (ddp/common/control_channel.h),
+// inherited from the agent; unset for an agent that does not offer one.
+inline constexpr const char* kControlFd = "DDP_CONTROL_FD";
+// How long (milliseconds) a worker that recovers in place lets a failed
+// collective wait for the agent's word that the round ended (a node's death
+// reaches its peers' connections before the agents' verdict).
+inline constexpr const char* kChangeGraceMs = "DDP_CHANGE_GRACE_MS";
 
 }  // namespace ddp::env_names

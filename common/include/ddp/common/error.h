@@ -18,6 +18,7 @@ enum class ErrorKind {
   kAuth,             // authentication failed or was required and missing
   kBackend,          // a collective backend (Gloo, NCCL) failed
   kShutdown,         // the operation was cancelled because a server or group shut down
+  kGroupChanged,     // the job's membership changed under a process group: re-form it
   kInternal,         // a bug or an unexpected system failure
 };
 
@@ -50,6 +51,11 @@ DDP_DEFINE_ERROR(ProtocolError, kProtocol);
 DDP_DEFINE_ERROR(AuthError, kAuth);
 DDP_DEFINE_ERROR(BackendError, kBackend);
 DDP_DEFINE_ERROR(ShutdownError, kShutdown);
+// A process group's round ended (a node was lost or joined, a worker elsewhere
+// was restarted) while this worker keeps running: ProcessGroup::abort() failed
+// its operations. A worker that recovers in place catches it and calls
+// ddp::reform() (ddp/worker/recovery.h).
+DDP_DEFINE_ERROR(GroupChanged, kGroupChanged);
 DDP_DEFINE_ERROR(InternalError, kInternal);
 
 #undef DDP_DEFINE_ERROR
