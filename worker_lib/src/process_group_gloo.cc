@@ -1,5 +1,9 @@
 #include "process_group_gloo.h"
 
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cerrno>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -13,6 +17,8 @@
 #include <gloo/reduce.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/transport/tcp/device.h>
+#include <gloo/transport/tcp/pair.h>  // needs gloo/common/memory.h, see src/gloo/common/
+#include <gloo/transport/tcp/unbound_buffer.h>
 #include <spdlog/spdlog.h>
 
 #include "ddp/common/env.h"
@@ -53,6 +59,118 @@ namespace {
 // Slots of our own point-to-point traffic; Gloo's algorithms use prefixes 0x01-0x08.
 constexpr std::uint64_t kDirectSlotPrefix = 0xd1ull << 56;
 constexpr std::uint64_t kP2pSlotPrefix = 0xd2ull << 56;
+// How often the watcher looks for a connection that a peer reset.
+constexpr auto kWatchInterval = std::chrono::milliseconds(100);
+
+namespace tcp = gloo::transport::tcp;
+
+// Gloo (2022-05) has no public way to fail a pair and wake what waits on it:
+// tcp::Pair::signalException (what Gloo itself calls when a socket fails, or on
+// every pair when an application timeout expires) is protected, and
+// Context::closeConnections() closes the sockets without waking any waiter.
+// These accessors reach the protected members legally, through member pointers
+// formed in a derived class (no object of which is ever made).
+using BufferRef = gloo::NonOwningPtr<tcp::UnboundBuffer>;  // keeps a buffer from being destroyed
+
+// Under ThreadSanitizer, hides this thread's memory accesses (not its
+// synchronization) while alive. Used for the last touches of Gloo buffers that
+// another thread may destroy as soon as it wakes: releasing their locks and our
+// references to them. Gloo orders those before the destruction (a buffer's
+// destructor spins until no reference is left), but the spin is in
+// uninstrumented libgloo, so ThreadSanitizer cannot see it and would report them.
+#if defined(__SANITIZE_THREAD__)
+#define DDP_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define DDP_TSAN 1
+#endif
+#endif
+#ifdef DDP_TSAN
+extern "C" void __tsan_ignore_thread_begin();
+extern "C" void __tsan_ignore_thread_end();
+struct TsanIgnoreAccesses {
+  TsanIgnoreAccesses() { __tsan_ignore_thread_begin(); }
+  ~TsanIgnoreAccesses() { __tsan_ignore_thread_end(); }
+  TsanIgnoreAccesses(const TsanIgnoreAccesses&) = delete;
+  TsanIgnoreAccesses& operator=(const TsanIgnoreAccesses&) = delete;
+};
+#else
+struct TsanIgnoreAccesses {};
+#endif
+
+struct BufferAccess : tcp::UnboundBuffer {
+  // Sets `error` on every buffer (one set already keeps its own) and wakes its
+  // waiters, holding the locks of all of them until every one is set and
+  // notified: a waiter wakes only once its buffer's lock is released, after all
+  // of that. The caller keeps a BufferRef to each. `buffers` is sorted and
+  // without duplicates; one caller at a time.
+  static void signal_all(const std::vector<tcp::UnboundBuffer*>& buffers,
+                         const std::exception_ptr& error) {
+    std::vector<std::unique_lock<std::mutex>> locks;
+    locks.reserve(buffers.size());
+    for (auto* buffer : buffers) locks.emplace_back(buffer->*(&BufferAccess::m_));
+    for (auto* buffer : buffers) {
+      auto& failed = buffer->*(&BufferAccess::ex_);
+      if (failed == nullptr) failed = error;
+      (buffer->*(&BufferAccess::recvCv_)).notify_all();
+      (buffer->*(&BufferAccess::sendCv_)).notify_all();
+    }
+    // From the first release on, a woken owner may destroy any of them (once the
+    // caller's BufferRefs are gone): see TsanIgnoreAccesses.
+    [[maybe_unused]] TsanIgnoreAccesses ignore;
+    locks.clear();
+  }
+};
+
+struct PairAccess : tcp::Pair {
+  static std::mutex& mutex(tcp::Pair& pair) { return pair.*(&PairAccess::m_); }
+
+  // The pair's failure, or nullptr while it works. With the pair's lock held.
+  static const std::exception_ptr& failure(tcp::Pair& pair) { return pair.*(&PairAccess::ex_); }
+
+  // Appends the buffers with an operation pending on the pair: posted sends and
+  // receives, and (which Gloo's signalException misses) a receive whose payload
+  // is being read and sends still queued for writing. With the pair's lock held.
+  static void pending(tcp::Pair& pair, std::vector<BufferRef>& out) {
+    for (auto* ops :
+         {&(pair.*(&PairAccess::localPendingSend_)), &(pair.*(&PairAccess::localPendingRecv_))}) {
+      for (const auto& [slot, queue] : *ops) {
+        for (const auto& op : queue) out.emplace_back(std::get<0>(op));
+      }
+    }
+    out.emplace_back((pair.*(&PairAccess::rx_)).ubuf);
+    for (const auto& op : pair.*(&PairAccess::tx_)) out.emplace_back(op.ubuf);
+  }
+
+  // Marks the pair failed with `error` (every later operation on it throws it)
+  // and closes its socket, with a TCP reset when `reset`; waits for a tick of
+  // Gloo's event loop. Unlike signalException, wakes no buffer. With the pair's
+  // lock held (the event loop skips a locked pair, so it never sees the pair
+  // failed but not yet closed).
+  static void fail_and_close(tcp::Pair& pair, const std::exception_ptr& error, bool reset) {
+    const int fd = pair.*(&PairAccess::fd_);
+    if (reset && fd >= 0) {
+      linger hard{};
+      hard.l_onoff = 1;
+      hard.l_linger = 0;
+      ::setsockopt(fd, SOL_SOCKET, SO_LINGER, &hard, sizeof(hard));
+    }
+    pair.*(&PairAccess::ex_) = error;
+    (pair.*(&PairAccess::cv_)).notify_all();
+    auto change_state = &PairAccess::changeState;
+    (pair.*change_state)(CLOSED);
+  }
+};
+
+std::string what_of(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "unknown error";
+  }
+}
 
 // Gloo's templated options only use sizeof(T): pick an unsigned type of the element size.
 template <typename F>
@@ -158,6 +276,7 @@ ProcessGroupGloo::ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int s
   progress_ = GroupProgress(options_.name, rank, size);
   worker_ = std::thread([this] { worker_loop(); });
   p2p_worker_ = std::thread([this] { p2p_loop(); });
+  if (size > 1) watcher_ = std::thread([this] { watch_loop(); });
   spdlog::debug(
       "ProcessGroupGloo '{}': rank {}/{} connected ({}, shared memory {}, debug_detail={})",
       options_.name, rank, size, device_->str(), shm_ ? shm_->segment_name() : "off",
@@ -179,6 +298,15 @@ ProcessGroupGloo::~ProcessGroupGloo() {
                                         task.work->op(), task.work->sequence_number()))));
   }
   worker_.join();
+  // The watcher stays until the collective in flight is over (it fails it when a
+  // peer reset its connection), and goes before the pending sends/receives are
+  // dropped (it may be waking their buffers).
+  {
+    std::lock_guard lock(watch_mutex_);
+    watch_stop_ = true;
+  }
+  watch_cv_.notify_all();
+  if (watcher_.joinable()) watcher_.join();
   std::deque<PendingP2p> unfinished;
   {
     std::lock_guard lock(p2p_mutex_);
@@ -196,6 +324,7 @@ ProcessGroupGloo::~ProcessGroupGloo() {
   p2p_cv_.notify_all();
   p2p_worker_.join();
   for (auto& pending : unfinished) {
+    pending.buffer.reset();  // before the Work completes, as in p2p_loop
     pending.work->fail(std::make_exception_ptr(ShutdownError(
         "ProcessGroupGloo",
         fmt::format("{} #{} cancelled: the group was destroyed", pending.is_send ? "send" : "recv",
@@ -204,6 +333,180 @@ ProcessGroupGloo::~ProcessGroupGloo() {
   tracker_.reset();
   context_.reset();
   device_.reset();
+}
+
+// ---- abort ------------------------------------------------------------------
+
+void ProcessGroupGloo::abort(const std::string& reason) {
+  std::lock_guard abort_lock(abort_mutex_);
+  std::deque<Task> dropped;
+  {
+    std::lock_guard lock(mutex_);
+    if (aborted_.load(std::memory_order_relaxed)) return;
+    abort_reason_ = reason;
+    aborted_.store(true, std::memory_order_release);
+    dropped.swap(queue_);
+    queued_.store(0, std::memory_order_release);
+  }
+  spdlog::warn("ProcessGroupGloo '{}': rank {}/{} aborted: {}", options_.name, rank(), size(),
+               reason);
+  // Wake the collective in flight wherever it waits: in the shared-memory
+  // all-reduce, or on a connection (which also fails the peers' operations that
+  // wait on this rank, and their watchers then fail their whole group).
+  if (shm_) shm_->abort();
+  if (size() > 1) {
+    fail_connections(
+        fmt::format("group '{}' rank {}: the group was aborted: {}", options_.name, rank(), reason),
+        /*reset=*/true);
+  }
+  // Posted sends/receives fail now (their buffers go first, so no transfer
+  // writes into them afterwards); the one being waited on was woken above (or
+  // is now) and p2p_loop fails it.
+  std::deque<PendingP2p> unfinished;
+  {
+    std::lock_guard lock(p2p_mutex_);
+    unfinished.swap(p2p_queue_);
+    if (p2p_current_ != nullptr) {
+      if (p2p_current_is_send_) {
+        p2p_current_->abortWaitSend();
+      } else {
+        p2p_current_->abortWaitRecv();
+      }
+    }
+  }
+  for (auto& task : dropped) {
+    task.work->fail(aborted_error(task.work->op(), task.work->sequence_number()));
+  }
+  for (auto& pending : unfinished) {
+    pending.buffer.reset();
+    pending.work->fail(
+        aborted_error(pending.is_send ? "send" : "recv", pending.work->sequence_number()));
+  }
+}
+
+std::exception_ptr ProcessGroupGloo::aborted_error(const std::string& op, std::uint64_t seq) const {
+  return std::make_exception_ptr(
+      GroupChanged(fmt::format("ProcessGroupGloo::{}", op),
+                   fmt::format("group '{}' rank {}/{}: {} #{} failed: the group was aborted: {}",
+                               options_.name, rank(), size(), op, seq, abort_reason_)));
+}
+
+void ProcessGroupGloo::complete_unless_aborted(const std::shared_ptr<WorkImpl>& work) {
+  {
+    // Under the lock that abort() sets aborted_ under: a Work either completed
+    // before the abort began or fails, never completes once abort() returned.
+    std::lock_guard lock(mutex_);
+    if (!aborted_.load(std::memory_order_relaxed)) {
+      work->complete();
+      return;
+    }
+  }
+  work->fail(aborted_error(work->op(), work->sequence_number()));
+}
+
+WorkPtr ProcessGroupGloo::failed_work(std::uint64_t seq, const char* op) {
+  auto work = std::make_shared<WorkImpl>(seq, op, options_.timeout + std::chrono::seconds(10));
+  work->fail(aborted_error(op, seq));
+  return work;
+}
+
+std::vector<tcp::Pair*> ProcessGroupGloo::pairs() const {
+  std::vector<tcp::Pair*> out;
+  for (int peer = 0; peer < size(); ++peer) {
+    auto& pair = context_->getPair(peer);
+    if (peer != rank() && pair) out.push_back(&static_cast<tcp::Pair&>(*pair));
+  }
+  return out;
+}
+
+void ProcessGroupGloo::fail_connections(const std::string& message, bool reset) {
+  std::lock_guard fail_lock(fail_mutex_);  // abort() and the watcher: one at a time
+  auto error = std::make_exception_ptr(gloo::IoException(message));
+  // Every pair locked at once: no operation can be posted meanwhile, and Gloo's
+  // event loop leaves them alone (it skips a locked pair).
+  const auto all = pairs();
+  std::vector<std::unique_lock<std::mutex>> locks;
+  std::vector<tcp::Pair*> failing;  // those still working; the others Gloo failed itself
+  std::vector<BufferRef> refs;
+  locks.reserve(all.size());
+  for (auto* pair : all) {
+    locks.emplace_back(PairAccess::mutex(*pair));
+    if (PairAccess::failure(*pair) != nullptr) {
+      locks.back().unlock();
+      continue;
+    }
+    PairAccess::pending(*pair, refs);
+    failing.push_back(pair);
+  }
+  if (failing.empty()) return;
+  // Wake every operation pending on them, all at once.
+  std::vector<tcp::UnboundBuffer*> buffers;
+  for (const auto& ref : refs) {
+    if (ref) buffers.push_back(ref.operator->());
+  }
+  std::sort(buffers.begin(), buffers.end());
+  buffers.erase(std::unique(buffers.begin(), buffers.end()), buffers.end());
+  BufferAccess::signal_all(buffers, error);
+  {
+    [[maybe_unused]] TsanIgnoreAccesses ignore;
+    refs.clear();
+  }
+  // Then close them, one tick of Gloo's event loop each (up to 10 ms), each
+  // released once closed. The pairs keep `error` until the context goes, so the
+  // exception object outlives every thread that reads it.
+  for (std::size_t i = 0, f = 0; i < all.size() && f < failing.size(); ++i) {
+    if (all[i] != failing[f]) continue;
+    PairAccess::fail_and_close(*all[i], error, reset);
+    locks[i].unlock();
+    ++f;
+  }
+}
+
+void ProcessGroupGloo::watch_loop() {
+  std::vector<char> inspected(static_cast<std::size_t>(size()), 0);
+  std::unique_lock lock(watch_mutex_);
+  while (!watch_cv_.wait_for(lock, kWatchInterval, [&] { return watch_stop_; })) {
+    lock.unlock();
+    const bool done = check_connections(inspected);
+    lock.lock();
+    if (done) {  // nothing more to watch
+      watch_cv_.wait(lock, [&] { return watch_stop_; });
+      return;
+    }
+  }
+}
+
+bool ProcessGroupGloo::check_connections(std::vector<char>& inspected) {
+  if (is_aborted()) return true;  // every connection is closed already
+  // A peer that aborts its group (or dies with unread data) resets its
+  // connections; one that destroys its group in order closes them gracefully, and
+  // its connection fails only the operations that use it, as Gloo does by itself.
+  static const std::string kReset = std::strerror(ECONNRESET);
+  for (int peer = 0; peer < size(); ++peer) {
+    auto& seen = inspected[static_cast<std::size_t>(peer)];
+    if (peer == rank() || seen) continue;
+    auto& pair = context_->getPair(peer);
+    if (!pair) continue;
+    std::exception_ptr error;
+    {
+      auto& tcp_pair = static_cast<tcp::Pair&>(*pair);
+      std::lock_guard lock(PairAccess::mutex(tcp_pair));
+      error = PairAccess::failure(tcp_pair);
+    }
+    if (error == nullptr) continue;
+    seen = 1;
+    const std::string what = what_of(error);
+    if (what.find(kReset) == std::string::npos) continue;
+    auto message = fmt::format(
+        "group '{}' rank {}: the connection to rank {} was reset (it aborted the group or its "
+        "process died): {}",
+        options_.name, rank(), peer, what);
+    spdlog::warn("ProcessGroupGloo {}; failing the group", message);
+    // With a reset too, so that the ranks that wait on this one fail as well.
+    fail_connections(message, /*reset=*/true);
+    return true;
+  }
+  return false;
 }
 
 void ProcessGroupGloo::check_cpu(const Buffer& buffer, const char* what) const {
@@ -224,6 +527,7 @@ WorkPtr ProcessGroupGloo::enqueue_collective(CollectiveDescriptor desc,
   {
     std::lock_guard lock(mutex_);
     if (stop_) throw ShutdownError("ProcessGroupGloo", "the group is being destroyed");
+    if (is_aborted()) return failed_work(next_seq_++, to_string(desc.op));
     desc.seq = next_seq_++;
     work = std::make_shared<WorkImpl>(desc.seq, to_string(desc.op),
                                       options_.timeout + std::chrono::seconds(10));
@@ -243,6 +547,7 @@ WorkPtr ProcessGroupGloo::enqueue_p2p(
   {
     std::lock_guard lock(mutex_);
     if (stop_) throw ShutdownError("ProcessGroupGloo", "the group is being destroyed");
+    if (is_aborted()) return failed_work(next_p2p_seq_++, op);
     work = std::make_shared<WorkImpl>(next_p2p_seq_++, op,
                                       options_.timeout + std::chrono::seconds(10));
     queue_.push_back(Task{work, std::nullopt, std::move(run)});
@@ -281,6 +586,10 @@ void ProcessGroupGloo::worker_loop() {
 void ProcessGroupGloo::run_task(Task& task) {
   const auto seq = task.work->sequence_number();
   const std::string origin = fmt::format("ProcessGroupGloo::{}", task.work->op());
+  if (is_aborted()) {  // normally failed by abort() already; this one raced with it
+    task.work->fail(aborted_error(task.work->op(), seq));
+    return;
+  }
   if (broken_) {
     task.work->fail(std::make_exception_ptr(BackendError(
         origin, fmt::format("group '{}': {} #{} not run: the group failed earlier ({})",
@@ -291,9 +600,11 @@ void ProcessGroupGloo::run_task(Task& task) {
     try {
       task.run(0, task.work);
     } catch (const ddp::Error&) {
-      task.work->fail(std::current_exception());
+      task.work->fail(is_aborted() ? aborted_error(task.work->op(), seq)
+                                   : std::current_exception());
     } catch (const std::exception& e) {
-      task.work->fail(std::make_exception_ptr(BackendError(origin, e.what())));
+      task.work->fail(is_aborted() ? aborted_error(task.work->op(), seq)
+                                   : std::make_exception_ptr(BackendError(origin, e.what())));
     }
     return;
   }
@@ -304,13 +615,19 @@ void ProcessGroupGloo::run_task(Task& task) {
     if (debug_detail_) check_consistency(desc);
     task.run(static_cast<std::uint32_t>(2 * seq + 1), task.work);
     progress_.completed(seq);
-    task.work->complete();
+    complete_unless_aborted(task.work);
   } catch (const InvalidArgument&) {
     // A DETAIL mismatch: every rank saw the same descriptors and skipped the
     // collective, so the group stays consistent and usable.
     progress_.completed(seq);
     task.work->fail(std::current_exception());
   } catch (const std::exception& e) {
+    if (is_aborted()) {
+      // Woken by abort(): no diagnosis (the ranks that did not arrive do not
+      // matter), and the group is over anyway.
+      task.work->fail(aborted_error(task.work->op(), seq));
+      return;
+    }
     // Our own errors other than timeouts and broken connections (which get the
     // collective's diagnosis) pass through as they are: the exception object
     // itself, so that callers can catch the specific subclass (a copy through
@@ -320,6 +637,7 @@ void ProcessGroupGloo::run_task(Task& task) {
         own != nullptr && own->kind() != ErrorKind::kTimeout && own->kind() != ErrorKind::kNetwork
             ? std::current_exception()
             : translate(e, desc);
+    if (options_.on_failure) error = options_.on_failure(error);
     try {
       std::rethrow_exception(error);
     } catch (const std::exception& translated) {
@@ -633,30 +951,43 @@ void ProcessGroupGloo::p2p_loop() {
       p2p_current_is_send_ = pending.is_send;
     }
     const char* op = pending.is_send ? "send" : "recv";
+    bool failed = false;
+    bool shutdown = false;  // the wait was cut short (destruction or abort)
+    std::string what;
     try {
-      bool ok = pending.is_send ? pending.buffer->waitSend(options_.timeout)
-                                : pending.buffer->waitRecv(options_.timeout);
-      if (!ok) throw ShutdownError(fmt::format("ProcessGroupGloo::{}", op), "aborted");
-      pending.work->complete();
+      if (!(pending.is_send ? pending.buffer->waitSend(options_.timeout)
+                            : pending.buffer->waitRecv(options_.timeout))) {
+        failed = shutdown = true;
+      }
+    } catch (const std::exception& e) {
+      failed = true;
+      what = e.what();
+    }
+    {
       std::lock_guard lock(p2p_mutex_);
       p2p_current_ = nullptr;
-    } catch (const std::exception& e) {
-      std::string what = e.what();
-      auto message = fmt::format("group '{}' rank {}: {} #{} {} rank {} (tag {}) failed: {}",
-                                 options_.name, rank(), op, pending.work->sequence_number(),
-                                 pending.is_send ? "to" : "from", pending.peer, pending.tag, what);
-      auto origin = fmt::format("ProcessGroupGloo::{}", op);
-      {
-        std::lock_guard lock(p2p_mutex_);
-        p2p_current_ = nullptr;
-      }
-      if (dynamic_cast<const ShutdownError*>(&e)) {
-        pending.work->fail(std::make_exception_ptr(ShutdownError(origin, message)));
-      } else if (what.find("imed out") != std::string::npos) {
-        pending.work->fail(std::make_exception_ptr(TimeoutError(origin, message)));
-      } else {
-        pending.work->fail(std::make_exception_ptr(NetworkError(origin, message)));
-      }
+    }
+    // The buffer goes before the Work completes: once the caller sees the Work
+    // done, no transfer writes into its memory any more (a cut-short wait leaves
+    // the transfer pending on a connection that may still be open).
+    pending.buffer.reset();
+    if (!failed) {
+      complete_unless_aborted(pending.work);
+      continue;
+    }
+    const auto seq = pending.work->sequence_number();
+    auto message = fmt::format("group '{}' rank {}: {} #{} {} rank {} (tag {}) failed: {}",
+                               options_.name, rank(), op, seq, pending.is_send ? "to" : "from",
+                               pending.peer, pending.tag, shutdown ? "aborted" : what);
+    auto origin = fmt::format("ProcessGroupGloo::{}", op);
+    if (is_aborted()) {
+      pending.work->fail(aborted_error(op, seq));
+    } else if (shutdown) {
+      pending.work->fail(std::make_exception_ptr(ShutdownError(origin, message)));
+    } else if (what.find("imed out") != std::string::npos) {
+      pending.work->fail(std::make_exception_ptr(TimeoutError(origin, message)));
+    } else {
+      pending.work->fail(std::make_exception_ptr(NetworkError(origin, message)));
     }
   }
 }

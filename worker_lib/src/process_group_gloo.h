@@ -21,6 +21,10 @@
 #include "shm_allreduce.h"
 #include "work_impl.h"
 
+namespace gloo::transport::tcp {
+class Pair;
+}  // namespace gloo::transport::tcp
+
 namespace ddp::detail {
 
 class ProcessGroupGloo final : public ProcessGroup {
@@ -38,6 +42,7 @@ class ProcessGroupGloo final : public ProcessGroup {
   WorkPtr barrier() override;
   WorkPtr send(Buffer buffer, int dst, int tag) override;
   WorkPtr recv(Buffer buffer, int src, int tag) override;
+  void abort(const std::string& reason) override;
 
  private:
   struct Task {
@@ -67,6 +72,26 @@ class ProcessGroupGloo final : public ProcessGroup {
   void allreduce_direct(void* data, std::size_t count, DType dtype, ReduceOp op, std::uint32_t tag);
   void check_cpu(const Buffer& buffer, const char* what) const;
   bool use_direct(std::size_t nbytes) const;
+  // Completes `work` (it succeeded) unless the group was aborted meanwhile: then
+  // it fails with GroupChanged.
+  void complete_unless_aborted(const std::shared_ptr<WorkImpl>& work);
+  // A Work failed with the abort's GroupChanged at once (operations issued after it).
+  WorkPtr failed_work(std::uint64_t seq, const char* op);
+  // The abort's GroupChanged for operation `op` #`seq`; only once aborted_ is set.
+  std::exception_ptr aborted_error(const std::string& op, std::uint64_t seq) const;
+  bool is_aborted() const { return aborted_.load(std::memory_order_acquire); }
+  // The group's TCP pairs (Gloo's tcp::Pair), all but this rank's own slot.
+  std::vector<gloo::transport::tcp::Pair*> pairs() const;
+  // Fails every connection of the group that still works with an IoException
+  // (`message`): every operation pending on one wakes at once, every later one
+  // throws, and each is closed (with a TCP reset when `reset`, so that the
+  // peers' watchers tell it from a group destroyed in order). Returns once all
+  // are closed: up to 10 ms per peer (a tick of Gloo's event loop each).
+  void fail_connections(const std::string& message, bool reset);
+  // The watcher thread: fails the whole group once one of its connections was
+  // reset by a peer (see ddp/worker/process_group_gloo.h).
+  void watch_loop();
+  bool check_connections(std::vector<char>& inspected);  // true: nothing more to watch
 
   std::shared_ptr<Store> store_;
   GlooOptions options_;
@@ -95,8 +120,21 @@ class ProcessGroupGloo final : public ProcessGroup {
   gloo::transport::UnboundBuffer* p2p_current_ = nullptr;  // being waited on; guarded by p2p_mutex_
   bool p2p_current_is_send_ = false;
 
+  // Abort: abort_mutex_ serializes abort() calls (a second one returns once the
+  // first has finished); abort_reason_ is written once, under mutex_, before
+  // aborted_ is set (release) and only read after aborted_ was seen set (acquire).
+  std::mutex abort_mutex_;
+  std::atomic<bool> aborted_{false};
+  std::string abort_reason_;
+
+  std::mutex watch_mutex_;
+  std::condition_variable watch_cv_;
+  bool watch_stop_ = false;
+  std::mutex fail_mutex_;  // one fail_connections() at a time
+
   std::thread worker_;
   std::thread p2p_worker_;
+  std::thread watcher_;  // only for groups of more than one rank
 };
 
 }  // namespace ddp::detail

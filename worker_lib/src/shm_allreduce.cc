@@ -31,7 +31,7 @@ namespace ddp::detail {
 namespace {
 
 constexpr std::uint64_t kMagic = 0x31'6d'68'73'2d'70'64'64ull;  // "ddp-shm1" little-endian
-constexpr std::uint32_t kVersion = 1;
+constexpr std::uint32_t kVersion = 2;                           // 2: the abort word (Control)
 constexpr std::size_t kPage = 4096;
 constexpr const char* kNamePrefix = "ddp-shm-";
 constexpr auto kSpin = std::chrono::microseconds(20);
@@ -48,6 +48,14 @@ struct Header {
   std::uint32_t world;
   std::uint64_t slot_bytes;
 };
+
+// Page 0, on a cache line after the header: which rank aborted the group
+// (rank + 1; 0 while none did). Set once, read by every rank's slow path.
+struct alignas(64) Control {
+  std::atomic<std::uint32_t> aborted_by;
+};
+constexpr std::size_t kControlOffset = 64;
+static_assert(sizeof(Header) <= kControlOffset);
 
 // One per rank: who maps the segment (to tell a dead peer from a slow one).
 struct alignas(64) RankRecord {
@@ -79,6 +87,9 @@ std::size_t segment_bytes(int world, std::size_t slot_bytes) {
 }
 
 Header* header_of(void* base) { return static_cast<Header*>(base); }
+Control* control_of(void* base) {
+  return reinterpret_cast<Control*>(static_cast<std::uint8_t*>(base) + kControlOffset);
+}
 RankRecord* records_of(void* base) {
   return reinterpret_cast<RankRecord*>(static_cast<std::uint8_t*>(base) + records_offset());
 }
@@ -286,6 +297,7 @@ std::string ShmAllreduce::create_segment() {
     unlinked_ = true;
     return failure;
   }
+  new (control_of(base_)) Control{};
   for (int r = 0; r < size_; ++r) {
     new (&records_of(base_)[r]) RankRecord{};
     new (&flags_of(base_, size_)[r]) Flag{};
@@ -360,6 +372,13 @@ void ShmAllreduce::barrier(const Deadline& deadline, const char* what) {
   mine.phase.store(phase_, std::memory_order_seq_cst);
   if (mine.sleepers.load(std::memory_order_seq_cst) > 0) futex_wake_all(&mine.phase);
   for (int k = 1; k < size_; ++k) wait_for((rank_ + k) % size_, phase_, deadline, what);
+  // Peers that aborted after publishing this phase must not be read from: a rank
+  // that arrives late (it never had to sleep) fails like the others. One load
+  // of a line that is written only by an abort.
+  if (const std::uint32_t by = control_of(base_)->aborted_by.load(std::memory_order_acquire);
+      by != 0) {
+    throw_aborted(static_cast<int>(by) - 1, what);
+  }
 }
 
 void ShmAllreduce::wait_for(int peer, std::uint32_t phase, const Deadline& deadline,
@@ -373,10 +392,13 @@ void ShmAllreduce::wait_for(int peer, std::uint32_t phase, const Deadline& deadl
     cpu_relax();
     if (i % 64 == 63 && std::chrono::steady_clock::now() >= spin_until) break;
   }
+  const auto& aborted_by = control_of(base_)->aborted_by;
   while (true) {
     flag.sleepers.fetch_add(1, std::memory_order_seq_cst);
     const std::uint32_t value = flag.phase.load(std::memory_order_seq_cst);
-    if (!reached(value)) {
+    // An abort wakes every phase word; one that lands between this check and
+    // the sleep is seen after the slice (kSleepSlice) at the latest.
+    if (!reached(value) && aborted_by.load(std::memory_order_acquire) == 0) {
       std::chrono::nanoseconds slice = kSleepSlice;
       if (deadline.remaining() < kSleepSlice) {  // never() is near ms::max(): compare in ms first
         slice = std::max<std::chrono::nanoseconds>(
@@ -386,6 +408,9 @@ void ShmAllreduce::wait_for(int peer, std::uint32_t phase, const Deadline& deadl
     }
     flag.sleepers.fetch_sub(1, std::memory_order_seq_cst);
     if (reached(flag.phase.load(std::memory_order_acquire))) return;
+    if (const std::uint32_t by = aborted_by.load(std::memory_order_acquire); by != 0) {
+      throw_aborted(static_cast<int>(by) - 1, what);
+    }
     if (deadline.expired()) {
       throw TimeoutError("ShmAllreduce",
                          fmt::format("group '{}' rank {}: timed out waiting for rank {} "
@@ -400,6 +425,26 @@ void ShmAllreduce::wait_for(int peer, std::uint32_t phase, const Deadline& deadl
                       group_name_, rank_, peer, records_of(base_)[peer].pid.load(), what));
     }
   }
+}
+
+void ShmAllreduce::abort() {
+  std::uint32_t none = 0;
+  control_of(base_)->aborted_by.compare_exchange_strong(none, static_cast<std::uint32_t>(rank_) + 1,
+                                                        std::memory_order_acq_rel);
+  // Wake every rank's sleepers, whatever phase word they sleep on.
+  for (int r = 0; r < size_; ++r) futex_wake_all(&flags_of(base_, size_)[r].phase);
+}
+
+void ShmAllreduce::throw_aborted(int by, const char* what) const {
+  if (by == rank_) {
+    throw GroupChanged("ShmAllreduce",
+                       fmt::format("group '{}' rank {}: the group was aborted on this rank during "
+                                   "the shared-memory all-reduce ({})",
+                                   group_name_, rank_, what));
+  }
+  throw NetworkError("ShmAllreduce", fmt::format("group '{}' rank {}: rank {} aborted the group "
+                                                 "during the shared-memory all-reduce ({})",
+                                                 group_name_, rank_, by, what));
 }
 
 void ShmAllreduce::allreduce(void* data, std::size_t count, DType dtype, ReduceFn fn, int divisor,

@@ -27,12 +27,22 @@
 // Peers this rank cannot see (threads of one process, another PID namespace)
 // are not watched.
 //
+// Abort (abort(), from any thread, while another runs allreduce()): marks the
+// segment aborted by this rank and wakes every sleeping waiter. Every rank's
+// waits, this one's and its peers', check the mark on their slow path (after the
+// spin, around each sleep; the spin itself is untouched) and once at the end of
+// every barrier, and fail: GroupChanged on the rank that aborted, NetworkError
+// naming it on the others. A sleeping waiter sees it within one sleep slice
+// (50 ms) at the latest; a rank that arrives after the abort fails at its first
+// barrier even when every peer had published that phase before aborting.
+//
 // Stale segments: before creating one, rank 0 removes this user's segments
 // whose creator pid no longer exists and that are over a minute old (a creator
 // killed between creating and unlinking the name).
 //
 // Thread-safety: one thread at a time calls allreduce(), and every rank calls it
-// for the same buffers in the same order (the Gloo group's worker thread does).
+// for the same buffers in the same order (the Gloo group's worker thread does);
+// abort() may be called from any thread at any time.
 #pragma once
 
 #include <chrono>
@@ -93,6 +103,10 @@ class ShmAllreduce {
   void allreduce(void* data, std::size_t count, DType dtype, ReduceFn fn, int divisor,
                  const Deadline& deadline);
 
+  // Ends the all-reduce for every rank of the group (see above). Thread-safe,
+  // idempotent (the first rank to abort is the one named), never blocks.
+  void abort();
+
   std::size_t slot_bytes() const { return slot_bytes_; }
   const std::string& segment_name() const { return name_; }
 
@@ -107,6 +121,7 @@ class ShmAllreduce {
   void barrier(const Deadline& deadline, const char* what);
   void wait_for(int peer, std::uint32_t phase, const Deadline& deadline, const char* what);
   bool peer_alive(int peer) const;
+  [[noreturn]] void throw_aborted(int by, const char* what) const;
   void chunk_small(std::uint8_t* data, std::size_t nbytes, std::size_t esize, DType dtype,
                    ReduceFn fn, int divisor, const Deadline& deadline);
   void chunk_split(std::uint8_t* data, std::size_t nbytes, std::size_t esize, DType dtype,

@@ -5,6 +5,12 @@
 // within the world's timeout fails with TimeoutError naming the missing ranks.
 // 16-bit sums are accumulated rank by rank with rounding after each addition,
 // as a ring allreduce in a 16-bit dtype would.
+//
+// abort(reason) on any rank ends the whole world, as if the agent had aborted
+// every rank at once: every pending operation of every rank, and every later
+// one, fails with GroupChanged naming the reason (a real Gloo peer sees
+// NetworkError until its own abort); the buffers of the operations it fails
+// are never touched again. Idempotent: the first reason stays.
 #pragma once
 
 #include <algorithm>
@@ -49,9 +55,11 @@ class ThreadWork final : public Work {
   }
   std::uint64_t sequence_number() const override { return seq_; }
 
+  // The first call wins (a computed result or an abort).
   void complete(std::exception_ptr error) {
     {
       std::lock_guard lock(mutex_);
+      if (done_) return;
       done_ = true;
       error_ = error;
     }
@@ -94,6 +102,12 @@ class ThreadWorld {
                                    Buffer out, int root, ReduceOp reduce) {
     auto work = std::make_shared<ThreadWork>(op, seq, timeout_);
     std::unique_lock lock(mutex_);
+    if (!abort_reason_.empty()) {
+      auto error = aborted_error(op, seq);
+      lock.unlock();
+      work->complete(error);
+      return work;
+    }
     Slot& s = slots_[seq];
     if (s.works.empty()) {
       s.op = op;
@@ -120,6 +134,7 @@ class ThreadWorld {
     Slot done = std::move(s);
     slots_.erase(seq);
     lock.unlock();
+    // Out of slots_, so an abort from now on leaves this one to complete.
     std::exception_ptr error;
     try {
       compute(done);
@@ -128,6 +143,29 @@ class ThreadWorld {
     }
     for (auto& w : done.works) w->complete(error);
     return work;
+  }
+
+  // Ends the world (see the top of the file); `rank` is the rank that aborted.
+  void abort(int rank, const std::string& reason) {
+    std::vector<std::pair<std::shared_ptr<ThreadWork>, std::exception_ptr>> failed;
+    {
+      std::lock_guard lock(mutex_);
+      if (!abort_reason_.empty()) return;
+      abort_reason_ = "rank " + std::to_string(rank) + " aborted the group: " +
+                      (reason.empty() ? std::string("(no reason given)") : reason);
+      for (auto& [seq, slot] : slots_) {
+        for (auto& w : slot.works) {
+          if (w) failed.emplace_back(w, aborted_error(slot.op, seq));
+        }
+      }
+      slots_.clear();
+    }
+    for (auto& [w, error] : failed) w->complete(error);
+  }
+
+  bool aborted() const {
+    std::lock_guard lock(mutex_);
+    return !abort_reason_.empty();
   }
 
  private:
@@ -233,10 +271,17 @@ class ThreadWorld {
     }
   }
 
+  // Only once abort_reason_ is set (under mutex_, or by the thread that read it so).
+  std::exception_ptr aborted_error(const std::string& op, std::uint64_t seq) const {
+    return std::make_exception_ptr(GroupChanged(
+        "ThreadProcessGroup", op + " #" + std::to_string(seq) + " failed: " + abort_reason_));
+  }
+
   int size_;
   std::chrono::milliseconds timeout_;
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
   std::map<std::uint64_t, Slot> slots_;
+  std::string abort_reason_;  // non-empty once aborted
 };
 
 class ThreadProcessGroup final : public ProcessGroup {
@@ -262,6 +307,7 @@ class ThreadProcessGroup final : public ProcessGroup {
   WorkPtr barrier() override { return join("barrier", Buffer{}, Buffer{}, 0, ReduceOp::kSum); }
   WorkPtr send(Buffer, int, int) override { return unsupported("send"); }
   WorkPtr recv(Buffer, int, int) override { return unsupported("recv"); }
+  void abort(const std::string& reason) override { world_->abort(rank(), reason); }
 
   std::uint64_t issued() const {
     std::lock_guard lock(mutex_);

@@ -78,16 +78,36 @@ ncclRedOp_t nccl_op(ReduceOp op) {
                         fmt::format("unknown reduce op {}", static_cast<int>(op)));
 }
 
+std::exception_ptr group_changed(const std::string& op, std::uint64_t seq,
+                                 const std::string& reason) {
+  return std::make_exception_ptr(
+      GroupChanged(fmt::format("ProcessGroupNccl::{}", op),
+                   fmt::format("{} #{} failed: the group was aborted: {}", op, seq, reason)));
+}
+
+}  // namespace
+
 // A Work whose completion is a CUDA event: wait() polls the event itself (so it
 // does not depend on the watchdog's interval) and the watchdog polls it too.
 class NcclWork final : public WorkImpl {
  public:
-  NcclWork(std::uint64_t seq, std::string op, std::chrono::milliseconds timeout, cudaEvent_t event)
-      : WorkImpl(seq, std::move(op), timeout), event_(event) {}
+  NcclWork(std::uint64_t seq, std::string op, std::chrono::milliseconds timeout, cudaEvent_t event,
+           std::shared_ptr<const NcclAbortState> abort_state)
+      : WorkImpl(seq, std::move(op), timeout), event_(event), abort_state_(std::move(abort_state)) {
+  }
   ~NcclWork() override { cudaEventDestroy(event_); }
 
-  // true once the event fired; throws BackendError when CUDA reports a failure.
+  // true once the event fired; throws GroupChanged once the group was aborted
+  // and BackendError when CUDA reports a failure.
   bool query() {
+    if (abort_state_->aborted.load(std::memory_order_acquire)) {
+      std::rethrow_exception(group_changed(op(), sequence_number(), abort_state_->reason));
+    }
+    return event_fired();
+  }
+
+  // The event alone (ProcessGroupNccl::abort asks it before aborting).
+  bool event_fired() {
     auto status = cudaEventQuery(event_);
     if (status == cudaSuccess) return true;
     if (status == cudaErrorNotReady) return false;
@@ -114,9 +134,8 @@ class NcclWork final : public WorkImpl {
  private:
   std::chrono::milliseconds wait_limit() const { return std::chrono::hours(24); }
   cudaEvent_t event_;
+  std::shared_ptr<const NcclAbortState> abort_state_;
 };
-
-}  // namespace
 
 ProcessGroupNccl::ProcessGroupNccl(std::shared_ptr<Store> store, int rank, int size,
                                    NcclOptions options)
@@ -154,7 +173,7 @@ ProcessGroupNccl::ProcessGroupNccl(std::shared_ptr<Store> store, int rank, int s
   arrivals_ = std::make_shared<ArrivalTracker>(store_, rank, size);
   WorkTracker::Hooks hooks;
   hooks.async_error = [this]() -> std::optional<std::string> {
-    std::lock_guard lock(mutex_);
+    std::lock_guard lock(comm_mutex_);  // not mutex_: see the lock order in the header
     if (!comm_) return std::nullopt;
     ncclResult_t async = ncclSuccess;
     if (ncclCommGetAsyncError(comm_, &async) != ncclSuccess) return std::nullopt;
@@ -175,7 +194,7 @@ ProcessGroupNccl::~ProcessGroupNccl() {
   bool pending = tracker_ && tracker_->outstanding() > 0;
   tracker_.reset();  // stops the watchdog
   {
-    std::lock_guard lock(mutex_);
+    std::lock_guard lock(comm_mutex_);
     if (comm_) {
       if (pending) {
         ncclCommAbort(comm_);
@@ -190,10 +209,45 @@ ProcessGroupNccl::~ProcessGroupNccl() {
 }
 
 void ProcessGroupNccl::abort_comm() {
-  std::lock_guard lock(mutex_);
+  std::lock_guard lock(comm_mutex_);
   if (comm_) {
     ncclCommAbort(comm_);
     comm_ = nullptr;
+  }
+}
+
+void ProcessGroupNccl::abort(const std::string& reason) {
+  std::vector<std::shared_ptr<NcclWork>> pending;
+  {
+    std::lock_guard lock(mutex_);  // no operation is being issued meanwhile
+    if (abort_state_->aborted.load(std::memory_order_relaxed)) return;
+    // Works whose kernels finished before the abort complete as they did; the
+    // others fail (after ncclCommAbort an aborted kernel's event fires too).
+    for (auto& weak : issued_) {
+      auto work = weak.lock();
+      if (!work || work->is_completed()) continue;
+      bool fired = false;
+      try {
+        fired = work->event_fired();
+      } catch (const std::exception&) {
+      }
+      if (fired) {
+        work->complete();
+      } else {
+        pending.push_back(std::move(work));
+      }
+    }
+    issued_.clear();
+    abort_state_->reason = reason;
+    abort_state_->aborted.store(true, std::memory_order_release);
+    // Safe while kernels are pending: NCCL stops them and frees the
+    // communicator, which must not be used or destroyed again.
+    abort_comm();
+  }
+  spdlog::warn("ProcessGroupNccl '{}': rank {}/{} aborted: {}", options_.name, rank(), size(),
+               reason);
+  for (auto& work : pending) {
+    work->fail(group_changed(work->op(), work->sequence_number(), reason));
   }
 }
 
@@ -209,26 +263,41 @@ WorkPtr ProcessGroupNccl::enqueue(const char* op, progress::Kind kind, std::uint
                                   const std::function<ncclResult_t()>& launch) {
   const bool collective = kind != progress::Kind::kNone;
   const std::string origin = fmt::format("ProcessGroupNccl::{}", op);
-  tracker_->throw_if_broken();
+  const auto wait_bound = options_.timeout + std::chrono::seconds(10);
   std::lock_guard lock(mutex_);
-  if (!comm_) throw BackendError(origin, "the communicator was aborted");
-  check_cuda(cudaSetDevice(options_.device), origin, "cudaSetDevice");
-  std::uint64_t seq = collective ? next_seq_++ : next_p2p_seq_++;
-  if (collective) {
-    arrivals_->entered(seq);
-    progress_.issued(seq, kind, bytes);
+  if (abort_state_->aborted.load(std::memory_order_acquire)) {
+    const std::uint64_t seq = collective ? next_seq_++ : next_p2p_seq_++;
+    auto failed = std::make_shared<WorkImpl>(seq, op, wait_bound);
+    failed->fail(group_changed(op, seq, abort_state_->reason));
+    return failed;
   }
-  check_nccl(launch(), origin, op);
+  tracker_->throw_if_broken();
+  std::uint64_t seq = 0;
   cudaEvent_t event;
-  check_cuda(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), origin, "cudaEventCreate");
-  auto status = cudaEventRecord(event, stream_);
-  if (status != cudaSuccess) cudaEventDestroy(event);
-  check_cuda(status, origin, "cudaEventRecord");
-  auto work =
-      std::make_shared<NcclWork>(seq, op, options_.timeout + std::chrono::seconds(10), event);
+  {
+    std::lock_guard comm_lock(comm_mutex_);
+    if (!comm_) throw BackendError(origin, "the communicator was aborted");
+    check_cuda(cudaSetDevice(options_.device), origin, "cudaSetDevice");
+    seq = collective ? next_seq_++ : next_p2p_seq_++;
+    if (collective) {
+      arrivals_->entered(seq);
+      progress_.issued(seq, kind, bytes);
+    }
+    check_nccl(launch(), origin, op);
+    check_cuda(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), origin, "cudaEventCreate");
+    auto status = cudaEventRecord(event, stream_);
+    if (status != cudaSuccess) cudaEventDestroy(event);
+    check_cuda(status, origin, "cudaEventRecord");
+  }
+  auto work = std::make_shared<NcclWork>(seq, op, wait_bound, event, abort_state_);
   std::optional<std::uint64_t> collective_seq;
   if (collective) collective_seq = seq;
   tracker_->add(work, collective_seq, [work] { return work->query(); });
+  std::erase_if(issued_, [](const std::weak_ptr<NcclWork>& weak) {
+    auto issued = weak.lock();
+    return !issued || issued->is_completed();
+  });
+  issued_.push_back(work);
   return work;
 }
 

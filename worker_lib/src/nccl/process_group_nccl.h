@@ -5,7 +5,10 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include <atomic>
 #include <mutex>
+#include <string>
+#include <vector>
 
 #include "arrival_tracker.h"
 #include "ddp/worker/process_group_nccl.h"
@@ -13,6 +16,16 @@
 #include "work_tracker.h"
 
 namespace ddp::detail {
+
+class NcclWork;  // process_group_nccl.cc
+
+// Set once by ProcessGroupNccl::abort; shared with the group's Works, which fail
+// with GroupChanged once it is set instead of trusting their CUDA event (the
+// event of an aborted kernel fires too).
+struct NcclAbortState {
+  std::atomic<bool> aborted{false};
+  std::string reason;  // written before `aborted` is set (release), read after (acquire)
+};
 
 class ProcessGroupNccl final : public ProcessGroup {
  public:
@@ -29,6 +42,7 @@ class ProcessGroupNccl final : public ProcessGroup {
   WorkPtr barrier() override;
   WorkPtr send(Buffer buffer, int dst, int tag) override;
   WorkPtr recv(Buffer buffer, int src, int tag) override;
+  void abort(const std::string& reason) override;
 
  private:
   // Enqueues `launch` (an NCCL call on stream_) under the issue-order lock and
@@ -43,8 +57,14 @@ class ProcessGroupNccl final : public ProcessGroup {
   NcclOptions options_;
   std::shared_ptr<ArrivalTracker> arrivals_;
   GroupProgress progress_;  // this group's slot of the progress page
-  std::mutex mutex_;        // issue order and comm_ lifetime
+  // Lock order: mutex_, then the tracker's lock or comm_mutex_; the watchdog
+  // takes comm_mutex_ (the async_error hook) while it holds the tracker's lock,
+  // so comm_mutex_ is never held while taking the tracker's.
+  std::mutex mutex_;       // issue order; issued_, next_*_seq_
+  std::mutex comm_mutex_;  // comm_'s lifetime and every NCCL call on it
   ncclComm_t comm_ = nullptr;
+  std::shared_ptr<NcclAbortState> abort_state_ = std::make_shared<NcclAbortState>();
+  std::vector<std::weak_ptr<NcclWork>> issued_;  // not yet seen completed
   cudaStream_t stream_ = nullptr;
   void* barrier_scratch_ = nullptr;
   std::uint64_t next_seq_ = 0;

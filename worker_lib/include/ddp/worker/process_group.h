@@ -107,6 +107,15 @@ class ProcessGroup {
   virtual WorkPtr send(Buffer buffer, int dst, int tag = 0) = 0;
   virtual WorkPtr recv(Buffer buffer, int src, int tag = 0) = 0;
 
+  // Ends the group because the job's membership changed: every operation
+  // still pending and every later one fails with GroupChanged naming `reason`,
+  // at once (Gloo closes its connections, so peers blocked on this rank fail
+  // too; NCCL aborts its communicator with ncclCommAbort). Never waits for the
+  // peers. Thread-safe (any thread, while collectives run) and idempotent: the
+  // first reason stays. The group cannot be used again; a worker that recovers
+  // in place re-forms (ddp::reform, recovery.h) and gets a new one.
+  virtual void abort(const std::string& reason) = 0;
+
  protected:
   ProcessGroup(int rank, int size) : rank_(rank), size_(size) {}
 

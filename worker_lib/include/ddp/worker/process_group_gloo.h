@@ -29,12 +29,28 @@
 // Sequence numbers: collectives are numbered 0, 1, 2, ... per group; send/recv
 // are numbered separately (they are not collectives: only two ranks take part).
 //
+// Abort (ProcessGroup::abort, from any thread): queued operations and every
+// later one fail at once with GroupChanged naming the reason. The operation in
+// flight is woken at once (every TCP connection of the group is closed with a
+// reset, the shared-memory segment is marked aborted) and fails with
+// GroupChanged too; a Work that had completed stays completed. The peers'
+// operations that wait on this rank fail with NetworkError, and so does the
+// rest of their group: every group has a watcher thread that, within 100 ms of
+// one of its connections being reset by a peer (a peer that aborted, or died
+// with data unread), fails every connection of the group (with a reset too, so
+// the failure spreads to every rank of the old group) and the shared-memory
+// all-reduce fails on every rank once one rank aborted. A connection closed in
+// order (a peer that destroyed its group) still fails only the operations that
+// use it. The destructor of an aborted group returns promptly.
+//
 // Destruction fails queued operations with ShutdownError and waits for the one
 // in flight (bounded by options.timeout).
 #pragma once
 
 #include <chrono>
 #include <cstddef>
+#include <exception>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -82,6 +98,12 @@ struct GlooOptions {
   std::size_t shm_slot_bytes = 1024 * 1024;
   // Name used in logs and error messages.
   std::string name = "default";
+  // Called on the group's thread with a collective's failure (a broken
+  // connection, a timeout; not an abort) before its Work fails with it;
+  // returns the error to report. The worker library's in-place recovery
+  // waits there for the agent's word, so that a failure a change of
+  // membership caused reads GroupChanged. Empty: the failure as it is.
+  std::function<std::exception_ptr(std::exception_ptr)> on_failure;
 };
 
 // Creates the group: `store` is this group's own namespace (a PrefixStore per

@@ -15,6 +15,13 @@
 // communicator (ncclCommAbort) and fails every outstanding Work with
 // TimeoutError / BackendError naming the operation, its sequence number and
 // (for timeouts) the ranks that did not arrive; later operations fail at once.
+//
+// Abort (ProcessGroup::abort, from any thread): a Work whose CUDA event already
+// fired completes; every other outstanding Work, and every later operation
+// (returned as a Work that failed already), fails with GroupChanged naming the
+// reason. The communicator is aborted with ncclCommAbort, which stops the
+// kernels still pending; the peers' kernels waiting on this rank are left to
+// their own abort or to their watchdog's timeout.
 #pragma once
 
 #include <chrono>
