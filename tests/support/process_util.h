@@ -138,10 +138,12 @@ struct Child {
 // <dir>/<tag>.stderr (both truncated). The child gets nothing of this process
 // but descriptors 0, 1 and 2, so that the descriptors a test finds in it (or
 // in its children) are its own; and SIGPIPE at its default action, whatever
-// this process does with it.
+// this process does with it. `pass_fds`: descriptors of this process the
+// child gets as 3, 4, ... in this order.
 inline Child spawn(const std::vector<std::string>& argv,
                    const std::map<std::string, std::string>& env, const fs::path& dir,
-                   const std::string& tag = "ddprun", SpawnOptions options = {}) {
+                   const std::string& tag = "ddprun", SpawnOptions options = {},
+                   const std::vector<int>& pass_fds = {}) {
   Child child;
   child.out = dir / (tag + ".stdout");
   child.err = dir / (tag + ".stderr");
@@ -177,7 +179,15 @@ inline Child spawn(const std::vector<std::string>& argv,
     ::signal(SIGPIPE, SIG_DFL);  // an ignored SIGPIPE would survive the exec
     ::dup2(out, STDOUT_FILENO);
     ::dup2(err, STDERR_FILENO);
-    ::close_range(3, ~0U, 0);
+    // Out of the way first (a passed descriptor may be one of 3, 4, ...), then in place.
+    constexpr int kHigh = 1000;
+    for (std::size_t i = 0; i < pass_fds.size(); ++i) {
+      ::dup2(pass_fds[i], kHigh + static_cast<int>(i));
+    }
+    for (std::size_t i = 0; i < pass_fds.size(); ++i) {
+      ::dup2(kHigh + static_cast<int>(i), 3 + static_cast<int>(i));
+    }
+    ::close_range(3 + static_cast<unsigned>(pass_fds.size()), ~0U, 0);
     ::execve(args[0], args.data(), envp.data());
     [[maybe_unused]] ssize_t written = ::write(STDERR_FILENO, cannot.data(), cannot.size());
     ::_exit(127);

@@ -1,11 +1,13 @@
 #include "ddp/worker/ddp.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include "ddp/common/error.h"
+#include "grad_ops.h"
 
 namespace ddp {
 namespace {
@@ -178,8 +180,6 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<ProcessGroup> g
     : group_(std::move(group)), params_(std::move(params)), buffers_(std::move(buffers)),
       options_(std::move(options)) {
   if (!group_) throw InvalidArgument(kOrigin, "the process group is null");
-  std::vector<TensorMeta> metas;
-  std::vector<GradientSpec> specs;
   for (std::size_t i = 0; i < params_.size(); ++i) {
     Parameter& p = params_[i];
     if (p.shape.empty()) p.shape = {static_cast<std::int64_t>(p.value.count)};
@@ -194,18 +194,67 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<ProcessGroup> g
                                i, p.name, p.grad.count, to_string(p.grad.dtype), p.value.count,
                                to_string(p.value.dtype)));
     }
-    metas.push_back({p.name, p.shape, p.value.dtype});
+  }
+  construction_collectives(*group_, /*keep_values=*/false);
+  reducer_ = std::make_unique<Reducer>(group_, gradient_specs(), options_.reducer);
+}
+
+std::vector<GradientSpec> DistributedDataParallel::gradient_specs() const {
+  const bool view = options_.reducer.gradient_as_bucket_view;
+  std::vector<GradientSpec> specs;
+  specs.reserve(params_.size());
+  for (const Parameter& p : params_) {
     Buffer g = view ? Buffer{nullptr, p.value.count, p.value.dtype, p.value.device} : p.grad;
     specs.push_back({p.name, p.shape, g});
   }
-  if (options_.check_consistency) check_parameter_consistency(*group_, metas);
-  if (options_.broadcast_parameters) {
-    std::vector<Buffer> values;
-    for (const auto& p : params_) values.push_back(p.value);
-    for (const auto& b : buffers_) values.push_back(b.value);
-    broadcast_coalesced(*group_, values, 0);
+  return specs;
+}
+
+void DistributedDataParallel::construction_collectives(ProcessGroup& group, bool keep_values) {
+  if (options_.check_consistency) {
+    std::vector<TensorMeta> metas;
+    metas.reserve(params_.size());
+    for (const Parameter& p : params_) metas.push_back({p.name, p.shape, p.value.dtype});
+    check_parameter_consistency(group, metas);
   }
-  reducer_ = std::make_unique<Reducer>(group_, std::move(specs), options_.reducer);
+  if (!options_.broadcast_parameters) return;
+  std::vector<Buffer> values;
+  for (const auto& p : params_) values.push_back(p.value);
+  for (const auto& b : buffers_) values.push_back(b.value);
+  std::vector<std::uint64_t> scratch;
+  if (keep_values && group.rank() != 0) {
+    // The same messages (counts, dtypes, devices, so the same packing) into
+    // one scratch area that every view shares: only the last one received
+    // lands there, and nothing reads it.
+    std::size_t largest = 0;
+    for (const Buffer& b : values) largest = std::max(largest, b.nbytes());
+    scratch.assign((largest + 7) / 8, 0);
+    for (Buffer& b : values) b.data = scratch.data();
+  }
+  broadcast_coalesced(group, values, 0);
+}
+
+void DistributedDataParallel::reform(std::shared_ptr<ProcessGroup> group) {
+  if (!group) throw InvalidArgument(kOrigin, "reform(): the process group is null");
+  if (!reducer_->sync_enabled()) {
+    throw InvalidArgument(kOrigin,
+                          "reform() called while a no_sync() guard is alive: the guard refers to "
+                          "the Reducer that reform() replaces; let it go out of scope first");
+  }
+  // The interrupted step's gradients go: a newcomer's are zero too.
+  if (!options_.reducer.gradient_as_bucket_view) {
+    for (const Parameter& p : params_) {
+      if (p.grad.data != nullptr) grad_ops::zero(p.grad);
+    }
+  }
+  in_forward_ = false;
+  pending_forward_ms_ = 0;
+  construction_collectives(*group, /*keep_values=*/true);
+  auto reducer = std::make_unique<Reducer>(group, gradient_specs(), options_.reducer);
+  // The old Reducer waits for its in-flight reductions (failed at once when
+  // its group was aborted) as it goes.
+  reducer_ = std::move(reducer);
+  group_ = std::move(group);
 }
 
 void DistributedDataParallel::begin_forward() {

@@ -44,15 +44,36 @@ DistributedSampler::DistributedSampler(std::size_t dataset_size, int num_replica
     throw InvalidArgument("DistributedSampler",
                           fmt::format("rank {} is outside [0, {}]", rank, num_replicas - 1));
   }
-  const auto replicas = static_cast<std::size_t>(num_replicas);
-  if (drop_last_ && dataset_size_ % replicas != 0) {
+  update_sizes();
+}
+
+void DistributedSampler::update_sizes() {
+  // torch's split of a dataset of `remaining` entries.
+  const std::size_t remaining = dataset_size_ - position_;
+  const auto replicas = static_cast<std::size_t>(num_replicas_);
+  if (drop_last_ && remaining % replicas != 0) {
     // Python: math.ceil((len - num_replicas) / num_replicas), with true division.
-    num_samples_ =
-        dataset_size_ < replicas ? 0 : (dataset_size_ - replicas + replicas - 1) / replicas;
+    num_samples_ = remaining < replicas ? 0 : (remaining - replicas + replicas - 1) / replicas;
   } else {
-    num_samples_ = (dataset_size_ + replicas - 1) / replicas;
+    num_samples_ = (remaining + replicas - 1) / replicas;
   }
   total_size_ = num_samples_ * replicas;
+}
+
+void DistributedSampler::set_epoch(std::uint64_t epoch) {
+  epoch_ = epoch;
+  position_ = 0;
+  update_sizes();
+}
+
+void DistributedSampler::set_position(std::size_t consumed) {
+  if (consumed > dataset_size_) {
+    throw InvalidArgument(
+        "DistributedSampler",
+        fmt::format("set_position({}): the data set has only {} samples", consumed, dataset_size_));
+  }
+  position_ = consumed;
+  update_sizes();
 }
 
 std::vector<std::int64_t> DistributedSampler::indices() const {
@@ -63,6 +84,7 @@ std::vector<std::int64_t> DistributedSampler::indices() const {
     all.resize(dataset_size_);
     for (std::size_t i = 0; i < dataset_size_; ++i) all[i] = static_cast<std::int64_t>(i);
   }
+  all.erase(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(position_));
   if (!drop_last_) {
     // Pad by repeating the list from its start (several times when it is short).
     const std::size_t n = all.size();

@@ -4,6 +4,11 @@
 #include <mutex>
 #include <thread>
 
+#include "abortable_store.h"
+#include "control_client.h"
+#include "ddp/worker/recovery.h"
+#include "progress_recorder.h"
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -33,6 +38,14 @@ struct State {
   int local_world_size = 1;
   std::unique_ptr<StoreServer> server;  // env:// on rank 0
   std::shared_ptr<Store> store;         // the job's store, prefixed
+  // ddprun's store before the round's prefix, and where it is (a round of an
+  // in-place recovery may name another one).
+  std::shared_ptr<Store> base_store;
+  std::string store_addr;
+  int store_port = 0;
+  std::string store_token;
+  // The agent's control channel when this worker recovers in place.
+  detail::ControlClient* control = nullptr;
   std::shared_ptr<ProcessGroup> group;
   std::vector<std::shared_ptr<ProcessGroup>> subgroups;
   int next_group = 0;
@@ -80,6 +93,9 @@ std::shared_ptr<ProcessGroup> make_group(const std::string& backend, std::shared
     GlooOptions gloo = options.gloo;
     gloo.timeout = options.timeout;
     gloo.name = name;
+    if (auto* control = detail::ControlClient::get(); control != nullptr && !gloo.on_failure) {
+      gloo.on_failure = [control](std::exception_ptr error) { return control->explain(error); };
+    }
     return make_gloo_process_group(std::move(store), rank, size, gloo);
   }
   if (backend == "nccl") {
@@ -91,6 +107,64 @@ std::shared_ptr<ProcessGroup> make_group(const std::string& backend, std::shared
   }
   throw InvalidArgument("init_process_group",
                         fmt::format("unknown backend '{}' (expected gloo or nccl)", backend));
+}
+
+// A group of the current round: with in-place recovery, aborted when the round ends.
+std::shared_ptr<ProcessGroup> round_group(State& s, std::shared_ptr<ProcessGroup> group) {
+  if (s.control != nullptr && group) s.control->track(group);
+  return group;
+}
+
+// The round's store: `base` inside `prefix`, its waits ended by the round's
+// abort when this worker recovers in place.
+std::shared_ptr<Store> round_store(const State& s, std::shared_ptr<Store> base,
+                                   const std::string& prefix) {
+  if (s.control != nullptr) {
+    base = std::make_shared<detail::AbortableStore>(std::move(base), s.control->signal());
+  }
+  return prefix.empty() ? base : std::make_shared<PrefixStore>(prefix, std::move(base));
+}
+
+std::shared_ptr<Store> connect_store(const std::string& host, int port, const std::string& token,
+                                     std::chrono::milliseconds timeout) {
+  TcpStoreOptions tcp;
+  tcp.host = host;
+  tcp.port = static_cast<std::uint16_t>(port);
+  tcp.token = token;
+  tcp.connect_timeout = timeout;
+  tcp.timeout = timeout;
+  return std::make_shared<TcpStore>(tcp);
+}
+
+// What the agent's `round` message says of the round to join.
+struct RoundFacts {
+  int round = 0;
+  int rank = 0;
+  int world_size = 0;
+  std::string store_addr;
+  int store_port = 0;
+  std::string store_prefix;
+};
+
+RoundFacts round_facts(const control::Message& m) {
+  auto field = [&](const char* name, std::int64_t min, std::int64_t max) {
+    auto value = m.integer(name);
+    if (!value || *value < min || *value > max) {
+      throw ProtocolError(
+          "ddp::reform",
+          fmt::format("the agent's round message has no valid {} ('{}')", name, m.text(name)));
+    }
+    return static_cast<int>(*value);
+  };
+  RoundFacts f;
+  f.round = field("round", 0, 1 << 30);
+  f.world_size = field("world_size", 1, 1 << 20);
+  f.rank = field("rank", 0, f.world_size - 1);
+  f.store_port = field("store_port", 1, 65535);
+  f.store_addr = m.text("store_addr");
+  f.store_prefix = m.text("store_prefix");
+  if (f.store_addr.empty()) throw ProtocolError("ddp::reform", "the agent's round names no store");
+  return f;
 }
 
 State& initialized_state(const char* what) {
@@ -119,9 +193,8 @@ void init_process_group(InitOptions options) {
     throw InvalidArgument(origin,
                           fmt::format("timeout {} ms must be positive", options.timeout.count()));
   }
-  const int world =
-      options.world_size ? *options.world_size : require_int(names::kWorldSize, 1, 1 << 20);
-  const int rank = options.rank ? *options.rank : require_int(names::kRank, 0, world - 1);
+  int world = options.world_size ? *options.world_size : require_int(names::kWorldSize, 1, 1 << 20);
+  int rank = options.rank ? *options.rank : require_int(names::kRank, 0, world - 1);
   if (world < 1 || rank < 0 || rank >= world) {
     throw InvalidArgument(origin, fmt::format("rank {} is outside [0, {})", rank, world));
   }
@@ -131,19 +204,18 @@ void init_process_group(InitOptions options) {
   std::unique_ptr<StoreServer> server;
   std::shared_ptr<Store> store = options.store;
   std::string store_host;
+  std::shared_ptr<Store> base_store;
+  std::string store_prefix;
+  int store_port = 0;
+  std::string store_token;
   if (!store) {
     if (auto addr = env::get(names::kStoreAddr); addr && !addr->empty()) {
       // ddprun: the agent's store, namespaced per rendezvous round and restart.
-      TcpStoreOptions tcp;
-      tcp.host = *addr;
-      tcp.port = static_cast<std::uint16_t>(require_int(names::kStorePort, 1, 65535));
-      tcp.token = env::get_or(names::kStoreToken, "");
-      tcp.connect_timeout = options.timeout;
-      tcp.timeout = options.timeout;
-      store_host = tcp.host;
-      std::shared_ptr<Store> base = std::make_shared<TcpStore>(tcp);
-      auto prefix = env::get_or(names::kStorePrefix, "");
-      store = prefix.empty() ? base : std::make_shared<PrefixStore>(prefix, base);
+      store_host = *addr;
+      store_port = require_int(names::kStorePort, 1, 65535);
+      store_token = env::get_or(names::kStoreToken, "");
+      base_store = connect_store(store_host, store_port, store_token, options.timeout);
+      store_prefix = env::get_or(names::kStorePrefix, "");
     } else {
       // env://: rank 0 hosts the store on MASTER_PORT.
       TcpStoreOptions tcp;
@@ -166,6 +238,9 @@ void init_process_group(InitOptions options) {
           fmt::format("env/{}", env::get_or(names::kRestartCount, "0")), base);
     }
   }
+  // In-place recovery needs the agent's channel, and ddprun's store to re-form in.
+  if (options.recover_in_place && base_store) s.control = detail::ControlClient::open();
+  if (base_store) store = round_store(s, base_store, store_prefix);
   if (options.gloo.iface.empty() && options.gloo.hostname.empty()) {
     if (auto iface = env::get(names::kGlooSocketIfname); iface && !iface->empty()) {
       options.gloo.iface = *iface;
@@ -175,8 +250,27 @@ void init_process_group(InitOptions options) {
       options.gloo.hostname = "127.0.0.1";  // single node: stay on loopback
     }
   }
-  auto group = make_group(options.backend, std::make_shared<PrefixStore>("pg/default", store), rank,
-                          world, options, local_rank, "default");
+  std::shared_ptr<ProcessGroup> group;
+  for (;;) {
+    try {
+      group = round_group(
+          s, make_group(options.backend, std::make_shared<PrefixStore>("pg/default", store), rank,
+                        world, options, local_rank, "default"));
+      break;
+    } catch (const std::exception&) {
+      if (s.control == nullptr || !s.control->signal()->is_set()) throw;
+    }
+    // The round ended while this worker joined it: join the one the agent names next.
+    const RoundFacts next = round_facts(s.control->wait_next_round(options.timeout).message);
+    if (next.store_addr != store_host || next.store_port != store_port) {
+      store_host = next.store_addr;
+      store_port = next.store_port;
+      base_store = connect_store(store_host, store_port, store_token, options.timeout);
+    }
+    store = round_store(s, base_store, next.store_prefix);
+    rank = next.rank;
+    world = next.world_size;
+  }
 
   s.options = options;
   s.rank = rank;
@@ -185,6 +279,10 @@ void init_process_group(InitOptions options) {
   s.local_world_size = local_world;
   s.server = std::move(server);
   s.store = std::move(store);
+  s.base_store = std::move(base_store);
+  s.store_addr = store_host;
+  s.store_port = store_port;
+  s.store_token = store_token;
   s.group = std::move(group);
   s.next_group = 0;
   s.logger = log::init(fmt::format("rank {}", rank), spdlog::level::info);
@@ -300,6 +398,72 @@ std::shared_ptr<spdlog::logger> logger() {
   std::lock_guard lock(s.mutex);
   if (s.logger) return s.logger;
   return log::get("ddp");
+}
+
+bool recovers_in_place() {
+  auto& s = state();
+  std::lock_guard lock(s.mutex);
+  return s.initialized && s.control != nullptr;
+}
+
+Reformed reform() {
+  auto& s = state();
+  std::lock_guard lock(s.mutex);
+  const char* origin = "ddp::reform";
+  initialized_state(origin);
+  if (s.control == nullptr) {
+    throw InvalidArgument(origin,
+                          "this worker does not recover in place (it needs "
+                          "InitOptions::recover_in_place and an agent's control channel: ddprun)");
+  }
+  const auto started = std::chrono::steady_clock::now();
+  Reformed reformed;
+  reformed.previous_rank = s.rank;
+  reformed.previous_world_size = s.world_size;
+  // The ended round's groups go (aborted: their destructors do not wait for
+  // peers), and with them their slots of the progress page.
+  s.subgroups.clear();
+  s.group.reset();
+  s.next_group = 0;
+  detail::release_group_progress();
+  auto next = s.control->wait_next_round(s.options.timeout);
+  const auto named = std::chrono::steady_clock::now();
+  const RoundFacts facts = round_facts(next.message);
+  try {
+    if (facts.store_addr != s.store_addr || facts.store_port != s.store_port) {
+      // The store moved (its host was lost): the round's agents name the new one.
+      s.base_store =
+          connect_store(facts.store_addr, facts.store_port, s.store_token, s.options.timeout);
+      s.store_addr = facts.store_addr;
+      s.store_port = facts.store_port;
+    }
+    s.store = round_store(s, s.base_store, facts.store_prefix);
+    s.group = round_group(
+        s, make_group(s.options.backend, std::make_shared<PrefixStore>("pg/default", s.store),
+                      facts.rank, facts.world_size, s.options, s.local_rank, "default"));
+  } catch (const std::exception& e) {
+    if (!next.signal->is_set()) throw;
+    throw GroupChanged(origin, fmt::format("round {} ended while this worker joined it ({}): {}",
+                                           facts.round, next.signal->why(), e.what()));
+  }
+  s.rank = facts.rank;
+  s.world_size = facts.world_size;
+  s.logger = log::init(fmt::format("rank {}", s.rank), spdlog::level::info);
+  reformed.round = facts.round;
+  reformed.rank = facts.rank;
+  reformed.world_size = facts.world_size;
+  const auto built = std::chrono::steady_clock::now();
+  reformed.seconds = std::chrono::duration<double>(built - started).count();
+  control::Message note("reformed");
+  note.set("round", facts.round)
+      .set("rank", facts.rank)
+      .set("wait_seconds", std::chrono::duration<double>(named - started).count())
+      .set("build_seconds", std::chrono::duration<double>(built - named).count());
+  s.control->send(note);
+  s.logger->info("re-formed in place: round {}, rank {}/{} (was {}/{}), {:.3f} s", facts.round,
+                 facts.rank, facts.world_size, reformed.previous_rank, reformed.previous_world_size,
+                 reformed.seconds);
+  return reformed;
 }
 
 }  // namespace ddp

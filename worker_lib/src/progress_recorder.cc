@@ -66,6 +66,22 @@ GroupProgress::GroupProgress(const std::string& name, int rank, int size) {
   slot_ = &slot;
 }
 
+void release_group_progress() {
+  progress::Page* page = progress_page();
+  if (page == nullptr) return;
+  for (auto& slot : page->groups) {
+    slot.in_use.store(0, std::memory_order_release);  // first: readers skip the slot
+    slot.issued.store(0, std::memory_order_relaxed);
+    slot.completed.store(0, std::memory_order_relaxed);
+    slot.last_kind.store(0, std::memory_order_relaxed);
+    slot.last_bytes.store(0, std::memory_order_relaxed);
+    slot.last_issued_ns.store(0, std::memory_order_relaxed);
+    slot.last_completed_ns.store(0, std::memory_order_relaxed);
+    slot.waiting_since_ns.store(0, std::memory_order_relaxed);
+  }
+  page->groups_claimed.store(0, std::memory_order_release);
+}
+
 void StepProgress::gradients_ready() {
   if (progress_page() == nullptr) return;
   ready_ns_ = progress::now_ns();

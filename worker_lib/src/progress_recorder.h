@@ -24,6 +24,11 @@ progress::Page* progress_page();
 // Null (and the descriptor left alone) for anything else. Exposed for tests.
 progress::Page* map_progress_page(const char* fd_text);
 
+// Frees every group slot of the page (in-place recovery: the groups of the
+// round that ended are gone, the next round's claim slots from the first).
+// Groups made before must not record afterwards (aborted ones do not).
+void release_group_progress();
+
 // One process group's slot of the page (null when none is left or no page).
 class GroupProgress {
  public:

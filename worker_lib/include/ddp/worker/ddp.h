@@ -19,6 +19,30 @@
 // parameters with the same shapes and dtypes, throwing InvalidArgument on every
 // rank on a mismatch (naming the first differing parameter), then copies rank
 // 0's parameter and buffer values to every rank.
+//
+// reform(group) (in-place recovery, see ddp::reform() in recovery.h): after
+// the old group was aborted (GroupChanged), moves the model onto the new
+// group. The interrupted step is dropped: the old Reducer goes (after waiting
+// for its in-flight reductions, which fail at once on an aborted group), with
+// its bucket state and its no_sync state, and the gradients are zeroed (the
+// caller's buffers; the bucket views of gradient_as_bucket_view are new and
+// zero, at other addresses: fetch grad(i) again after reform(); the new
+// Reducer's layout_version() starts over, so it cannot tell). Then reform()
+// makes the collectives construction makes (the consistency check when
+// check_consistency is set, the broadcast of rank 0's parameters and buffers
+// when broadcast_parameters is set) and builds a new Reducer with the same
+// options, so a survivor calling reform() matches a newcomer that constructs
+// a fresh DistributedDataParallel on the same group. Unlike construction,
+// reform() takes part in the broadcast without changing this rank's values
+// (it receives into scratch memory): rank 0 of the new group may be a
+// newcomer, whose values must not overwrite the survivors'. Make the replicas
+// identical afterwards with ReplicaState::sync (replica_state.h), which copies
+// the lowest live rank's state. A stateful comm hook is kept as it is (a
+// newcomer's starts fresh). Throws InvalidArgument when the group is null or a
+// no_sync() guard is alive (let it go out of scope first), and what the
+// collectives throw; after a failed reform() the model keeps the old (aborted)
+// group and Reducer, and reform() may be called again with another group.
+//
 // Threading and errors: as the Reducer's.
 #pragma once
 
@@ -65,6 +89,10 @@ class DistributedDataParallel {
   DistributedDataParallel(std::shared_ptr<ProcessGroup> group, std::vector<Parameter> params,
                           std::vector<ModuleBuffer> buffers = {}, DdpOptions options = {});
 
+  // Moves the model onto a new group after a re-form; see the header comment.
+  // Collective on `group`.
+  void reform(std::shared_ptr<ProcessGroup> group);
+
   void begin_forward();
   void begin_backward();
   void grad_ready(std::size_t i) { reducer_->mark_grad_ready(i); }
@@ -79,8 +107,14 @@ class DistributedDataParallel {
   [[nodiscard]] Reducer::NoSyncGuard no_sync() { return reducer_->no_sync(); }
   Reducer& reducer() { return *reducer_; }
   DdpStats stats() const;
+  ProcessGroup& group() const { return *group_; }
 
  private:
+  std::vector<GradientSpec> gradient_specs() const;
+  // The collectives of construction on `group`; with keep_values, rank != 0
+  // receives the broadcast into scratch memory.
+  void construction_collectives(ProcessGroup& group, bool keep_values);
+
   std::shared_ptr<ProcessGroup> group_;
   std::vector<Parameter> params_;
   std::vector<ModuleBuffer> buffers_;

@@ -49,9 +49,15 @@ struct InitOptions {
   std::shared_ptr<Store> store;
   // Gloo transport settings (hostname/iface are filled from the environment when empty).
   GlooOptions gloo;
+  // Recover in place (recovery.h): when the job's membership changes, keep
+  // this process and re-form its groups instead of being restarted. Takes
+  // effect under an agent that offers a control channel (ddprun).
+  bool recover_in_place = false;
 };
 
 // Joins the default group. Blocks until every rank has joined (at most timeout).
+// With recover_in_place, a round that ends while this worker joins it is
+// followed into the next one (the agent names it), within the same timeout.
 // Throws InvalidArgument (bad/missing environment, unknown backend, already
 // initialized), TimeoutError / NetworkError (store or peers unreachable).
 void init_process_group(InitOptions options = {});

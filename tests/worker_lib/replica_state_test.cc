@@ -1,0 +1,286 @@
+// ReplicaState::sync over real Gloo groups (ranks as threads over a
+// MemoryStore): which rank's state wins (rank 0 at a fresh start, the lowest
+// live rank after a re-form), that buffers of every kind and the counters
+// travel, and that registrations that differ fail on every rank without moving
+// anything.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ddp/common/error.h"
+#include "ddp/worker/replica_state.h"
+#include "test_util.h"
+
+namespace ddp::test {
+namespace {
+
+// One replica's memory: parameters (float32), optimizer state (float64), a
+// uint8 buffer, an empty buffer, and two counters. Not movable once registered.
+struct Replica {
+  std::vector<float> w;
+  std::vector<double> m;
+  std::vector<std::uint8_t> flags;
+  std::vector<float> empty;
+  std::int64_t step = 0;
+  std::int64_t epoch = 0;
+  ReplicaState state;
+
+  explicit Replica(int v) { fill(v); }
+  Replica(const Replica&) = delete;
+  Replica& operator=(const Replica&) = delete;
+
+  void fill(int v) {
+    w.assign(1000, static_cast<float>(v) + 0.5f);
+    m.assign(37, 2.0 * v);
+    flags.assign(3, static_cast<std::uint8_t>(v));
+    step = 10 * v;
+    epoch = v;
+  }
+  bool holds(int v) const {
+    for (float x : w)
+      if (x != static_cast<float>(v) + 0.5f) return false;
+    for (double x : m)
+      if (x != 2.0 * v) return false;
+    for (auto x : flags)
+      if (x != static_cast<std::uint8_t>(v)) return false;
+    return step == 10 * v && epoch == v;
+  }
+  void register_all() {
+    state.add("w", Buffer::of(w));
+    state.add("m", Buffer::of(m));
+    state.add("flags", Buffer::of(flags));
+    state.add("empty", Buffer::of(empty));
+    state.add("step", &step);
+    state.add("epoch", &epoch);
+  }
+};
+
+constexpr std::size_t kReplicaBytes = 1000 * 4 + 37 * 8 + 3 + 0 + 2 * 8;
+
+std::vector<std::unique_ptr<Replica>> make_replicas(const std::vector<int>& values) {
+  std::vector<std::unique_ptr<Replica>> out;
+  for (int v : values) {
+    out.push_back(std::make_unique<Replica>(v));
+    out.back()->register_all();
+  }
+  return out;
+}
+
+std::vector<std::shared_ptr<ProcessGroup>> groups_of(int n) {
+  return make_groups(n, std::make_shared<MemoryStore>());
+}
+
+TEST(ReplicaState, FreshStartTakesRankZero) {
+  auto groups = groups_of(3);
+  auto replicas = make_replicas({1, 2, 3});
+  EXPECT_EQ(replicas[0]->state.bytes(), kReplicaBytes);
+  EXPECT_EQ(replicas[0]->state.size(), 6u);
+  std::vector<SyncResult> results(3);
+  run_threads(3, [&](int r) {
+    EXPECT_FALSE(replicas[r]->state.live());
+    results[r] = replicas[r]->state.sync(*groups[r]);
+  });
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_TRUE(replicas[r]->holds(1)) << "rank " << r;
+    EXPECT_TRUE(replicas[r]->state.live());
+    EXPECT_EQ(results[r].root, 0);
+    EXPECT_EQ(results[r].received, r != 0);
+    EXPECT_EQ(results[r].bytes, kReplicaBytes);
+    EXPECT_GE(results[r].seconds, 0.0);
+  }
+}
+
+TEST(ReplicaState, NewcomerAtRankZeroReceivesTheLowestLiveRanksState) {
+  // The old world: the future survivors sync once (they become live), then
+  // train on, and diverge (rank 2 of the old world got one step further).
+  auto old_groups = groups_of(2);
+  auto survivors = make_replicas({5, 6});
+  run_threads(2, [&](int r) { survivors[r]->state.sync(*old_groups[r]); });
+  survivors[0]->fill(7);
+  survivors[1]->fill(8);
+
+  // The new world: a newcomer at rank 0, the survivors at ranks 1 and 2.
+  auto newcomer = make_replicas({-1});
+  std::vector<Replica*> world = {newcomer[0].get(), survivors[0].get(), survivors[1].get()};
+  auto groups = groups_of(3);
+  std::vector<SyncResult> results(3);
+  run_threads(3, [&](int r) { results[r] = world[r]->state.sync(*groups[r]); });
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_TRUE(world[r]->holds(7)) << "rank " << r;
+    EXPECT_TRUE(world[r]->state.live());
+    EXPECT_EQ(results[r].root, 1);
+    EXPECT_EQ(results[r].received, r != 1);
+    EXPECT_EQ(results[r].bytes, kReplicaBytes);
+  }
+}
+
+TEST(ReplicaState, AllLiveRankZeroWinsAndIsLeftUntouched) {
+  auto groups = groups_of(3);
+  auto replicas = make_replicas({1, 2, 3});
+  run_threads(3, [&](int r) { replicas[r]->state.sync(*groups[r]); });
+  for (int r = 0; r < 3; ++r) replicas[r]->fill(20 + r);
+  const float* w0 = replicas[0]->w.data();
+  std::vector<SyncResult> results(3);
+  run_threads(3, [&](int r) { results[r] = replicas[r]->state.sync(*groups[r]); });
+  EXPECT_EQ(replicas[0]->w.data(), w0);
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_TRUE(replicas[r]->holds(20)) << "rank " << r;
+    EXPECT_EQ(results[r].root, 0);
+    EXPECT_EQ(results[r].received, r != 0);
+  }
+}
+
+TEST(ReplicaState, GroupOfOneMovesNothing) {
+  auto groups = groups_of(1);
+  auto replicas = make_replicas({4});
+  SyncResult result = replicas[0]->state.sync(*groups[0]);
+  EXPECT_EQ(result.root, 0);
+  EXPECT_FALSE(result.received);
+  EXPECT_EQ(result.bytes, 0u);
+  EXPECT_TRUE(replicas[0]->holds(4));
+  EXPECT_TRUE(replicas[0]->state.live());
+}
+
+TEST(ReplicaState, AddRejectsBadRegistrations) {
+  ReplicaState state;
+  std::vector<float> v(4);
+  std::int64_t counter = 0;
+  state.add("v", Buffer::of(v));
+  EXPECT_THROW(state.add("", Buffer::of(v)), InvalidArgument);
+  EXPECT_THROW(state.add("v", &counter), InvalidArgument);  // duplicate name
+  EXPECT_THROW(state.add("c", static_cast<std::int64_t*>(nullptr)), InvalidArgument);
+  EXPECT_THROW(state.add("null", Buffer{nullptr, 3, DType::kFloat32, Device::cpu()}),
+               InvalidArgument);
+  EXPECT_EQ(state.size(), 1u);
+  state.add("c", &counter);
+  EXPECT_EQ(state.bytes(), 4 * 4 + 8u);
+}
+
+struct MismatchCase {
+  std::string name;
+  int odd_rank;
+  // Registers the odd rank's state.
+  void (*register_odd)(Replica&);
+  std::string expected;  // part of every rank's message
+};
+
+void register_short_w(Replica& x) {
+  x.state.add("w", Buffer::of(x.w.data(), 999));
+  x.state.add("m", Buffer::of(x.m));
+  x.state.add("flags", Buffer::of(x.flags));
+  x.state.add("empty", Buffer::of(x.empty));
+  x.state.add("step", &x.step);
+  x.state.add("epoch", &x.epoch);
+}
+void register_float_m(Replica& x) {
+  x.state.add("w", Buffer::of(x.w));
+  x.state.add("m", Buffer{x.m.data(), x.m.size(), DType::kFloat32, Device::cpu()});
+  x.state.add("flags", Buffer::of(x.flags));
+  x.state.add("empty", Buffer::of(x.empty));
+  x.state.add("step", &x.step);
+  x.state.add("epoch", &x.epoch);
+}
+void register_renamed_w(Replica& x) {
+  x.state.add("weights", Buffer::of(x.w));
+  x.state.add("m", Buffer::of(x.m));
+  x.state.add("flags", Buffer::of(x.flags));
+  x.state.add("empty", Buffer::of(x.empty));
+  x.state.add("step", &x.step);
+  x.state.add("epoch", &x.epoch);
+}
+void register_extra(Replica& x) {
+  x.register_all();
+  static thread_local std::int64_t extra = 0;
+  x.state.add("extra", &extra);
+}
+void register_without_epoch(Replica& x) {
+  x.state.add("w", Buffer::of(x.w));
+  x.state.add("m", Buffer::of(x.m));
+  x.state.add("flags", Buffer::of(x.flags));
+  x.state.add("empty", Buffer::of(x.empty));
+  x.state.add("step", &x.step);
+}
+
+TEST(ReplicaState, DifferentRegistrationsThrowOnEveryRankAndMoveNothing) {
+  const std::vector<MismatchCase> cases = {
+      {"count", 2, register_short_w,
+       "rank(s) 2 registered state that differs from rank 0's (the fresh start's rank 0): entry 0 "
+       "is 'w' (float32 x 999, cpu) on rank 2 but 'w' (float32 x 1000, cpu) on rank 0"},
+      {"dtype", 1, register_float_m,
+       "entry 1 is 'm' (float32 x 37, cpu) on rank 1 but 'm' (float64 x 37, cpu) on rank 0"},
+      {"name", 0, register_renamed_w,
+       "rank(s) 1, 2 registered state that differs from rank 0's (the fresh start's rank 0): "
+       "entry 0 is 'w' (float32 x 1000, cpu) on rank 1 but 'weights' (float32 x 1000, cpu) on "
+       "rank 0; entry 0 is 'w' (float32 x 1000, cpu) on rank 2"},
+      {"extra", 2, register_extra,
+       "rank 2 registered 7 entries, rank 0 6: rank 2 has an extra entry 6 'extra' (counter)"},
+      {"missing", 1, register_without_epoch,
+       "rank 1 registered 5 entries, rank 0 6: rank 1 lacks entry 5 'epoch' (counter)"},
+  };
+  auto groups = groups_of(3);
+  for (const auto& c : cases) {
+    std::vector<std::unique_ptr<Replica>> replicas;
+    for (int r = 0; r < 3; ++r) {
+      replicas.push_back(std::make_unique<Replica>(r + 1));
+      if (r == c.odd_rank) {
+        c.register_odd(*replicas.back());
+      } else {
+        replicas.back()->register_all();
+      }
+    }
+    std::vector<std::string> messages(3);
+    run_threads(3, [&](int r) {
+      try {
+        replicas[r]->state.sync(*groups[r]);
+      } catch (const InvalidArgument& e) {
+        messages[r] = e.what();
+      }
+    });
+    for (int r = 0; r < 3; ++r) {
+      EXPECT_NE(messages[r].find(c.expected), std::string::npos)
+          << c.name << ": rank " << r << " threw '" << messages[r] << "'";
+      EXPECT_EQ(messages[r], messages[0]) << c.name << ": every rank says the same";
+      EXPECT_TRUE(replicas[r]->holds(r + 1)) << c.name << ": rank " << r << " was written";
+      EXPECT_FALSE(replicas[r]->state.live()) << c.name;
+    }
+  }
+  // Every rank made the same collectives: the groups still agree.
+  auto replicas = make_replicas({9, 8, 7});
+  run_threads(3, [&](int r) { replicas[r]->state.sync(*groups[r]); });
+  for (int r = 0; r < 3; ++r) EXPECT_TRUE(replicas[r]->holds(9));
+}
+
+TEST(ReplicaState, MismatchIsMeasuredAgainstTheLiveRoot) {
+  auto groups = groups_of(3);
+  auto replicas = make_replicas({1, 2, 3});
+  run_threads(3, [&](int r) { replicas[r]->state.sync(*groups[r]); });
+  // A newcomer at rank 0 whose program registers one entry fewer.
+  auto newcomer = std::make_unique<Replica>(-1);
+  register_without_epoch(*newcomer);
+  std::vector<Replica*> world = {newcomer.get(), replicas[1].get(), replicas[2].get()};
+  for (int r = 1; r < 3; ++r) world[r]->fill(5);
+  std::vector<std::string> messages(3);
+  run_threads(3, [&](int r) {
+    try {
+      world[r]->state.sync(*groups[r]);
+    } catch (const InvalidArgument& e) {
+      messages[r] = e.what();
+    }
+  });
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_NE(messages[r].find("rank(s) 0 registered state that differs from rank 1's (the lowest "
+                               "live rank): rank 0 registered 5 entries, rank 1 6: rank 0 lacks "
+                               "entry 5 'epoch' (counter)"),
+              std::string::npos)
+        << "rank " << r << ": " << messages[r];
+  }
+  EXPECT_TRUE(world[0]->holds(-1));
+  EXPECT_FALSE(world[0]->state.live());
+  EXPECT_TRUE(world[1]->state.live());
+  EXPECT_TRUE(world[2]->state.live());
+}
+
+}  // namespace
+}  // namespace ddp::test

@@ -1,0 +1,230 @@
+#include "control_client.h"
+
+#include <fcntl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstdlib>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "ddp/common/env.h"
+#include "ddp/common/env_contract.h"
+#include "ddp/common/error.h"
+#include "ddp/common/time.h"
+
+namespace ddp::detail {
+
+namespace {
+
+// The descriptor named by `text` when it is a SOCK_SEQPACKET Unix socket
+// (an agent's control channel); -1 for anything else, left alone.
+int control_socket(const char* text) {
+  if (text == nullptr || *text == '\0') return -1;
+  char* end = nullptr;
+  const long fd = std::strtol(text, &end, 10);
+  if (*end != '\0' || fd < 3 || fd > 1 << 20) return -1;
+  int type = 0;
+  int domain = 0;
+  socklen_t len = sizeof(type);
+  if (::getsockopt(static_cast<int>(fd), SOL_SOCKET, SO_TYPE, &type, &len) != 0 ||
+      type != SOCK_SEQPACKET) {
+    return -1;
+  }
+  len = sizeof(domain);
+  if (::getsockopt(static_cast<int>(fd), SOL_SOCKET, SO_DOMAIN, &domain, &len) != 0 ||
+      domain != AF_UNIX) {
+    return -1;
+  }
+  // Programs this worker starts must not inherit it.
+  ::fcntl(static_cast<int>(fd), F_SETFD, FD_CLOEXEC);
+  return static_cast<int>(fd);
+}
+
+}  // namespace
+
+struct ControlClient::State {
+  int fd = -1;
+  std::mutex mutex;
+  std::condition_variable cv;
+  std::shared_ptr<AbortSignal> current = std::make_shared<AbortSignal>();
+  std::vector<std::weak_ptr<ProcessGroup>> groups;  // of the current round
+  std::optional<NextRound> next;                    // named by the agent, not joined yet
+  std::string stopped;                              // why in-place recovery is over
+  // How long a failed collective waits for the agent's word (explain()).
+  std::chrono::milliseconds grace{0};
+  std::thread reader;
+};
+
+namespace {
+std::mutex open_mutex;
+bool opened = false;
+ControlClient* the_client = nullptr;  // lives as long as the process
+}  // namespace
+
+ControlClient* ControlClient::open() {
+  std::lock_guard lock(open_mutex);
+  if (opened) return the_client;
+  opened = true;
+  const char* text = std::getenv(env_names::kControlFd);
+  const int fd = control_socket(text);
+  if (fd < 0) {
+    if (text != nullptr && *text != '\0') {
+      spdlog::warn(
+          "{}={} is not an agent's control channel: this worker will be restarted, "
+          "not recovered in place",
+          env_names::kControlFd, text);
+    }
+    return nullptr;
+  }
+  auto* client = new ControlClient(fd);  // never deleted: its thread may outlive main()
+  control::Message hello("hello");
+  hello.set("in_place", 1).set("pid", static_cast<std::int64_t>(::getpid()));
+  if (!client->send(hello)) {
+    spdlog::warn("the agent's control channel is closed: this worker will not recover in place");
+  }
+  client->state_->reader = std::thread([client] { client->read_loop(); });
+  the_client = client;
+  return client;
+}
+
+ControlClient* ControlClient::get() {
+  std::lock_guard lock(open_mutex);
+  return the_client;
+}
+
+ControlClient::ControlClient(int fd) : state_(std::make_shared<State>()) {
+  state_->fd = fd;
+  state_->grace = std::chrono::milliseconds(
+      std::clamp<std::int64_t>(env::get_int(env_names::kChangeGraceMs).value_or(0), 0, 600000));
+}
+
+std::shared_ptr<AbortSignal> ControlClient::signal() {
+  std::lock_guard lock(state_->mutex);
+  return state_->current;
+}
+
+void ControlClient::track(const std::shared_ptr<ProcessGroup>& group) {
+  std::string why;
+  {
+    std::lock_guard lock(state_->mutex);
+    if (!state_->current->is_set()) {
+      state_->groups.push_back(group);
+      return;
+    }
+    why = state_->current->why();
+  }
+  group->abort(why);  // made after its round ended
+}
+
+ControlClient::NextRound ControlClient::wait_next_round(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(state_->mutex);
+  const bool named = state_->cv.wait_for(
+      lock, timeout, [&] { return state_->next.has_value() || !state_->stopped.empty(); });
+  if (!state_->stopped.empty()) {
+    throw ShutdownError("ddp::reform", "no in-place recovery: " + state_->stopped);
+  }
+  if (!named) {
+    throw TimeoutError("ddp::reform", fmt::format("the agent named no next round within {} s",
+                                                  std::chrono::duration<double>(timeout).count()));
+  }
+  NextRound next = std::move(*state_->next);
+  state_->next.reset();
+  state_->current = next.signal;
+  state_->groups.clear();
+  return next;
+}
+
+bool ControlClient::send(const control::Message& message) {
+  return control::send(state_->fd, message);
+}
+
+std::exception_ptr ControlClient::explain(std::exception_ptr error) {
+  std::string what;
+  try {
+    std::rethrow_exception(error);
+  } catch (const GroupChanged&) {
+    return error;
+  } catch (const std::exception& e) {
+    what = e.what();
+  } catch (...) {
+    return error;
+  }
+  std::shared_ptr<AbortSignal> signal;
+  {
+    std::unique_lock lock(state_->mutex);
+    signal = state_->current;
+    state_->cv.wait_for(lock, state_->grace, [&] { return signal->is_set(); });
+  }
+  if (!signal->is_set()) return error;
+  return std::make_exception_ptr(GroupChanged(
+      "ProcessGroup", signal->why() + " (a collective had failed first: " + what + ")"));
+}
+
+void ControlClient::end_round(const std::string& why) {
+  std::vector<std::shared_ptr<ProcessGroup>> groups;
+  {
+    std::lock_guard lock(state_->mutex);
+    state_->current->set(why);
+    for (auto& weak : state_->groups) {
+      if (auto group = weak.lock()) groups.push_back(std::move(group));
+    }
+    state_->groups.clear();
+  }
+  state_->cv.notify_all();  // explain() waits for it
+  for (auto& group : groups) group->abort(why);
+}
+
+void ControlClient::read_loop() {
+  for (;;) {
+    control::Message message;
+    const control::Received got = control::receive(state_->fd, message, /*wait=*/true);
+    if (got == control::Received::kMalformed) {
+      spdlog::warn("ignored a malformed message on the agent's control channel");
+      continue;
+    }
+    if (got == control::Received::kClosed) {
+      {
+        std::lock_guard lock(state_->mutex);
+        if (state_->stopped.empty()) state_->stopped = "the agent went away";
+        state_->next.reset();
+      }
+      state_->cv.notify_all();
+      end_round("the agent went away");
+      return;
+    }
+    if (message.type == "abort") {
+      const std::string why = message.text("why").empty() ? "the round ended" : message.text("why");
+      {
+        std::lock_guard lock(state_->mutex);
+        // A round named but not joined yet ended too: wait for the next one.
+        if (state_->next) {
+          state_->next->signal->set(why);
+          state_->next.reset();
+        }
+      }
+      end_round(why);
+      state_->cv.notify_all();
+    } else if (message.type == "round") {
+      {
+        std::lock_guard lock(state_->mutex);
+        if (auto grace = message.integer("grace_ms"); grace && *grace >= 0 && *grace <= 600000) {
+          state_->grace = std::chrono::milliseconds(*grace);
+        }
+        state_->next = NextRound{std::move(message), std::make_shared<AbortSignal>()};
+      }
+      state_->cv.notify_all();
+    } else {
+      spdlog::debug("ignored a '{}' message on the agent's control channel", message.type);
+    }
+  }
+}
+
+}  // namespace ddp::detail

@@ -1,0 +1,70 @@
+// The worker's side of the agent's control channel (ddp/common/control_channel.h),
+// for in-place recovery (ddp/worker/recovery.h): opened once by
+// init_process_group when the program opts in and the agent passed
+// DDP_CONTROL_FD. A thread of its own reads it: an `abort` (or the agent
+// going away) sets the current round's AbortSignal and aborts every
+// group tracked for that round at once; a `round` is kept until reform()
+// takes it.
+//
+// Ownership: the channel and its reader live as long as the process (the
+// agent sees it close when the process exits). Blocking: wait_next_round() only. Thread-safety: every method
+// may be called from any thread.
+#pragma once
+
+#include <chrono>
+#include <exception>
+#include <memory>
+#include <string>
+
+#include "abortable_store.h"
+#include "ddp/common/control_channel.h"
+#include "ddp/worker/process_group.h"
+
+namespace ddp::detail {
+
+class ControlClient {
+ public:
+  // Opens the channel named by DDP_CONTROL_FD, says hello (in_place=1) and
+  // starts reading; null when there is none or it is not an agent's control
+  // socket (a SOCK_SEQPACKET Unix socket). Once per process: later calls
+  // return the same client (or null).
+  static ControlClient* open();
+  // The open client, or null.
+  static ControlClient* get();
+
+  // The signal of the round this worker is in (or joins).
+  std::shared_ptr<AbortSignal> signal();
+  // Aborts `group` when the current round ends (at once when it already has).
+  void track(const std::shared_ptr<ProcessGroup>& group);
+
+  struct NextRound {
+    control::Message message;             // the agent's `round`
+    std::shared_ptr<AbortSignal> signal;  // ends it; now the current signal
+  };
+  // Waits until the agent names the next round (at most `timeout`) and makes
+  // it the current one. Throws ShutdownError when the agent went away,
+  // TimeoutError.
+  NextRound wait_next_round(std::chrono::milliseconds timeout);
+
+  // Tells the agent (false when it is gone). Never throws for a gone agent.
+  bool send(const control::Message& message);
+
+  // A collective of the current round failed with `error` (a peer's
+  // connection broke, a timeout): when a node dies its peers' collectives
+  // fail before the agents' verdict. Waits up to the agent's grace
+  // (DDP_CHANGE_GRACE_MS, or a round's grace_ms) for the round to end, and
+  // returns GroupChanged when it did, else `error` as it is. A GroupChanged
+  // is returned at once.
+  std::exception_ptr explain(std::exception_ptr error);
+
+ private:
+  explicit ControlClient(int fd);
+  void read_loop();
+  // The current round ended: sets its signal, aborts its groups.
+  void end_round(const std::string& why);
+
+  struct State;
+  std::shared_ptr<State> state_;
+};
+
+}  // namespace ddp::detail
