@@ -29,6 +29,7 @@
 #include "safe_file.h"
 #include "stack_dump.h"
 #include "status_endpoint.h"
+#include "worker_control.h"
 
 namespace ddp::agent {
 namespace {
@@ -44,6 +45,8 @@ struct Worker {
   std::string error_file;
   // Why the agent ended it, when it did (a hang): the failure's message.
   std::string ended_by_agent;
+  // Kept through the last in-place recovery (a process of an earlier round).
+  bool kept = false;
 };
 
 // Whether the workers run under a Python interpreter (ddprun's python3 -u, or
@@ -131,21 +134,30 @@ class Agent::Impl {
     // kReform: the group's membership changed (a node lost or admitted): the
     // workers are restarted without consuming --max_restarts.
     // kFail: a local failure that must not be restarted (--on_hang=fail).
+    // kReformInPlace: the round ended elsewhere (a membership change, or a
+    // restart another node asked for) and this node's workers recover in
+    // place: they keep running into the next round.
     enum class Kind {
       kDone,
       kBarrierTimeout,
       kRestart,
       kFail,
       kReform,
+      kReformInPlace,
       kAbort,
       kSignal
     } kind = Kind::kDone;
     int node = -1;
     int value = 0;
+    // kReformInPlace after another node's restart: it spends a restart here too.
+    bool spends_restart = false;
   };
 
   int run_rounds() {
     for (;;) {
+      // Cleared as a round ends, not as the next begins: a worker kept for an
+      // in-place recovery may fail while the group re-forms.
+      failures_.clear();
       std::unique_ptr<Round> round;
       board_.update([](JobSnapshot& job) {
         set_state(job, JobState::kRendezvous);
@@ -156,9 +168,11 @@ class Agent::Impl {
       } catch (const ShutdownError& e) {
         // The job ended while this node waited (a spare at max_nodes).
         std::fprintf(stderr, "ddprun: %s; nothing left to do\n", e.what());
+        stop_workers(SIGTERM);  // workers kept for an in-place recovery
         return 0;
       } catch (const std::exception& e) {
         std::fprintf(stderr, "ddprun: rendezvous failed: %s\n", e.what());
+        stop_workers(SIGTERM);
         return 1;
       }
       round_ = std::move(round);
@@ -176,9 +190,8 @@ class Agent::Impl {
                     info.group_rank, info.group_world_size, info.base_rank,
                     info.base_rank + options_.spec.local_world_size - 1, info.world_size,
                     info.master_addr, info.master_port);
-      failures_.clear();
-      workers_.clear();
-      pid_to_worker_.clear();
+      keep_running_workers(std::exchange(keeping_, false));
+      note_recovery_round(info);
       last_hang_.clear();
       begin_watch();
       Outcome outcome;
@@ -187,8 +200,17 @@ class Agent::Impl {
         ProcessLauncher* launcher = &launcher_;
         watch = round_->watch([launcher] { launcher->wake(); });
         board_.update([](JobSnapshot& job) { set_state(job, JobState::kRunning); });
-        start_workers();
-        outcome = monitor(*watch);
+        if (failures_.empty()) {
+          start_workers();
+          outcome = monitor(*watch);
+        } else {
+          // A kept worker failed while the group re-formed: in-place recovery
+          // falls back to a restart, as a failure of this round.
+          logger_->warn(
+              "a worker kept for the in-place recovery failed while the group "
+              "re-formed: falling back to a restart");
+          outcome = fail_round(*watch);
+        }
       } catch (const std::exception& e) {
         std::fprintf(stderr, "ddprun: %s\n", e.what());
         auto note = announce(end_of(RoundEnd::Kind::kAbort, 0));
@@ -197,7 +219,8 @@ class Agent::Impl {
         return 1;
       }
       watch.reset();
-      watch_.end_round();
+      watch_.end_round(/*keep_workers=*/outcome.kind == Outcome::Kind::kReformInPlace);
+      finish_recovery_report();
 
       switch (outcome.kind) {
         case Outcome::Kind::kDone:
@@ -223,6 +246,16 @@ class Agent::Impl {
           reforming_ = true;
           count_restart(reform_cause_);
           continue;  // a membership change does not consume --max_restarts
+        case Outcome::Kind::kReformInPlace:
+          reforming_ = true;
+          keeping_ = true;
+          if (outcome.spends_restart) {
+            ++restart_count_;
+            count_restart(RestartCause::kWorkerFailure);
+          } else {
+            count_restart(reform_cause_);
+          }
+          continue;
       }
       if (outcome.kind == Outcome::Kind::kRestart && restart_count_ < options_.spec.max_restarts) {
         ++restart_count_;
@@ -296,7 +329,16 @@ class Agent::Impl {
         rendezvous_abandoned_ = true;  // `call` is abandoned, blocked in the handler
         std::fprintf(stderr, "ddprun: received %s while waiting for the other nodes; exiting\n",
                      signal_name(event.signo).c_str());
+        stop_workers(event.signo);  // workers kept for an in-place recovery
         return 128 + event.signo;
+      }
+      if (event.kind == LauncherEvent::Kind::kExited) {
+        // A worker kept for an in-place recovery ended while the group
+        // re-forms: a failure of the next round (a restart, when one is left).
+        if (Worker* worker = on_exit(event); worker != nullptr && event.status != 0) {
+          record_failure(*worker, event);
+        }
+        continue;
       }
       if (event.kind != LauncherEvent::Kind::kWake) continue;
       std::lock_guard lock(shared->mutex);
@@ -352,54 +394,130 @@ class Agent::Impl {
     return attempt_subdir_name() + "/" + std::to_string(local_rank);
   }
 
+  // Starts a worker in every local slot without a running one; a worker kept
+  // through an in-place recovery is told the new round instead.
   void start_workers() {
-    const WorkerSpec& spec = options_.spec;
-    for (int local_rank = 0; local_rank < spec.local_world_size; ++local_rank) {
-      Worker worker;
-      worker.local_rank = local_rank;
-      worker.rank = round_->info().base_rank + local_rank;
-      const std::string dir = options_.run_log_dir + "/" + attempt_subdir(local_rank);
-      // The run directory is ddprun's own (main.cc resolved and checked it);
-      // below it, never through a symbolic link planted in a shared --log_dir.
-      std::error_code ec;
-      fs::create_directories(options_.run_log_dir, ec);
-      if (int err = detail::make_directories_no_symlinks(options_.run_log_dir,
-                                                         attempt_subdir(local_rank))) {
-        throw InvalidArgument(
-            "agent", "cannot create log directory " + dir + ": " + detail::open_error_text(err));
+    for (int local_rank = 0; local_rank < options_.spec.local_world_size; ++local_rank) {
+      if (Worker* kept = running_worker(local_rank)) {
+        resume_worker(*kept);
+      } else {
+        start_worker(local_rank);
       }
-      worker.error_file = dir + "/error.json";
-      fs::remove(worker.error_file, ec);  // a stale file from an earlier run
-
-      ProcessSpec process;
-      for (const auto& arg : spec.argv)
-        process.argv.push_back(substitute_local_rank(arg, local_rank));
-      process.env = worker_env(worker);
-      process.local_rank = local_rank;
-      process.prefix =
-          format_line_prefix(spec.line_prefix_template, spec.role, local_rank, worker.rank);
-      const bool on_console =
-          spec.console_ranks.empty() || spec.console_ranks.count(local_rank) > 0;
-      const Std redirect = spec.redirects.of(local_rank);
-      const Std tee = spec.tee.of(local_rank);
-      auto route = [&](Std bit, const char* name) {
-        StreamRoute r;
-        if (has(redirect, bit) || has(tee, bit)) r.file = dir + "/" + name;
-        r.console = on_console && (!has(redirect, bit) || has(tee, bit));
-        return r;
-      };
-      process.out = route(Std::kOut, "stdout.log");
-      process.err = route(Std::kErr, "stderr.log");
-      if (ProgressPageFile* page = watch_.prepare(local_rank)) {
-        process.inherit_fds.push_back(page->fd());
-        process.env.push_back(std::string(names::kProgressFd) + "=" + std::to_string(page->fd()));
-      }
-      worker.pid = launcher_.launch(process);
-      watch_.started(local_rank, worker.rank, worker.pid);
-      worker.running = true;
-      pid_to_worker_[worker.pid] = workers_.size();
-      workers_.push_back(std::move(worker));
     }
+  }
+
+  Worker* running_worker(int local_rank) {
+    for (auto& w : workers_) {
+      if (w.local_rank == local_rank && w.running) return &w;
+    }
+    return nullptr;
+  }
+
+  // A new round begins: the workers of the last one are forgotten, or, when
+  // they recover in place, those still running are kept.
+  void keep_running_workers(bool keep) {
+    std::vector<Worker> kept;
+    if (keep) {
+      for (auto& w : workers_) {
+        if (!w.running) continue;
+        w.kept = true;
+        kept.push_back(std::move(w));
+      }
+    }
+    workers_ = std::move(kept);
+    pid_to_worker_.clear();
+    for (std::size_t i = 0; i < workers_.size(); ++i) pid_to_worker_[workers_[i].pid] = i;
+  }
+
+  void start_worker(int local_rank) {
+    const WorkerSpec& spec = options_.spec;
+    Worker worker;
+    worker.local_rank = local_rank;
+    worker.rank = round_->info().base_rank + local_rank;
+    const std::string dir = options_.run_log_dir + "/" + attempt_subdir(local_rank);
+    // The run directory is ddprun's own (main.cc resolved and checked it);
+    // below it, never through a symbolic link planted in a shared --log_dir.
+    std::error_code ec;
+    fs::create_directories(options_.run_log_dir, ec);
+    if (int err = detail::make_directories_no_symlinks(options_.run_log_dir,
+                                                       attempt_subdir(local_rank))) {
+      throw InvalidArgument(
+          "agent", "cannot create log directory " + dir + ": " + detail::open_error_text(err));
+    }
+    worker.error_file = dir + "/error.json";
+    fs::remove(worker.error_file, ec);  // a stale file from an earlier run
+
+    ProcessSpec process;
+    for (const auto& arg : spec.argv)
+      process.argv.push_back(substitute_local_rank(arg, local_rank));
+    process.env = worker_env(worker);
+    process.local_rank = local_rank;
+    process.prefix =
+        format_line_prefix(spec.line_prefix_template, spec.role, local_rank, worker.rank);
+    const bool on_console = spec.console_ranks.empty() || spec.console_ranks.count(local_rank) > 0;
+    const Std redirect = spec.redirects.of(local_rank);
+    const Std tee = spec.tee.of(local_rank);
+    auto route = [&](Std bit, const char* name) {
+      StreamRoute r;
+      if (has(redirect, bit) || has(tee, bit)) r.file = dir + "/" + name;
+      r.console = on_console && (!has(redirect, bit) || has(tee, bit));
+      return r;
+    };
+    process.out = route(Std::kOut, "stdout.log");
+    process.err = route(Std::kErr, "stderr.log");
+    if (ProgressPageFile* page = watch_.prepare(local_rank)) {
+      process.inherit_fds.push_back(page->fd());
+      process.env.push_back(std::string(names::kProgressFd) + "=" + std::to_string(page->fd()));
+    }
+    const int control_fd = control_.prepare(local_rank);
+    process.inherit_fds.push_back(control_fd);
+    process.env.push_back(std::string(names::kControlFd) + "=" + std::to_string(control_fd));
+    worker.pid = launcher_.launch(process);
+    control_.started(local_rank);
+    watch_.started(local_rank, worker.rank, worker.pid);
+    worker.running = true;
+    pid_to_worker_[worker.pid] = workers_.size();
+    workers_.push_back(std::move(worker));
+  }
+
+  // How long a worker that recovers in place lets a failed collective wait
+  // for this agent's word that the round ended: a dead node's peers see their
+  // connections break before the keep-alives are missed, a crashed worker's
+  // before its agent ends the round.
+  std::chrono::milliseconds change_grace() const {
+    const RendezvousParams& params = rdzv_.params();
+    return std::chrono::duration_cast<std::chrono::milliseconds>(
+        params.keep_alive_interval * (params.keep_alive_max_attempt + 1) +
+        options_.announce_timeout);
+  }
+
+  // Tells a kept worker the round it is in now (ddp::reform() waits for it).
+  void resume_worker(Worker& worker) {
+    const RendezvousInfo& info = round_->info();
+    worker.rank = info.base_rank + worker.local_rank;
+    control::Message round("round");
+    round.set("round", info.round)
+        .set("rank", worker.rank)
+        .set("world_size", info.world_size)
+        .set("group_rank", info.group_rank)
+        .set("group_world_size", info.group_world_size)
+        .set("local_rank", worker.local_rank)
+        .set("local_world_size", options_.spec.local_world_size)
+        .set("store_addr", info.store_addr)
+        .set("store_port", info.store_port)
+        .set("store_prefix", info.worker_prefix)
+        .set("master_addr", info.master_addr)
+        .set("master_port", info.master_port)
+        .set("restart_count", restart_count_)
+        .set("grace_ms", static_cast<std::int64_t>(change_grace().count()));
+    control_.expect_reform(worker.local_rank);
+    if (!control_.send(worker.local_rank, round)) {
+      logger_->warn(
+          "could not tell worker rank {} (pid {}) its new round: its control channel "
+          "is closed",
+          worker.rank, worker.pid);
+    }
+    watch_.kept(worker.local_rank, worker.rank);
   }
 
   std::vector<std::string> worker_env(const Worker& worker) const {
@@ -431,6 +549,7 @@ class Agent::Impl {
     if (options_.set_omp_num_threads && env.find(names::kOmpNumThreads) == env.end()) {
       env[names::kOmpNumThreads] = "1";
     }
+    env[names::kChangeGraceMs] = std::to_string(change_grace().count());
     env[names::kStoreAddr] = round_->info().store_addr;
     env[names::kStorePort] = std::to_string(round_->info().store_port);
     env[names::kStorePrefix] = round_->info().worker_prefix;
@@ -487,7 +606,10 @@ class Agent::Impl {
   }
 
   // Whether the agent looks at its workers periodically.
-  bool ticking() const { return watch_.active() || timer_ != nullptr || status_ != nullptr; }
+  bool ticking() const {
+    return watch_.active() || timer_ != nullptr || status_ != nullptr ||
+           (recovery_ && !recovery_->reported);
+  }
 
   // When the next look at the workers' progress is due (never when off). The
   // file timer is served at torchrun's pace (100 ms).
@@ -600,6 +722,10 @@ class Agent::Impl {
     }
     switch (end.kind) {
       case RoundEnd::Kind::kRestart:
+        if (auto kept = keep_workers_through(end)) {
+          note_membership(describe(end) + "; this node's workers recover in place");
+          return *kept;
+        }
         logger_->warn("node {} asked for a restart: stopping the workers", end.node);
         stop_workers(SIGTERM);
         return Outcome{Outcome::Kind::kRestart, end.node, end.value};
@@ -611,6 +737,10 @@ class Agent::Impl {
       case RoundEnd::Kind::kNodeLost:
       case RoundEnd::Kind::kNodeJoined:
         note_membership_change(end);
+        if (auto kept = keep_workers_through(end)) {
+          note_membership(describe(end) + "; the workers recover in place");
+          return *kept;
+        }
         note_membership(describe(end) + "; stopping the workers to re-form the group");
         stop_workers(SIGTERM);
         return Outcome{Outcome::Kind::kReform, end.node, 0};
@@ -620,6 +750,99 @@ class Agent::Impl {
         return Outcome{Outcome::Kind::kAbort, -1, 0};
     }
     return std::nullopt;
+  }
+
+  // In-place recovery: when every local worker runs and said it recovers in
+  // place, each is told that its round ended (its collectives fail at once)
+  // and keeps running into the next round. Nullopt: the workers are stopped
+  // and started again as usual (also after another node's restart when no
+  // restarts are left).
+  std::optional<Outcome> keep_workers_through(const RoundEnd& end) {
+    control_.poll();
+    if (workers_.empty()) return std::nullopt;
+    for (const auto& w : workers_) {
+      if (!w.running || !control_.in_place(w.local_rank)) return std::nullopt;
+    }
+    const bool restart = end.kind == RoundEnd::Kind::kRestart;
+    if (restart && restart_count_ >= options_.spec.max_restarts) return std::nullopt;
+    std::string why = describe(end);
+    if (why.size() > 512) why.resize(512);
+    control::Message abort("abort");
+    abort.set("round", round_->info().round).set("why", why);
+    for (const auto& w : workers_) control_.send(w.local_rank, abort);
+    recovery_ = Recovery{};
+    recovery_->from_round = round_->info().round;
+    recovery_->why = describe(end);
+    recovery_->verdict = now();
+    recovery_->node_lost = end.kind == RoundEnd::Kind::kNodeLost;
+    board_.event("in_place",
+                 "keeping the workers through the re-form (in-place recovery): " + recovery_->why);
+    Outcome outcome{Outcome::Kind::kReformInPlace, end.node, end.value};
+    outcome.spends_restart = restart;
+    return outcome;
+  }
+
+  // The new round formed with workers kept from the last one.
+  void note_recovery_round(const RendezvousInfo& info) {
+    if (!recovery_) return;
+    recovery_->to_round = info.round;
+    recovery_->formed = now();
+  }
+
+  // Prints how the in-place recovery went, once every kept worker reported
+  // its state transfer (or, with `final`, whatever was reported by the end
+  // of the round).
+  void report_recovery(bool final) {
+    if (!recovery_ || !recovery_->formed || recovery_->reported) return;
+    control_.poll();
+    double build = 0;
+    double state_seconds = 0;
+    std::int64_t state_bytes = 0;
+    int root = -1;
+    std::size_t reformed = 0;
+    std::size_t synced = 0;
+    std::size_t kept = 0;
+    for (const auto& w : workers_) {
+      if (!w.kept) continue;
+      ++kept;
+      if (auto r = control_.reformed(w.local_rank)) {
+        ++reformed;
+        build = std::max(build, r->build_seconds);
+      }
+      if (auto st = control_.synced(w.local_rank)) {
+        ++synced;
+        state_seconds = std::max(state_seconds, st->seconds);
+        state_bytes = std::max(state_bytes, st->bytes);
+        root = st->root;
+      }
+    }
+    if (!final && synced < kept) return;
+    recovery_->reported = true;
+    const Recovery& r = *recovery_;
+    const double rendezvous = std::chrono::duration<double>(*r.formed - r.verdict).count();
+    std::string text = fmt::format("in-place recovery from round {} ({})", r.from_round, r.why);
+    if (r.node_lost) {
+      const auto& params = rdzv_.params();
+      text += fmt::format(": verdict after {:.1f} s without keep-alives",
+                          std::chrono::duration<double>(params.keep_alive_interval).count() *
+                              params.keep_alive_max_attempt);
+    }
+    text += fmt::format("; round {} formed {:.2f} s after the verdict", r.to_round, rendezvous);
+    if (reformed > 0) text += fmt::format("; groups re-formed in {:.3f} s", build);
+    if (synced > 0) {
+      text += fmt::format("; state {:.1f} MiB from rank {} in {:.3f} s", state_bytes / 1048576.0,
+                          root, state_seconds);
+    } else {
+      text += "; no state transfer reported";
+    }
+    text += fmt::format("; {} of {} workers kept", kept, options_.spec.local_world_size);
+    std::fprintf(stderr, "ddprun: %s\n", text.c_str());
+    board_.event("recovered", text);
+  }
+
+  void finish_recovery_report() {
+    report_recovery(/*final=*/true);
+    if (recovery_ && recovery_->formed) recovery_.reset();
   }
 
   Outcome exit_barrier(const RoundWatch& watch) {
@@ -716,6 +939,7 @@ class Agent::Impl {
 
   // One look at every rank's progress; acts on a hang found.
   void look_at_progress() {
+    report_recovery(/*final=*/false);
     if (timer_) serve_file_timer();
     if (watch_.active()) {
       auto verdict = watch_.check();
@@ -1080,6 +1304,22 @@ class Agent::Impl {
   std::set<int> lost_nodes_;
   std::vector<MemberStatus> lost_members_;  // of the current round, as last seen
   std::vector<MemberStatus> departed_;
+  // The workers' control channels (in-place recovery).
+  WorkerControl control_;
+  // The round ended with this node's workers recovering in place: the next
+  // round keeps them.
+  bool keeping_ = false;
+  // The in-place recovery in progress, for its report.
+  struct Recovery {
+    int from_round = 0;
+    int to_round = 0;
+    std::string why;
+    bool node_lost = false;
+    Clock::time_point verdict{};
+    std::optional<Clock::time_point> formed;
+    bool reported = false;
+  };
+  std::optional<Recovery> recovery_;
 };
 
 Agent::Agent(AgentOptions options, RendezvousHandler& rendezvous, ProcessLauncher& launcher)

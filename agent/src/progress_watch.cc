@@ -14,7 +14,7 @@ ProgressWatch::ProgressWatch(const WatchOptions& options, std::string host, std:
 ProgressWatch::~ProgressWatch() = default;
 
 void ProgressWatch::begin_round(const RendezvousInfo& info, std::shared_ptr<Store> store) {
-  end_round();
+  end_round(/*keep_workers=*/true);  // the agent forgot the last round's workers, or kept them
   info_ = info;
   reported_ = false;
   found_.reset();
@@ -28,9 +28,15 @@ void ProgressWatch::begin_round(const RendezvousInfo& info, std::shared_ptr<Stor
   }
 }
 
-void ProgressWatch::end_round() {
+void ProgressWatch::end_round(bool keep_workers) {
   exchange_.reset();
-  locals_.clear();
+  if (!keep_workers) {
+    locals_.clear();
+  } else {
+    for (auto it = locals_.begin(); it != locals_.end();) {
+      it = it->second.state == RankStatus::State::kRunning ? std::next(it) : locals_.erase(it);
+    }
+  }
   view_.clear();
   nodes_.clear();
   new_stragglers_.clear();
@@ -38,6 +44,7 @@ void ProgressWatch::end_round() {
 
 ProgressPageFile* ProgressWatch::prepare(int local_rank) {
   Local& local = locals_[local_rank];
+  local = Local{};  // a new worker in this slot
   if (options_.progress_pages) local.page = ProgressPageFile::create();
   return local.page.get();
 }
@@ -48,6 +55,14 @@ void ProgressWatch::started(int local_rank, int rank, int pid) {
   local.pid = pid;
   local.started = runtime_.now();
   if (local.page) local.page->close_fd();
+}
+
+void ProgressWatch::kept(int local_rank, int rank) {
+  auto it = locals_.find(local_rank);
+  if (it == locals_.end()) return;
+  it->second.rank = rank;
+  // Its groups start afresh: the new round's ages count from now.
+  it->second.started = runtime_.now();
 }
 
 void ProgressWatch::exited(int local_rank, int status) {

@@ -43,14 +43,19 @@ class ProgressWatch {
   // Whether the agent needs to tick at all (hang detection or pages on).
   bool active() const { return timeout_.enabled() || options_.progress_pages; }
 
-  // A new round: `store` carries the summaries when the round has more than one node.
+  // A new round: `store` carries the summaries when the round has more than
+  // one node. Workers kept from the last round (end_round(true)) stay.
   void begin_round(const RendezvousInfo& info, std::shared_ptr<Store> store);
-  // Stops the exchange and forgets the round's workers (their pages go).
-  void end_round();
+  // Stops the exchange and forgets the round's workers (their pages go),
+  // unless `keep_workers`: workers that recover in place live on into the
+  // next round with their pages (see kept()).
+  void end_round(bool keep_workers = false);
 
   // The page of the worker about to start at `local_rank`, or null (pages off).
   ProgressPageFile* prepare(int local_rank);
   void started(int local_rank, int rank, int pid);
+  // The worker at `local_rank` was kept from the last round and is `rank` now.
+  void kept(int local_rank, int rank);
   void exited(int local_rank, int status);
 
   struct Verdict {

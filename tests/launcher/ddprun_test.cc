@@ -68,7 +68,9 @@ TEST_P(EnvTest, WorkerEnvironmentIsExactlyTheContract) {
                                           "DDP_STORE_ADDR",
                                           "DDP_STORE_PORT",
                                           "DDP_STORE_PREFIX",
-                                          "DDP_PROGRESS_FD"};
+                                          "DDP_PROGRESS_FD",
+                                          "DDP_CONTROL_FD",
+                                          "DDP_CHANGE_GRACE_MS"};
   std::string run_id;
   std::string master_port;
   for (int rank = 0; rank < n; ++rank) {
@@ -412,15 +414,23 @@ TEST_F(DdprunTest, WorkersInheritNoSocketAndAgentsHoldOnlyCloseOnExecDescriptors
         << read_text(first.err) << read_text(second.err);
     std::vector<std::string> inherited;
     int pages = 0;
+    int channels = 0;
     for (const auto& line : lines_of(read_text(listing))) {
       if (line.find("/memfd:ddprun-progress") != std::string::npos) {
         ++pages;
+        continue;
+      }
+      // The control channel: the one socket a worker gets, named by DDP_CONTROL_FD.
+      if (line.find("socket:") != std::string::npos &&
+          line.find(" (DDP_CONTROL_FD)") != std::string::npos) {
+        ++channels;
         continue;
       }
       if (std::stoi(line) > 2 || line.find("socket:") != std::string::npos)
         inherited.push_back(line);
     }
     EXPECT_EQ(pages, 1) << read_text(listing);
+    EXPECT_EQ(channels, 1) << read_text(listing);
     EXPECT_TRUE(inherited.empty())
         << "rank " << rank << " inherited (fd target): " << ::testing::PrintToString(inherited);
   }

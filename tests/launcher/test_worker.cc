@@ -154,7 +154,10 @@ int main(int argc, char** argv) {
       const std::string link = std::string("/proc/self/fd/") + entry->d_name;
       ssize_t n = ::readlink(link.c_str(), target, sizeof(target) - 1);
       listing += std::to_string(fd) + " " +
-                 (n > 0 ? std::string(target, static_cast<std::size_t>(n)) : "?") + "\n";
+                 (n > 0 ? std::string(target, static_cast<std::size_t>(n)) : "?");
+      const char* control = std::getenv("DDP_CONTROL_FD");
+      if (control != nullptr && std::to_string(fd) == control) listing += " (DDP_CONTROL_FD)";
+      listing += "\n";
     }
     ::closedir(fds);
     write_file(std::string(argv[2]) + "/fds_" + rank + ".txt", listing);

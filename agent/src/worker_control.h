@@ -1,0 +1,79 @@
+// The agent's side of its workers' control channels (ddp/common/control_channel.h):
+// one socket pair per worker, the worker's end inherited (DDP_CONTROL_FD), the
+// agent's end kept here. A worker that recovers in place says hello; the
+// agent then tells it when its round ends (abort) and which round comes next
+// (round) instead of stopping it, and it reports how its re-form went
+// (reformed, synced).
+//
+// Ownership: owns the agent's ends (and a worker's end until started()).
+// Blocking: never (the sockets are read without waiting; a send blocks only
+// on a full socket buffer, which a few small messages never fill).
+// Thread-safety: the agent's thread only. Errors: prepare() throws
+// InternalError when the kernel refuses a socket pair.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+
+#include "ddp/common/control_channel.h"
+
+namespace ddp::agent {
+
+class WorkerControl {
+ public:
+  WorkerControl() = default;
+  ~WorkerControl();
+  WorkerControl(const WorkerControl&) = delete;
+  WorkerControl& operator=(const WorkerControl&) = delete;
+
+  // A new channel for the worker about to start at `local_rank` (replacing
+  // that local rank's earlier one); returns the worker's end to inherit.
+  int prepare(int local_rank);
+  // The worker started (or could not): the agent closes the worker's end.
+  void started(int local_rank);
+  // The worker is gone: its channel goes.
+  void forget(int local_rank);
+
+  // Reads what every worker said since the last call. Never blocks.
+  void poll();
+
+  // Whether the worker at `local_rank` said it recovers in place.
+  bool in_place(int local_rank) const;
+
+  // What a worker reported of its last re-form and state transfer.
+  struct Reformed {
+    int round = -1;
+    double wait_seconds = 0;   // waiting for the agent to name the round
+    double build_seconds = 0;  // making the new group
+  };
+  struct Synced {
+    int round = -1;
+    int root = -1;
+    std::int64_t bytes = 0;
+    double seconds = 0;
+    bool received = false;
+  };
+  std::optional<Reformed> reformed(int local_rank) const;
+  std::optional<Synced> synced(int local_rank) const;
+  // Forgets what the worker reported: its next re-form is about to start.
+  void expect_reform(int local_rank);
+
+  // Sends to the worker at `local_rank`; false when its channel is gone.
+  bool send(int local_rank, const control::Message& message);
+
+ private:
+  struct Channel {
+    int agent_fd = -1;
+    int worker_fd = -1;  // until started()
+    bool in_place = false;
+    std::optional<Reformed> reformed;
+    std::optional<Synced> synced;
+  };
+  void close(Channel& channel);
+  void take(Channel& channel, const control::Message& message);
+
+  std::map<int, Channel> channels_;
+};
+
+}  // namespace ddp::agent

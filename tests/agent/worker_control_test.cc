@@ -1,0 +1,107 @@
+// The agent's side of the control channels (worker_control.h), against the
+// worker's end of each pair held by the test.
+#include "worker_control.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <string>
+
+#include "ddp/common/control_channel.h"
+
+namespace ddp::agent {
+namespace {
+
+// The worker's end, as a started worker holds it (the agent closed its copy).
+int take_worker_end(WorkerControl& control, int local_rank) {
+  const int fd = control.prepare(local_rank);
+  const int copy = ::fcntl(fd, F_DUPFD_CLOEXEC, 3);
+  control.started(local_rank);
+  return copy;
+}
+
+TEST(WorkerControl, AWorkerIsInPlaceOnceItSaysHello) {
+  WorkerControl control;
+  const int worker = take_worker_end(control, 0);
+  control.poll();
+  EXPECT_FALSE(control.in_place(0));
+  ASSERT_TRUE(control::send(worker, control::Message("hello").set("in_place", 1)));
+  control.poll();
+  EXPECT_TRUE(control.in_place(0));
+  EXPECT_FALSE(control.in_place(1));  // no such worker
+  ::close(worker);
+}
+
+TEST(WorkerControl, ReportsAreKeptUntilTheNextReform) {
+  WorkerControl control;
+  const int worker = take_worker_end(control, 2);
+  control::Message reformed("reformed");
+  reformed.set("round", 4).set("wait_seconds", 0.5).set("build_seconds", 0.25);
+  control::Message synced("synced");
+  synced.set("root", 1).set("bytes", 1048576).set("seconds", 0.125).set("received", 1);
+  ASSERT_TRUE(control::send(worker, reformed));
+  ASSERT_TRUE(control::send(worker, synced));
+  control.poll();
+  ASSERT_TRUE(control.reformed(2));
+  EXPECT_EQ(control.reformed(2)->round, 4);
+  EXPECT_DOUBLE_EQ(control.reformed(2)->build_seconds, 0.25);
+  ASSERT_TRUE(control.synced(2));
+  EXPECT_EQ(control.synced(2)->root, 1);
+  EXPECT_EQ(control.synced(2)->bytes, 1048576);
+  EXPECT_TRUE(control.synced(2)->received);
+  control.expect_reform(2);
+  EXPECT_FALSE(control.reformed(2));
+  EXPECT_FALSE(control.synced(2));
+  ::close(worker);
+}
+
+TEST(WorkerControl, TheAgentsMessagesReachTheWorker) {
+  WorkerControl control;
+  const int worker = take_worker_end(control, 0);
+  ASSERT_TRUE(control.send(0, control::Message("abort").set("why", "node 2 was lost")));
+  control::Message got;
+  ASSERT_EQ(control::receive(worker, got, false), control::Received::kMessage);
+  EXPECT_EQ(got.type, "abort");
+  EXPECT_EQ(got.text("why"), "node 2 was lost");
+  EXPECT_FALSE(control.send(7, control::Message("abort")));  // no such worker
+  ::close(worker);
+  EXPECT_FALSE(control.send(0, control::Message("abort")));  // the worker is gone
+}
+
+TEST(WorkerControl, AFloodingOrGarbledWorkerCannotHoldTheAgent) {
+  WorkerControl control;
+  const int worker = take_worker_end(control, 0);
+  ::fcntl(worker, F_SETFL, O_NONBLOCK);  // the test never blocks on a full buffer
+  ASSERT_EQ(::send(worker, "garbage", 7, 0), 7);
+  for (int i = 0; i < 99; ++i) {
+    ASSERT_TRUE(control::send(worker, control::Message("hello").set("in_place", 1)));
+  }
+  ASSERT_TRUE(control::send(worker, control::Message("hello").set("in_place", 0)));
+  // One poll reads a bounded number (the garbage dropped): not the last hello yet.
+  control.poll();
+  EXPECT_TRUE(control.in_place(0));
+  // The rest waits for the next polls.
+  control.poll();
+  control.poll();
+  EXPECT_FALSE(control.in_place(0));
+  ::close(worker);
+}
+
+TEST(WorkerControl, ANewWorkerInASlotGetsANewChannel) {
+  WorkerControl control;
+  const int first = take_worker_end(control, 0);
+  ASSERT_TRUE(control::send(first, control::Message("hello").set("in_place", 1)));
+  control.poll();
+  ASSERT_TRUE(control.in_place(0));
+  const int second = take_worker_end(control, 0);  // the slot's next worker
+  EXPECT_FALSE(control.in_place(0));
+  control::Message got;
+  EXPECT_EQ(control::receive(first, got, false), control::Received::kClosed);
+  ::close(first);
+  ::close(second);
+}
+
+}  // namespace
+}  // namespace ddp::agent

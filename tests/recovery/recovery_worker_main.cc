@@ -1,0 +1,93 @@
+// The worker of reform_test: recovers in place and all-reduces its rank + 1
+// in a loop, saying on stdout (one line each, flushed) what it sees:
+//   ready rank=R world=W pid=P          after init_process_group
+//   sum rank=R world=W value=V          the first all-reduce after each (re)formation
+//   changed: <what>                     a GroupChanged
+//   reformed round=N rank=R world=W     after ddp::reform()
+//   shutdown: <what>                    reform() said the agent went away (exit 4)
+// Its argument is a folder whose files steer it:
+//   stop             it leaves (exit 0)
+//   crash_rank<R>    the worker of rank R removes it and exits 7 (a crash)
+//   no_reform        a GroupChanged ends it (exit 6) instead of a re-form
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ddp/common/error.h"
+#include "ddp/worker/init.h"
+#include "ddp/worker/recovery.h"
+
+namespace {
+
+void say(const std::string& line) {
+  std::printf("%s\n", line.c_str());
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: %s DIR\n", argv[0]);
+    return 2;
+  }
+  const std::filesystem::path dir = argv[1];
+  const std::filesystem::path stop_file = dir / "stop";
+  ddp::InitOptions init;
+  init.recover_in_place = true;
+  init.timeout = std::chrono::seconds(60);
+  try {
+    ddp::init_process_group(init);
+  } catch (const std::exception& e) {
+    say(std::string("init failed: ") + e.what());
+    return 3;
+  }
+  say("ready rank=" + std::to_string(ddp::rank()) + " world=" + std::to_string(ddp::world_size()) +
+      " pid=" + std::to_string(::getpid()) +
+      " in_place=" + std::to_string(ddp::recovers_in_place() ? 1 : 0));
+  bool fresh = true;  // no sum said since the last (re)formation
+  while (!std::filesystem::exists(stop_file)) {
+    try {
+      std::vector<std::int64_t> value = {ddp::rank() + 1};
+      ddp::default_group()->allreduce(ddp::Buffer::of(value))->wait();
+      const auto crash = dir / ("crash_rank" + std::to_string(ddp::rank()));
+      if (std::filesystem::remove(crash)) {
+        say("crash");
+        return 7;
+      }
+      if (fresh) {
+        say("sum rank=" + std::to_string(ddp::rank()) +
+            " world=" + std::to_string(ddp::world_size()) + " value=" + std::to_string(value[0]));
+        fresh = false;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    } catch (const ddp::GroupChanged& e) {
+      say(std::string("changed: ") + e.what());
+      if (std::filesystem::exists(dir / "no_reform")) return 6;
+      for (;;) {
+        try {
+          const ddp::Reformed r = ddp::reform();
+          say("reformed round=" + std::to_string(r.round) + " rank=" + std::to_string(r.rank) +
+              " world=" + std::to_string(r.world_size));
+          fresh = true;
+          break;
+        } catch (const ddp::GroupChanged& again) {
+          say(std::string("changed: ") + again.what());
+        } catch (const ddp::ShutdownError& gone) {
+          say(std::string("shutdown: ") + gone.what());
+          return 4;
+        }
+      }
+    } catch (const std::exception& e) {
+      say(std::string("error: ") + e.what());
+      return 5;
+    }
+  }
+  ddp::destroy_process_group();
+  return 0;
+}
