@@ -249,7 +249,7 @@ TEST(Reform, AWorkerWaitingForItsNextRoundLeavesWhenTheAgentGoesAway) {
   agent.abort(a, 0, "change");
   ASSERT_TRUE(test::eventually([&] { return FakeAgent::count(a, "changed: ") > 0; }, kWait, 20ms));
   agent.close(a);  // the agent dies
-  EXPECT_EQ(FakeAgent::exit_code(a), 4);
+  EXPECT_EQ(FakeAgent::exit_code(a), 4) << agent.stderr_of(a);
   EXPECT_EQ(FakeAgent::count(a, "shutdown: "), 1);
 }
 

@@ -60,7 +60,6 @@ struct ControlClient::State {
   std::string stopped;                              // why in-place recovery is over
   // How long a failed collective waits for the agent's word (explain()).
   std::chrono::milliseconds grace{0};
-  std::thread reader;
 };
 
 namespace {
@@ -90,7 +89,9 @@ ControlClient* ControlClient::open() {
   if (!client->send(hello)) {
     spdlog::warn("the agent's control channel is closed: this worker will not recover in place");
   }
-  client->state_->reader = std::thread([client] { client->read_loop(); });
+  // Detached: it reads as long as the process lives (the agent's end closing
+  // ends it earlier).
+  std::thread([client] { client->read_loop(); }).detach();
   the_client = client;
   return client;
 }
