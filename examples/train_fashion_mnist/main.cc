@@ -9,7 +9,22 @@
 // optimizer state, the sampler position, the step counter and the settings
 // they depend on atomically; every rank loads the file at start, so a
 // restarted run continues where it stopped, bit for bit (see checkpoint.h).
+//
+// Under ddprun it recovers in place (ddp/worker/recovery.h): when a node is
+// lost or joins, or a worker elsewhere is restarted, this process keeps
+// running, re-forms its group, and the replicas are made identical again
+// from the lowest rank that survived (ddp::ReplicaState: parameters,
+// momentum, epoch, sampler position, global step); a newcomer receives that
+// state instead of training from a checkpoint. The sampler continues the
+// epoch from the same global position with the new world size.
+//
+// --step-times (for bench/recovery): every rank also prints a line per
+// completed step and one per state synchronization, each with the time
+// (CLOCK_MONOTONIC, comparable only on this host):
+//   step-time rank=R world=W global_step=G t=<s>
+//   state-sync rank=R root=X received=0|1 live=0|1 bytes=N seconds=<s> t=<s>
 #include <cblas.h>
+#include <time.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -30,6 +45,8 @@
 #include "ddp/worker/ddp.h"
 #include "ddp/worker/distributed_sampler.h"
 #include "ddp/worker/init.h"
+#include "ddp/worker/recovery.h"
+#include "ddp/worker/replica_state.h"
 #include "fashion_mnist.h"
 #include "mlp.h"
 
@@ -62,7 +79,16 @@ struct Flags {
   int accumulate = 1;
   std::int64_t max_steps = 0;
   int throttle_ms = 0;
+  bool no_recover_in_place = false;
+  bool step_times = false;
 };
+
+// CLOCK_MONOTONIC in seconds (--step-times).
+double monotonic_seconds() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
 
 std::vector<int> parse_layers(const std::string& hidden, int in, int out) {
   std::vector<int> layers = {in};
@@ -169,27 +195,38 @@ int run(const Flags& flags) {
     init.world_size = 1;
     init.store = std::make_shared<ddp::MemoryStore>();
   }
+  // Under ddprun a change of membership keeps this process and its state
+  // (ddp/worker/recovery.h); --no-recover-in-place leaves it to restarts.
+  init.recover_in_place = !flags.no_recover_in_place;
   ddp::init_process_group(init);
   auto pg = ddp::default_group();
-  const int rank = pg->rank();
-  const int world = pg->size();
-  const bool lead = rank == 0;
+  auto lead = [&] { return pg->rank() == 0; };
 
   const Dataset train =
       ddp::examples::load_fashion_mnist(flags.data_dir, "train", flags.train_limit);
   const Dataset test = ddp::examples::load_fashion_mnist(flags.data_dir, "t10k", flags.test_limit);
 
-  // Rank 0's initialization wins anyway (DDP broadcasts it at construction).
+  // Rank 0's initialization wins anyway (the replica state is synchronized below).
   const std::vector<int> layers = parse_layers(flags.hidden, static_cast<int>(train.features), 10);
-  Mlp model(layers,
-            rank == 0 ? flags.seed + 1 : flags.seed + 1000 + static_cast<std::uint64_t>(rank));
+  const int first_rank = pg->rank();
+  Mlp model(layers, first_rank == 0 ? flags.seed + 1
+                                    : flags.seed + 1000 + static_cast<std::uint64_t>(first_rank));
   // Only a checkpoint needs them (the fingerprint reads the whole training set: ~0.1 s for all of it).
   const Settings settings =
       flags.checkpoint.empty() ? Settings{} : run_settings(flags, layers, train);
+  const int micro = std::max(flags.accumulate, 1);
+  const std::size_t per_step = static_cast<std::size_t>(flags.batch_size) * micro;
 
-  Checkpoint resume;
+  // Where training stands: the epoch, the samples of it already trained (by
+  // all ranks together: a position valid for any world size) and the steps
+  // of the whole run. With the parameters and the momentum they are the
+  // replica's state: a checkpoint, or after a re-form a live peer, says where
+  // to continue.
+  std::int64_t epoch = 0;
+  std::int64_t position = 0;
+  std::int64_t global_step = 0;
   if (!flags.checkpoint.empty()) {
-    if (lead) {  // rank 0 is the only writer: what a dead writer left is its to remove
+    if (lead()) {  // rank 0 is the only writer: what a dead writer left is its to remove
       for (const auto& removed : ddp::examples::remove_stale_temporaries(flags.checkpoint)) {
         std::printf("removed %s (left by a checkpoint writer that died mid-save)\n",
                     removed.c_str());
@@ -197,7 +234,7 @@ int run(const Flags& flags) {
     }
     if (auto ckpt = ddp::examples::load_checkpoint(flags.checkpoint)) {
       if (ckpt->settings.empty()) {
-        if (lead)
+        if (lead())
           std::printf(
               "checkpoint %s records no settings (an older version wrote it): not checked\n",
               flags.checkpoint.c_str());
@@ -221,20 +258,18 @@ int run(const Flags& flags) {
         model.value(i) = ckpt->tensors[i];
         model.momentum(i) = ckpt->tensors[model.num_params() + i];
       }
-      resume = *ckpt;
-      if (resume.world_size != static_cast<std::uint64_t>(world)) {
-        // The sampler's shards depend on the world size: restart the epoch.
-        if (lead)
-          std::printf("checkpoint from world size %llu: restarting epoch %llu from its beginning\n",
-                      static_cast<unsigned long long>(resume.world_size),
-                      static_cast<unsigned long long>(resume.epoch));
-        resume.step = 0;
+      epoch = static_cast<std::int64_t>(ckpt->epoch);
+      global_step = static_cast<std::int64_t>(ckpt->global_step);
+      // `step` counts steps of `world_size` ranks: the position holds for any world size.
+      position = static_cast<std::int64_t>(ckpt->step * per_step * ckpt->world_size);
+      if (position > static_cast<std::int64_t>(train.size)) {
+        throw ddp::InvalidArgument("--checkpoint", flags.checkpoint + " is past the training set");
       }
-      if (lead) {
+      if (lead()) {
         std::printf("resumed from checkpoint %s at epoch %llu step %llu (global step %llu)\n",
-                    flags.checkpoint.c_str(), static_cast<unsigned long long>(resume.epoch + 1),
-                    static_cast<unsigned long long>(resume.step),
-                    static_cast<unsigned long long>(resume.global_step));
+                    flags.checkpoint.c_str(), static_cast<unsigned long long>(ckpt->epoch + 1),
+                    static_cast<unsigned long long>(ckpt->step),
+                    static_cast<unsigned long long>(ckpt->global_step));
       }
     }
   }
@@ -252,19 +287,15 @@ int run(const Flags& flags) {
   // that depends on its position in the bucket: the resumed run would differ in
   // the last bits. One bucket layout for every step keeps resumes bit-identical.
   options.reducer.rebuild_buckets = false;
+  // The replica state below carries the parameters to every rank.
+  options.broadcast_parameters = false;
+  options.broadcast_buffers = false;
   std::vector<ddp::Parameter> params;
   for (std::size_t i = 0; i < model.num_params(); ++i) {
     params.push_back({model.name(i), model.shape(i), ddp::Buffer::of(model.value(i)),
                       ddp::Buffer::of(model.own_grad(i).data(), model.own_grad(i).size())});
   }
-  // The optimizer state is part of the replicated state too: broadcast it as buffers
-  // once (it stays identical because every rank applies the same averaged gradients).
-  std::vector<ddp::ModuleBuffer> state;
-  for (std::size_t i = 0; i < model.num_params(); ++i) {
-    state.push_back({model.name(i) + ".momentum", ddp::Buffer::of(model.momentum(i))});
-  }
-  options.broadcast_buffers = false;
-  ddp::DistributedDataParallel ddp_model(pg, params, state, options);
+  ddp::DistributedDataParallel ddp_model(pg, params, {}, options);
   auto refresh_grads = [&] {
     if (!flags.grad_as_bucket_view) return;
     for (std::size_t i = 0; i < model.num_params(); ++i)
@@ -272,127 +303,215 @@ int run(const Flags& flags) {
   };
   refresh_grads();
 
-  ddp::DistributedSampler sampler(train.size, world, rank, /*shuffle=*/true, flags.seed);
-  const int micro = std::max(flags.accumulate, 1);
-  const std::size_t per_step = static_cast<std::size_t>(flags.batch_size) * micro;
-  const std::size_t steps_per_epoch = sampler.size() / per_step;
-  if (steps_per_epoch == 0) {
+  // What makes a replica: every rank holds the same, and a newcomer gets it
+  // from a live peer (the optimizer state stays identical afterwards because
+  // every rank applies the same averaged gradients).
+  ddp::ReplicaState replica;
+  for (std::size_t i = 0; i < model.num_params(); ++i) {
+    replica.add(model.name(i), ddp::Buffer::of(model.value(i)));
+  }
+  for (std::size_t i = 0; i < model.num_params(); ++i) {
+    replica.add(model.name(i) + ".momentum", ddp::Buffer::of(model.momentum(i)));
+  }
+  replica.add("epoch", &epoch);
+  replica.add("position", &position);
+  replica.add("global_step", &global_step);
+  auto say_synced = [&](const ddp::SyncResult& got) {
+    if (flags.step_times) {
+      std::printf("state-sync rank=%d root=%d received=%d live=%d bytes=%zu seconds=%.6f t=%.6f\n",
+                  pg->rank(), got.root, got.received ? 1 : 0, got.from_live ? 1 : 0, got.bytes,
+                  got.seconds, monotonic_seconds());
+      std::fflush(stdout);
+    }
+    if (!got.from_live) return;
+    std::printf(
+        "rank %d: %s the state of rank %d (%.2f MiB in %.3f s): epoch %lld, sample %lld, "
+        "global step %lld\n",
+        pg->rank(), got.received ? "received" : "kept", got.root,
+        static_cast<double>(got.bytes) / ddp::kMiB, got.seconds, static_cast<long long>(epoch + 1),
+        static_cast<long long>(position), static_cast<long long>(global_step));
+    std::fflush(stdout);
+  };
+  say_synced(replica.sync(*pg));  // a newcomer to a running job receives it here
+
+  // After a change of membership: the next round, a new group, the replicas
+  // identical again. The step that was interrupted is not counted on any rank.
+  auto recover = [&](const std::string& why) {
+    for (;;) {
+      try {
+        const ddp::Reformed r = ddp::reform();
+        pg = ddp::default_group();
+        ddp_model.reform(pg);
+        refresh_grads();
+        model.zero_grad();  // what the interrupted step accumulated
+        const auto got = replica.sync(*pg);
+        if (lead()) {
+          std::printf("re-formed in place (%s): round %d, %d ranks (was %d) in %.3f s\n",
+                      why.c_str(), r.round, r.world_size, r.previous_world_size, r.seconds);
+        }
+        say_synced(got);
+        return;
+      } catch (const ddp::GroupChanged&) {
+        // Yet another change while re-forming: the round after it.
+      }
+    }
+  };
+
+  const std::uint64_t total_steps = [&] {
+    // The learning-rate schedule's length: the uninterrupted run's steps.
+    const std::size_t global_batch = per_step * static_cast<std::size_t>(pg->size());
+    return static_cast<std::uint64_t>(flags.epochs) * (train.size / global_batch);
+  }();
+  if (total_steps == 0) {
     throw ddp::InvalidArgument("--batch-size", "larger than this rank's share of the training set");
   }
-  if (lead) {
+  if (lead()) {
     std::printf(
         "training %s on %zu samples (%d ranks x batch %d x %d micro-batches, %zu steps/epoch), "
         "comm hook %s\n",
-        flags.hidden.c_str(), train.size, world, flags.batch_size, micro, steps_per_epoch,
-        flags.comm_hook.c_str());
+        flags.hidden.c_str(), train.size, pg->size(), flags.batch_size, micro,
+        train.size / (per_step * static_cast<std::size_t>(pg->size())), flags.comm_hook.c_str());
     std::fflush(stdout);
   }
 
-  const std::uint64_t total_steps = static_cast<std::uint64_t>(flags.epochs) * steps_per_epoch;
   const bool tty = ::isatty(STDOUT_FILENO) != 0;
   std::vector<float> xb(static_cast<std::size_t>(flags.batch_size) * train.features);
   std::vector<std::uint8_t> yb(static_cast<std::size_t>(flags.batch_size));
-  std::uint64_t global_step = resume.global_step;
   double accuracy = 0;
   bool stop = false;
   const auto t_start = Clock::now();
   double comm_ms = 0, exposed_ms = 0, backward_ms = 0;
   std::uint64_t synced = 0;
 
-  for (std::uint64_t epoch = resume.epoch;
-       epoch < static_cast<std::uint64_t>(flags.epochs) && !stop; ++epoch) {
-    sampler.set_epoch(epoch);
-    const auto indices = sampler.indices();
-    const std::size_t first_step = epoch == resume.epoch ? resume.step : 0;
-    auto t_window = Clock::now();
-    std::size_t window_samples = 0;
-    double loss_avg = 0;
-    for (std::size_t step = first_step; step < steps_per_epoch; ++step) {
-      float loss = 0;
-      for (int k = 0; k < micro; ++k) {
-        const std::size_t base = step * per_step + static_cast<std::size_t>(k) * flags.batch_size;
-        for (int s = 0; s < flags.batch_size; ++s) {
-          const auto idx = static_cast<std::size_t>(indices[base + static_cast<std::size_t>(s)]);
-          std::copy_n(&train.images[idx * train.features], train.features,
-                      &xb[static_cast<std::size_t>(s) * train.features]);
-          yb[static_cast<std::size_t>(s)] = train.labels[idx];
-        }
-        auto one = [&] {
-          ddp_model.begin_forward();
-          loss += model.forward_loss(xb.data(), yb.data(), flags.batch_size) /
-                  static_cast<float>(micro);
-          ddp_model.begin_backward();
-          model.backward(1.0f / static_cast<float>(micro),
-                         [&](std::size_t i) { ddp_model.grad_ready(i); });
-          ddp_model.finalize();
-        };
-        if (k + 1 < micro) {
-          auto guard = ddp_model.no_sync();
-          one();
-        } else {
-          one();
-        }
+  while (epoch < flags.epochs && !stop) {
+    try {
+      // This round's share of what is left of the epoch.
+      const int world = pg->size();
+      ddp::DistributedSampler sampler(train.size, world, pg->rank(), /*shuffle=*/true, flags.seed);
+      sampler.set_epoch(static_cast<std::uint64_t>(epoch));
+      sampler.set_position(static_cast<std::size_t>(position));
+      const auto indices = sampler.indices();
+      const std::size_t global_batch = per_step * static_cast<std::size_t>(world);
+      const std::size_t steps_per_epoch = train.size / global_batch;
+      if (steps_per_epoch == 0) {
+        throw ddp::InvalidArgument("--batch-size",
+                                   "larger than this rank's share of the training set");
       }
-      refresh_grads();
-      // Cosine decay of the learning rate over the whole run (a function of the
-      // global step, so a resumed run follows the same schedule).
-      const double progress = static_cast<double>(global_step) / static_cast<double>(total_steps);
-      const auto lr = static_cast<float>(
-          flags.lr * 0.5 * (1.0 + std::cos(3.141592653589793 * std::min(progress, 1.0))));
-      model.sgd_step(lr, flags.momentum, flags.weight_decay);
-      ++global_step;
-      const auto& st = ddp_model.stats().reducer;
-      comm_ms += st.comm_ms;
-      exposed_ms += st.exposed_comm_ms;
-      backward_ms += st.backward_ms;
-      ++synced;
-      window_samples += per_step * static_cast<std::size_t>(world);
-      loss_avg = (step == first_step) ? loss : 0.9 * loss_avg + 0.1 * loss;
-      if (flags.throttle_ms > 0)
-        std::this_thread::sleep_for(std::chrono::milliseconds(flags.throttle_ms));
+      auto t_window = Clock::now();
+      std::size_t window_samples = 0;
+      double loss_avg = 0;
+      bool first = true;
+      for (std::size_t k = 0; (static_cast<std::size_t>(position) + global_batch) <= train.size;
+           ++k) {
+        float loss = 0;
+        for (int m = 0; m < micro; ++m) {
+          const std::size_t base = k * per_step + static_cast<std::size_t>(m) * flags.batch_size;
+          for (int s = 0; s < flags.batch_size; ++s) {
+            const auto idx = static_cast<std::size_t>(indices[base + static_cast<std::size_t>(s)]);
+            std::copy_n(&train.images[idx * train.features], train.features,
+                        &xb[static_cast<std::size_t>(s) * train.features]);
+            yb[static_cast<std::size_t>(s)] = train.labels[idx];
+          }
+          auto one = [&] {
+            ddp_model.begin_forward();
+            loss += model.forward_loss(xb.data(), yb.data(), flags.batch_size) /
+                    static_cast<float>(micro);
+            ddp_model.begin_backward();
+            model.backward(1.0f / static_cast<float>(micro),
+                           [&](std::size_t i) { ddp_model.grad_ready(i); });
+            ddp_model.finalize();
+          };
+          if (m + 1 < micro) {
+            auto guard = ddp_model.no_sync();
+            one();
+          } else {
+            one();
+          }
+        }
+        refresh_grads();
+        // Cosine decay of the learning rate over the whole run (a function of the
+        // global step, so a resumed run follows the same schedule).
+        const double progress = static_cast<double>(global_step) / static_cast<double>(total_steps);
+        const auto lr = static_cast<float>(
+            flags.lr * 0.5 * (1.0 + std::cos(3.141592653589793 * std::min(progress, 1.0))));
+        model.sgd_step(lr, flags.momentum, flags.weight_decay);
+        ++global_step;
+        position += static_cast<std::int64_t>(global_batch);
+        if (flags.step_times) {
+          std::printf("step-time rank=%d world=%d global_step=%lld t=%.6f\n", pg->rank(), world,
+                      static_cast<long long>(global_step), monotonic_seconds());
+          std::fflush(stdout);
+        }
+        const auto& st = ddp_model.stats().reducer;
+        comm_ms += st.comm_ms;
+        exposed_ms += st.exposed_comm_ms;
+        backward_ms += st.backward_ms;
+        ++synced;
+        window_samples += global_batch;
+        loss_avg = first ? loss : 0.9 * loss_avg + 0.1 * loss;
+        first = false;
+        if (flags.throttle_ms > 0)
+          std::this_thread::sleep_for(std::chrono::milliseconds(flags.throttle_ms));
 
-      const bool last = step + 1 == steps_per_epoch;
-      if (lead &&
-          ((step + 1) % static_cast<std::size_t>(std::max(flags.log_every, 1)) == 0 || last)) {
-        const double secs = std::chrono::duration<double>(Clock::now() - t_window).count();
-        std::printf("%sepoch %llu/%d step %zu/%zu loss %.4f %.0f samples/s%s", tty ? "\r" : "",
-                    static_cast<unsigned long long>(epoch + 1), flags.epochs, step + 1,
-                    steps_per_epoch, loss_avg,
-                    secs > 0 ? static_cast<double>(window_samples) / secs : 0.0, tty ? "" : "\n");
+        const std::size_t step = static_cast<std::size_t>(position) / global_batch;
+        const bool last = static_cast<std::size_t>(position) + global_batch > train.size;
+        if (lead() &&
+            (step % static_cast<std::size_t>(std::max(flags.log_every, 1)) == 0 || last)) {
+          const double secs = std::chrono::duration<double>(Clock::now() - t_window).count();
+          // The samples of the epoch trained and the global step: what a step
+          // means whatever the world size (the step numbers change with it).
+          std::printf(
+              "%sepoch %lld/%d step %zu/%zu loss %.4f %.0f samples/s (%lld/%zu samples, "
+              "global step %lld)%s",
+              tty ? "\r" : "", static_cast<long long>(epoch + 1), flags.epochs, step,
+              steps_per_epoch, loss_avg,
+              secs > 0 ? static_cast<double>(window_samples) / secs : 0.0,
+              static_cast<long long>(position), train.size, static_cast<long long>(global_step),
+              tty ? "" : "\n");
+          std::fflush(stdout);
+          t_window = Clock::now();
+          window_samples = 0;
+        }
+        if (flags.max_steps > 0 && global_step >= flags.max_steps) stop = true;
+        const bool save_now =
+            !flags.checkpoint.empty() &&
+            ((flags.checkpoint_every > 0 && global_step % flags.checkpoint_every == 0) || last ||
+             stop);
+        if (lead() && save_now) {
+          Checkpoint c;
+          c.epoch = static_cast<std::uint64_t>(last ? epoch + 1 : epoch);
+          // Steps of `world_size` ranks: whole steps of this world when the
+          // position is one, else steps of one rank (after a world change).
+          const auto done = static_cast<std::uint64_t>(last ? 0 : position);
+          const bool whole = done % global_batch == 0;
+          c.step = whole ? done / global_batch : done / per_step;
+          c.world_size = whole ? static_cast<std::uint64_t>(world) : 1;
+          c.global_step = static_cast<std::uint64_t>(global_step);
+          c.settings = settings;
+          for (std::size_t i = 0; i < model.num_params(); ++i) c.tensors.push_back(model.value(i));
+          for (std::size_t i = 0; i < model.num_params(); ++i)
+            c.tensors.push_back(model.momentum(i));
+          ddp::examples::save_checkpoint(flags.checkpoint, c);
+        }
+        if (stop) break;
+      }
+      accuracy = evaluate(model, test, *pg);
+      if (lead()) {
+        std::printf("%sepoch %lld/%d: test accuracy %.2f%% (%.1f s elapsed)\n", tty ? "\n" : "",
+                    static_cast<long long>(epoch + 1), flags.epochs, accuracy,
+                    std::chrono::duration<double>(Clock::now() - t_start).count());
         std::fflush(stdout);
-        t_window = Clock::now();
-        window_samples = 0;
       }
-      if (flags.max_steps > 0 && global_step >= static_cast<std::uint64_t>(flags.max_steps))
-        stop = true;
-      const bool save_now =
-          !flags.checkpoint.empty() &&
-          ((flags.checkpoint_every > 0 &&
-            global_step % static_cast<std::uint64_t>(flags.checkpoint_every) == 0) ||
-           last || stop);
-      if (lead && save_now) {
-        Checkpoint c;
-        c.epoch = last ? epoch + 1 : epoch;
-        c.step = last ? 0 : step + 1;
-        c.global_step = global_step;
-        c.world_size = static_cast<std::uint64_t>(world);
-        c.settings = settings;
-        for (std::size_t i = 0; i < model.num_params(); ++i) c.tensors.push_back(model.value(i));
-        for (std::size_t i = 0; i < model.num_params(); ++i) c.tensors.push_back(model.momentum(i));
-        ddp::examples::save_checkpoint(flags.checkpoint, c);
+      if (!stop) {
+        ++epoch;
+        position = 0;
       }
-      if (stop) break;
-    }
-    accuracy = evaluate(model, test, *pg);
-    if (lead) {
-      std::printf("%sepoch %llu/%d: test accuracy %.2f%% (%.1f s elapsed)\n", tty ? "\n" : "",
-                  static_cast<unsigned long long>(epoch + 1), flags.epochs, accuracy,
-                  std::chrono::duration<double>(Clock::now() - t_start).count());
-      std::fflush(stdout);
+    } catch (const ddp::GroupChanged& e) {
+      recover(e.what());
     }
   }
   if (synced == 0) accuracy = evaluate(model, test, *pg);  // nothing left to train
-  if (lead) {
+  if (lead()) {
     if (synced > 0) {
       std::printf(
           "ddp: %llu steps, mean backward %.2f ms, all-reduce %.2f ms of which exposed %.2f ms "
@@ -457,6 +576,11 @@ int main(int argc, char** argv) {
   app.add_option("--throttle-ms", f.throttle_ms,
                  "sleep after each step (to watch or interrupt a run)")
       ->capture_default_str();
+  app.add_flag("--no-recover-in-place", f.no_recover_in_place,
+               "under ddprun, be restarted when the membership changes instead of re-forming "
+               "in place");
+  app.add_flag("--step-times", f.step_times,
+               "every rank prints a timestamped line per step and per state sync (benchmarks)");
   CLI11_PARSE(app, argc, argv);
   try {
     return run(f);

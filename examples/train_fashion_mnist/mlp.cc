@@ -119,4 +119,8 @@ void Mlp::sgd_step(float lr, float momentum, float weight_decay) {
   }
 }
 
+void Mlp::zero_grad() {
+  for (std::size_t i = 0; i < values_.size(); ++i) std::fill_n(grads_[i], values_[i].size(), 0.0f);
+}
+
 }  // namespace ddp::examples

@@ -36,6 +36,8 @@ class Mlp {
   void backward(float scale, const std::function<void(std::size_t)>& ready);
   // SGD with momentum and weight decay; zeroes the gradients.
   void sgd_step(float lr, float momentum, float weight_decay);
+  // Zeroes the gradients (what an interrupted step accumulated).
+  void zero_grad();
   std::vector<float>& momentum(std::size_t i) { return momentum_[i]; }
 
  private:

@@ -1,5 +1,6 @@
 # shellcheck shell=bash
-# Sourced by the elastic cluster tests (elastic_demo_test.sh, elastic_membership_test.sh):
+# Sourced by the elastic cluster tests (elastic_demo_test.sh, elastic_membership_test.sh,
+# in_place_demo_test.sh):
 # elastic ddprun agents (--rdzv_backend=c10d, short keep-alives), one per network-namespace
 # node of scripts/cluster. Node 0 hosts the rendezvous store at its own address.
 # (etcd_demo_test.sh sets rdzv_backend=etcd and rdzv_endpoint to an etcd cluster with one
@@ -248,6 +249,16 @@ trained_steps_at_3() {
   local s
   s=$(sed -n 's/^\[default0\]:epoch 1\/2 step \([0-9]*\)\/32 .*/\1/p' "$tmp/node0.log" | tail -n 1)
   [[ -n $s ]] && ((s >= $1))
+}
+
+# continued_from_checkpoint LOG S: at its first resume in LOG (rank 0's), the demo went on
+# from the checkpoint, written with another world size, where it stood: its next step is
+# the checkpoint's global step + 1, in a world with S steps an epoch (the sampler goes on
+# from the samples of the epoch already trained, whatever the world size).
+continued_from_checkpoint() {
+  local g
+  g=$(sed -n 's/^\[default0\]:resumed from checkpoint .* (global step \([0-9]*\))$/\1/p' "$1" | head -n 1)
+  [[ -n $g ]] && grep -q "^\[default0\]:epoch [0-9]*/[0-9]* step [0-9]*/$2 .*, global step $((g + 1)))\$" "$1"
 }
 
 # check_one_group_per_round: no two groups at once. Every round has one WORLD_SIZE, at
