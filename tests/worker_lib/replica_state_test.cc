@@ -284,3 +284,64 @@ TEST(ReplicaState, MismatchIsMeasuredAgainstTheLiveRoot) {
 
 }  // namespace
 }  // namespace ddp::test
+
+namespace ddp::test {
+namespace {
+
+// The transfer runs through all-reduces in which the receivers add negative
+// zeros: every bit of the root's values must arrive, negative zeros, NaNs,
+// infinities and the half types' odd values included, in every algorithm.
+TEST(ReplicaState, EveryBitOfTheRootsValuesArrives) {
+  for (auto algorithm : {AllreduceAlgorithm::kSharedMemory, AllreduceAlgorithm::kRing,
+                         AllreduceAlgorithm::kDirect}) {
+    GlooOptions options;
+    options.allreduce_algorithm = algorithm;
+    options.shared_memory = algorithm == AllreduceAlgorithm::kSharedMemory;
+    auto groups = make_groups(3, std::make_shared<MemoryStore>(), options);
+    struct Bits {
+      std::vector<std::uint32_t> f32;
+      std::vector<std::uint64_t> f64;
+      std::vector<std::uint16_t> f16, bf16;
+      std::vector<std::int32_t> i32;
+    };
+    auto pattern = [](bool root) {
+      Bits b;
+      b.f32 = {0x80000000u, 0x7fc00001u, 0xff800000u, 0x00000001u, 0x3f800000u};
+      b.f64 = {0x8000000000000000ull, 0x7ff8000000000001ull, 0xc000000000000000ull};
+      b.f16 = {0x8000, 0x7c00, 0x0001, 0x3c00, 0xfbff};
+      b.bf16 = {0x8000, 0x7f80, 0x0001, 0x3f80, 0xff7f};
+      b.i32 = {-1, 0, 2147483647, -2147483647 - 1};
+      if (!root) {  // something else entirely
+        for (auto& x : b.f32) x = 0x12345678u;
+        for (auto& x : b.f64) x = 0x1234567812345678ull;
+        for (auto& x : b.f16) x = 0x1234;
+        for (auto& x : b.bf16) x = 0x1234;
+        for (auto& x : b.i32) x = 7;
+      }
+      return b;
+    };
+    std::vector<Bits> bits = {pattern(true), pattern(false), pattern(false)};
+    run_threads(3, [&](int r) {
+      Bits& b = bits[static_cast<std::size_t>(r)];
+      ReplicaState state;
+      state.add("f32", Buffer{b.f32.data(), b.f32.size(), DType::kFloat32, Device::cpu()});
+      state.add("f64", Buffer{b.f64.data(), b.f64.size(), DType::kFloat64, Device::cpu()});
+      state.add("f16", Buffer{b.f16.data(), b.f16.size(), DType::kFloat16, Device::cpu()});
+      state.add("bf16", Buffer{b.bf16.data(), b.bf16.size(), DType::kBFloat16, Device::cpu()});
+      state.add("i32", Buffer::of(b.i32));
+      state.sync(*groups[static_cast<std::size_t>(r)]);
+    });
+    const Bits want = pattern(true);
+    for (int r = 0; r < 3; ++r) {
+      const Bits& got = bits[static_cast<std::size_t>(r)];
+      EXPECT_EQ(got.f32, want.f32) << "rank " << r << ", " << to_string(algorithm);
+      EXPECT_EQ(got.f64, want.f64) << "rank " << r << ", " << to_string(algorithm);
+      EXPECT_EQ(got.f16, want.f16) << "rank " << r << ", " << to_string(algorithm);
+      EXPECT_EQ(got.bf16, want.bf16) << "rank " << r << ", " << to_string(algorithm);
+      EXPECT_EQ(got.i32, want.i32) << "rank " << r << ", " << to_string(algorithm);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ddp::test

@@ -42,9 +42,12 @@
 //      root and of (at most 8 of) the ranks that differ, then InvalidArgument on
 //      every rank naming each such rank's first difference from the root's
 //      list. Nothing is transferred and liveness is unchanged;
-//   3. otherwise the CPU buffers from the root with broadcast_coalesced (ddp.h),
-//      then each CUDA buffer staged through host memory, then the counters as
-//      one int64 buffer.
+//   3. otherwise the CPU buffers from the root through one all-reduce (SUM,
+//      in place) per buffer, in which every other rank contributes negative
+//      zeros: they leave every bit of the root's values as it is, and the
+//      all-reduce is the group's fastest path (the same-host shared-memory
+//      one), where a broadcast goes over TCP; then each CUDA buffer staged
+//      through host memory; then the counters as one int64 buffer.
 // The group must take CPU buffers (Gloo); CUDA buffers are copied to and from
 // host memory with cudaMemcpy (a build without NCCL/CUDA rejects them in add()).
 //
