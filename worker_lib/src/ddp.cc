@@ -7,6 +7,7 @@
 #include <fmt/ranges.h>
 
 #include "ddp/common/error.h"
+#include "digest.h"
 #include "grad_ops.h"
 
 namespace ddp {
@@ -23,18 +24,6 @@ std::vector<std::int64_t> encode(const std::vector<TensorMeta>& params) {
     out.insert(out.end(), p.shape.begin(), p.shape.end());
   }
   return out;
-}
-
-std::int64_t fnv1a(const std::vector<std::int64_t>& values) {
-  std::uint64_t h = 1469598103934665603ull;
-  for (auto v : values) {
-    auto u = static_cast<std::uint64_t>(v);
-    for (int b = 0; b < 8; ++b) {
-      h ^= (u >> (8 * b)) & 0xffu;
-      h *= 1099511628211ull;
-    }
-  }
-  return static_cast<std::int64_t>(h);
 }
 
 std::string meta_str(DType dtype, const std::vector<std::int64_t>& shape) {
@@ -63,7 +52,7 @@ bool decode_at(const std::vector<std::int64_t>& enc, std::size_t k, DType& dtype
 
 void check_parameter_consistency(ProcessGroup& group, const std::vector<TensorMeta>& params) {
   const std::vector<std::int64_t> enc = encode(params);
-  std::vector<std::int64_t> mine = {static_cast<std::int64_t>(params.size()), fnv1a(enc),
+  std::vector<std::int64_t> mine = {static_cast<std::int64_t>(params.size()), detail::fnv1a(enc),
                                     static_cast<std::int64_t>(enc.size())};
   const int world = group.size();
   std::vector<std::int64_t> all(3 * static_cast<std::size_t>(world));

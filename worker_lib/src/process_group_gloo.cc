@@ -312,14 +312,7 @@ ProcessGroupGloo::~ProcessGroupGloo() {
     std::lock_guard lock(p2p_mutex_);
     p2p_stop_ = true;
     unfinished.swap(p2p_queue_);
-    // Unblock the wait in flight; it then fails its Work with ShutdownError.
-    if (p2p_current_ != nullptr) {
-      if (p2p_current_is_send_) {
-        p2p_current_->abortWaitSend();
-      } else {
-        p2p_current_->abortWaitRecv();
-      }
-    }
+    wake_p2p_wait();  // it then fails its Work with ShutdownError
   }
   p2p_cv_.notify_all();
   p2p_worker_.join();
@@ -333,6 +326,15 @@ ProcessGroupGloo::~ProcessGroupGloo() {
   tracker_.reset();
   context_.reset();
   device_.reset();
+}
+
+void ProcessGroupGloo::wake_p2p_wait() {
+  if (p2p_current_ == nullptr) return;
+  if (p2p_current_is_send_) {
+    p2p_current_->abortWaitSend();
+  } else {
+    p2p_current_->abortWaitRecv();
+  }
 }
 
 // ---- abort ------------------------------------------------------------------
@@ -366,13 +368,7 @@ void ProcessGroupGloo::abort(const std::string& reason) {
   {
     std::lock_guard lock(p2p_mutex_);
     unfinished.swap(p2p_queue_);
-    if (p2p_current_ != nullptr) {
-      if (p2p_current_is_send_) {
-        p2p_current_->abortWaitSend();
-      } else {
-        p2p_current_->abortWaitRecv();
-      }
-    }
+    wake_p2p_wait();
   }
   for (auto& task : dropped) {
     task.work->fail(aborted_error(task.work->op(), task.work->sequence_number()));

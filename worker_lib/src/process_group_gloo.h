@@ -64,6 +64,8 @@ class ProcessGroupGloo final : public ProcessGroup {
   void worker_loop();
   void p2p_loop();
   void run_task(Task& task);
+  // Wakes the send or receive p2p_loop waits on, if any. p2p_mutex_ held.
+  void wake_p2p_wait();
   void check_consistency(const CollectiveDescriptor& desc);
   std::exception_ptr translate(const std::exception& error, const CollectiveDescriptor& desc);
   // In place, by the configured algorithm; AVG divides. Worker thread only.

@@ -11,6 +11,7 @@
 #include "control_client.h"
 #include "ddp/common/error.h"
 #include "ddp/worker/ddp.h"
+#include "digest.h"
 
 #ifdef DDP_WITH_NCCL
 #include <cuda_runtime_api.h>
@@ -79,18 +80,6 @@ std::vector<Meta> decode(const std::vector<std::int64_t>& enc) {
     out.push_back(std::move(m));
   }
   return out;
-}
-
-std::int64_t fnv1a(const std::vector<std::int64_t>& values) {
-  std::uint64_t h = 1469598103934665603ull;
-  for (auto v : values) {
-    auto u = static_cast<std::uint64_t>(v);
-    for (int b = 0; b < 8; ++b) {
-      h ^= (u >> (8 * b)) & 0xffu;
-      h *= 1099511628211ull;
-    }
-  }
-  return static_cast<std::int64_t>(h);
 }
 
 std::string describe(const Meta& m) {
@@ -245,7 +234,7 @@ SyncResult ReplicaState::sync(ProcessGroup& group) {
   std::int64_t* row = &table[kColumns * static_cast<std::size_t>(rank)];
   row[kLive] = live_ ? 1 : 0;
   row[kEntries] = static_cast<std::int64_t>(entries_.size());
-  row[kDigest] = fnv1a(enc);
+  row[kDigest] = detail::fnv1a(enc);
   row[kEncodedSize] = static_cast<std::int64_t>(enc.size());
   row[kBytes] = static_cast<std::int64_t>(bytes());
   group.allreduce(Buffer::of(table), ReduceOp::kSum)->wait();
