@@ -6,7 +6,10 @@
 //   reformed round=N rank=R world=W     after ddp::reform()
 //   shutdown: <what>                    reform() said the agent went away (exit 4)
 // Its argument is a folder whose files steer it:
-//   stop             it leaves (exit 0)
+//   stop             it leaves (exit 0); every all-reduce carries each rank's
+//                    "I saw stop" vote, so all ranks leave after the same
+//                    collective (a rank that left alone would leave the others
+//                    waiting in one it never issues)
 //   crash_rank<R>    the worker of rank R removes it and exits 7 (a crash)
 //   no_reform        a GroupChanged ends it (exit 6) instead of a re-form
 #include <unistd.h>
@@ -51,10 +54,12 @@ int main(int argc, char** argv) {
       " pid=" + std::to_string(::getpid()) +
       " in_place=" + std::to_string(ddp::recovers_in_place() ? 1 : 0));
   bool fresh = true;  // no sum said since the last (re)formation
-  while (!std::filesystem::exists(stop_file)) {
+  for (;;) {
     try {
-      std::vector<std::int64_t> value = {ddp::rank() + 1};
+      std::vector<std::int64_t> value = {ddp::rank() + 1,
+                                         std::filesystem::exists(stop_file) ? 1 : 0};
       ddp::default_group()->allreduce(ddp::Buffer::of(value))->wait();
+      if (value[1] > 0) break;
       const auto crash = dir / ("crash_rank" + std::to_string(ddp::rank()));
       if (std::filesystem::remove(crash)) {
         say("crash");
