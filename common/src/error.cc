@@ -59,4 +59,14 @@ void throw_error(ErrorKind kind, std::string origin, const std::string& message)
   throw InternalError(std::move(origin), message);
 }
 
+std::string what_of(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "unknown error";
+  }
+}
+
 }  // namespace ddp

@@ -209,15 +209,7 @@ class EndKeyWrite : public PendingEnd {
 
   std::string wait_until(Clock::time_point deadline) override {
     if (!call_.wait_until(deadline)) return "the store did not answer in time; not waiting for it";
-    if (auto error = call_.error()) {
-      try {
-        std::rethrow_exception(error);
-      } catch (const std::exception& e) {
-        return e.what();
-      } catch (...) {
-        return "unknown error";
-      }
-    }
+    if (auto error = call_.error()) return what_of(error);
     return "";
   }
 

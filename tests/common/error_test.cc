@@ -35,5 +35,12 @@ TEST(Error, ThrowErrorRaisesTheSubclassOfItsKind) {
   }
 }
 
+TEST(Error, WhatOfACapturedExceptionIsItsMessage) {
+  EXPECT_EQ(what_of(std::make_exception_ptr(std::runtime_error("disk full"))), "disk full");
+  EXPECT_EQ(what_of(std::make_exception_ptr(NetworkError("TcpStore::get", "reset"))),
+            NetworkError("TcpStore::get", "reset").what());
+  EXPECT_EQ(what_of(std::make_exception_ptr(42)), "unknown error");
+}
+
 }  // namespace
 }  // namespace ddp

@@ -162,16 +162,6 @@ struct PairAccess : tcp::Pair {
   }
 };
 
-std::string what_of(const std::exception_ptr& error) {
-  try {
-    std::rethrow_exception(error);
-  } catch (const std::exception& e) {
-    return e.what();
-  } catch (...) {
-    return "unknown error";
-  }
-}
-
 // Gloo's templated options only use sizeof(T): pick an unsigned type of the element size.
 template <typename F>
 void with_element_type(DType dtype, F&& f) {
@@ -634,11 +624,7 @@ void ProcessGroupGloo::run_task(Task& task) {
             ? std::current_exception()
             : translate(e, desc);
     if (options_.on_failure) error = options_.on_failure(error);
-    try {
-      std::rethrow_exception(error);
-    } catch (const std::exception& translated) {
-      broken_what_ = translated.what();
-    }
+    broken_what_ = what_of(error);
     broken_ = error;
     spdlog::error("{}", broken_what_);
     task.work->fail(error);

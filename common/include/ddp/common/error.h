@@ -4,6 +4,7 @@
 // them, or a subclass for one kind.
 #pragma once
 
+#include <exception>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -62,5 +63,9 @@ DDP_DEFINE_ERROR(InternalError, kInternal);
 
 // Rethrows a ddp::Error of the same kind and origin with a different message.
 [[noreturn]] void throw_error(ErrorKind kind, std::string origin, const std::string& message);
+
+// The message of a captured exception: what() of a std::exception, "unknown
+// error" for anything else. `error` must not be null. Does not throw.
+std::string what_of(const std::exception_ptr& error);
 
 }  // namespace ddp
