@@ -967,8 +967,9 @@ class Agent::Impl {
       auto it = pid_to_worker_.find(reap.pid);
       if (it == pid_to_worker_.end() || !workers_[it->second].running) continue;
       Worker& worker = workers_[it->second];
-      logger_->info("Reaping worker_pid=[{}]. Expired timers: [{}]", reap.pid,
-                    fmt::format("{}", fmt::join(reap.scopes, ", ")));
+      // torch logs this line at its default level: so does ddprun.
+      std::fprintf(stderr, "ddprun: Reaping worker_pid=[%d]. Expired timers: [%s]\n", reap.pid,
+                   fmt::format("{}", fmt::join(reap.scopes, ", ")).c_str());
       if (!reap.signal_from) {
         logger_->info("No signal specified with worker=[{}]. Do not reap it.", reap.pid);
         continue;
@@ -1097,7 +1098,7 @@ class Agent::Impl {
   void on_round_formed(const RendezvousInfo& info) {
     RoundStatus r;
     r.number = info.round;
-    r.attempt = attempt_;
+    r.attempt = attempt_ - 1;  // its attempt_<n> log directory
     r.world_size = info.world_size;
     r.group_world_size = info.group_world_size;
     r.group_rank = info.group_rank;

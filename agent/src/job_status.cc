@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
+#include <stdexcept>
 
 #include "hang_detector.h"
 
@@ -115,6 +116,9 @@ void JobBoard::update(const std::function<void(JobSnapshot&)>& change) {
 }
 
 void JobBoard::event(std::string kind, std::string text) {
+  if (std::find(kEventKinds.begin(), kEventKinds.end(), kind) == kEventKinds.end()) {
+    throw std::logic_error("JobBoard::event: '" + kind + "' is not one of kEventKinds");
+  }
   JobEvent e;
   e.wall = std::chrono::system_clock::to_time_t(runtime_.wall_now());
   e.at = runtime_.now();

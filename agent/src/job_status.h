@@ -10,6 +10,7 @@
 // std::bad_alloc.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <ctime>
@@ -19,6 +20,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "ddp/common/time.h"
@@ -67,13 +69,17 @@ struct MemberStatus {
   std::optional<Millis> lost_after;
 };
 
+// Every kind of event /status lists (JobEvent::kind), as docs/using.md names
+// them.
+inline constexpr std::array<std::string_view, 11> kEventKinds = {
+    "round_formed", "node_joined",   "node_lost", "restart", "in_place", "recovered",
+    "hang",         "worker_failed", "straggler", "done",    "failed"};
+
 struct JobEvent {
   std::time_t wall = 0;
   Clock::time_point at{};
   int round = -1;
-  // round_formed, node_joined, node_lost, restart, hang, worker_failed,
-  // straggler, done, failed
-  std::string kind;
+  std::string kind;  // one of kEventKinds
   std::string text;
 };
 
@@ -88,6 +94,8 @@ struct IncidentStatus {
 
 struct RoundStatus {
   int number = 0;
+  // The n of this round's attempt_<n> log directory: 0 in the first round
+  // this node ran workers in, one more in each round after it.
   int attempt = 0;
   int world_size = 0;
   int group_world_size = 0;
@@ -130,7 +138,8 @@ class JobBoard {
 
   // Stamps last_update with now, then changes the snapshot, under the lock.
   void update(const std::function<void(JobSnapshot&)>& change);
-  // Appends an event stamped now (the oldest go past kMaxEvents).
+  // Appends an event stamped now (the oldest go past kMaxEvents). Throws
+  // std::logic_error when `kind` is not one of kEventKinds.
   void event(std::string kind, std::string text);
   JobSnapshot snapshot() const;
   const Runtime& runtime() const { return runtime_; }

@@ -29,14 +29,26 @@ void resolve_command(LaunchConfig& c, const HostFacts& host) {
     if (!host.is_regular_file(c.program)) fail("program '" + c.program + "' not found");
     command = {python(), "-u", c.program};
   } else {
-    std::string resolved = host.resolve_program(c.program, path);
+    // An executable file runs directly wherever it is named: as a path (a
+    // bare name included: `ddprun train_cpp` names ./train_cpp, as torchrun
+    // takes its program as a file) or, failing that, on PATH. With
+    // --no_python, PATH first, as exec does.
+    const bool bare_name = c.program.find('/') == std::string::npos;
+    auto in_current_dir = [&] {
+      return bare_name ? host.resolve_program("./" + c.program, path) : std::string();
+    };
+    std::string resolved = c.no_python ? "" : in_current_dir();
+    if (resolved.empty()) resolved = host.resolve_program(c.program, path);
+    if (resolved.empty() && c.no_python) resolved = in_current_dir();
     if (resolved.empty()) {
       if (!c.no_python && host.is_regular_file(c.program)) {
-        // Not executable: a Python script without the .py suffix, like torchrun runs it.
+        // Neither executable nor .py: a Python script without the suffix, as
+        // torchrun runs it. The failure notes say that this was a guess.
         command = {python(), "-u", c.program};
+        c.python_guessed = true;
       } else {
         fail("program '" + c.program + "' not found or not executable" +
-             (c.program.find('/') == std::string::npos ? " (searched PATH)" : ""));
+             (bare_name ? " (searched the current directory and PATH)" : ""));
       }
     } else {
       command = {resolved};

@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <optional>
 
 #include "ddp/agent/agent.h"
@@ -26,8 +27,13 @@ extern char** environ;
 
 namespace {
 
+// The file that marks a private temporary log directory as kept: it holds
+// what the user needs after the run (see run()), so the sweep below leaves it.
+constexpr const char* kKeptMarker = ".kept";
+
 // Removes this user's ddprun-<pid>-* temporary directories in `tmp` whose ddprun
-// no longer runs: a SIGKILLed ddprun cannot remove its own.
+// no longer runs: a SIGKILLed ddprun cannot remove its own. A directory that
+// its ddprun kept (kKeptMarker) stays.
 void remove_stale_temp_dirs(const std::filesystem::path& tmp) {
   namespace fs = std::filesystem;
   std::error_code ec;
@@ -46,41 +52,22 @@ void remove_stale_temp_dirs(const std::filesystem::path& tmp) {
       continue;
     }
     if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;
+    struct stat marker {};
+    if (::lstat((it->path() / kKeptMarker).c_str(), &marker) == 0) continue;
     std::error_code remove_error;
     fs::remove_all(it->path(), remove_error);
   }
 }
 
-// The private temporary log directory goes at exit, but a hang's incident
-// report must not: each moves to <tmp>/ddprun-hang-<pid>-<file name>, a name the
-// stale-directory sweep above never touches (no pid right after "ddprun-").
-void keep_incidents(const std::vector<std::string>& files, const std::filesystem::path& tmp) {
-  namespace fs = std::filesystem;
-  for (const auto& file : files) {
-    const fs::path kept = tmp / ("ddprun-hang-" + std::to_string(::getpid()) + "-" +
-                                 fs::path(file).filename().string());
-    std::error_code ec;
-    fs::rename(file, kept, ec);
-    if (ec) fs::copy_file(file, kept, fs::copy_options::overwrite_existing, ec);
-    if (ec) {
-      std::fprintf(stderr, "ddprun: could not keep the incident report %s: %s\n", file.c_str(),
-                   ec.message().c_str());
-    } else {
-      std::fprintf(stderr,
-                   "ddprun: the incident report is kept at %s (the log directory was temporary)\n",
-                   kept.c_str());
-    }
-  }
-}
-
-// Creates <base>/<run_id>, the directory under which the agent creates every
+// Creates a fresh <base>/<run_id>_<random> (as torchrun's mkdtemp of
+// "<run_id>_" does), the directory under which the agent creates every
 // attempt's log directory, and returns its path with every symbolic link of
-// `base` resolved. A log directory may be shared with other users, so the run
-// directory must be ours: a real directory (not a symbolic link somebody
-// planted) that we created or that belongs to us. Inside it only we can
-// create entries, and the launcher refuses symbolic links in log paths
-// (those the user's own --log_dir contains are resolved here, so they stay
-// usable). Throws InvalidArgument naming the path and what is wrong.
+// `base` resolved. A run never reuses an earlier run's directory, so a rerun
+// with the same --rdzv_id and --log_dir overwrites nothing. mkdtemp creates it
+// (mode 0700) or fails: it cannot be a symbolic link somebody planted in a
+// shared --log_dir, and inside it only we can create entries (the launcher
+// refuses symbolic links in log paths as well). Throws InvalidArgument naming
+// the path and what is wrong.
 std::string prepare_run_log_dir(const std::string& base, const std::string& run_id) {
   namespace fs = std::filesystem;
   std::error_code ec;
@@ -88,27 +75,24 @@ std::string prepare_run_log_dir(const std::string& base, const std::string& run_
   if (ec) throw ddp::InvalidArgument("--log_dir", "cannot create " + base + ": " + ec.message());
   const fs::path resolved = fs::canonical(base, ec);
   if (ec) throw ddp::InvalidArgument("--log_dir", "cannot resolve " + base + ": " + ec.message());
-  const std::string dir = (resolved / run_id).string();
-  const bool created = ::mkdir(dir.c_str(), 0755) == 0;
-  if (!created && errno != EEXIST) {
-    throw ddp::InvalidArgument("--log_dir", "cannot create " + dir + ": " + std::strerror(errno));
-  }
-  struct stat st {};
-  if (::lstat(dir.c_str(), &st) != 0) {
-    throw ddp::InvalidArgument("--log_dir", "cannot stat " + dir + ": " + std::strerror(errno));
-  }
-  if (S_ISLNK(st.st_mode)) {
-    throw ddp::InvalidArgument("--log_dir",
-                               dir + " is a symbolic link (refused: somebody may have planted it)");
-  }
-  if (!S_ISDIR(st.st_mode))
-    throw ddp::InvalidArgument("--log_dir", dir + " exists and is not a directory");
-  if (!created && st.st_uid != ::geteuid()) {
-    throw ddp::InvalidArgument(
-        "--log_dir", dir + " belongs to uid " + std::to_string(st.st_uid) +
-                         ", not to this user (refused: use another --log_dir or --rdzv_id)");
+  std::string dir = (resolved / (run_id + "_XXXXXX")).string();
+  if (::mkdtemp(dir.data()) == nullptr) {
+    throw ddp::InvalidArgument("--log_dir", "cannot create a directory " + dir + " in " +
+                                                resolved.string() + ": " + std::strerror(errno));
   }
   return dir;
+}
+
+// Whether -r or -t writes any stream of any local rank to a log file.
+bool writes_log_files(const ddp::agent::WorkerSpec& spec) {
+  auto any = [](const ddp::agent::StdSetting& setting) {
+    if (setting.all != ddp::agent::Std::kNone) return true;
+    for (const auto& [rank, streams] : setting.per_rank) {
+      if (streams != ddp::agent::Std::kNone) return true;
+    }
+    return false;
+  };
+  return any(spec.redirects) || any(spec.tee);
 }
 
 // After a failure report of a Python program: when its Python has no torch
@@ -117,6 +101,12 @@ std::string prepare_run_log_dir(const std::string& base, const std::string& run_
 // and PYTHON_EXEC. Checked only now, on failure: the launch path never pays.
 void note_missing_torch(const ddp::launcher::LaunchConfig& config) {
   if (config.python.empty()) return;
+  if (config.python_guessed) {
+    // The program may not be Python at all (a shell script without +x): say
+    // what was guessed rather than what that Python lacks.
+    std::fputs(ddp::launcher::python_guess_note(config.program, config.python).c_str(), stderr);
+    return;
+  }
   const std::optional<bool> has_torch =
       ddp::launcher::python_finds_torch(config.python, std::chrono::seconds(5));
   if (!has_torch.has_value() || *has_torch) return;
@@ -153,6 +143,9 @@ void log_slurm_options(const ddp::launcher::LaunchConfig& config) {
 int run(const ddp::launcher::LaunchConfig& config) {
   namespace fs = std::filesystem;
   log_slurm_options(config);
+  for (const auto& warning : config.warnings) {
+    std::fprintf(stderr, "ddprun: warning: %s\n", warning.c_str());
+  }
   // First, before any thread exists (the embedded store starts one): block
   // the handled signals so that only the agent's signalfd sees them.
   auto launcher = ddp::agent::make_posix_launcher(config.signals);
@@ -170,24 +163,36 @@ int run(const ddp::launcher::LaunchConfig& config) {
   ddp::agent::AgentOptions options = config.agent;
   for (char** var = environ; *var != nullptr; ++var) options.base_env.emplace_back(*var);
 
-  // Without --log_dir the per-attempt files (error.json) live in a private
-  // temporary directory that is removed at exit; its name carries our pid so
-  // that the next ddprun removes it if we are SIGKILLed.
-  std::string temp_dir;
-  if (config.log_dir.empty()) {
-    remove_stale_temp_dirs(fs::temp_directory_path());
+  // Where the logs go: a fresh <base>/<run_id>_<random> for every run (see
+  // prepare_run_log_dir), said at start when it holds the workers' output.
+  //  - --log_dir: base is --log_dir.
+  //  - -r/-t without --log_dir: base is a folder of its own,
+  //    $TMPDIR/ddprun_logs_XXXXXX (torchrun's is torchelastic_XXXXXX), kept.
+  //  - neither: the run's files are error files (and hang incidents), in a
+  //    private $TMPDIR/ddprun-<pid>-XXXXXX removed at exit unless a failure
+  //    report or an incident named a file in it (then kept, and said so); its
+  //    name carries our pid so that the next ddprun removes it if we are
+  //    SIGKILLed.
+  const bool output_in_files = writes_log_files(config.agent.spec);
+  std::string base = config.log_dir;
+  std::string temp_dir;  // removed at exit unless kept
+  if (base.empty()) {
+    const fs::path tmp = fs::temp_directory_path();
+    if (!output_in_files) remove_stale_temp_dirs(tmp);
     std::string pattern =
-        (fs::temp_directory_path() / ("ddprun-" + std::to_string(::getpid()) + "-XXXXXX")).string();
+        (tmp / (output_in_files ? std::string("ddprun_logs_XXXXXX")
+                                : "ddprun-" + std::to_string(::getpid()) + "-XXXXXX"))
+            .string();
     if (::mkdtemp(pattern.data()) == nullptr) {
-      std::fprintf(stderr, "ddprun: error: cannot create a temporary directory in %s\n",
-                   fs::temp_directory_path().c_str());
+      std::fprintf(stderr, "ddprun: error: cannot create a temporary directory in %s: %s\n",
+                   tmp.c_str(), std::strerror(errno));
       return 1;
     }
-    temp_dir = pattern;
+    base = pattern;
+    if (!output_in_files) temp_dir = pattern;
   }
   try {
-    options.run_log_dir =
-        prepare_run_log_dir(temp_dir.empty() ? config.log_dir : temp_dir, rdzv.params.run_id);
+    options.run_log_dir = prepare_run_log_dir(base, rdzv.params.run_id);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "ddprun: error: %s\n", e.what());
     if (!temp_dir.empty()) {
@@ -196,14 +201,32 @@ int run(const ddp::launcher::LaunchConfig& config) {
     }
     return 1;
   }
+  if (!config.log_dir.empty()) {
+    std::fprintf(stderr, "ddprun: logs of this run in %s\n", options.run_log_dir.c_str());
+  } else if (output_in_files) {
+    std::fprintf(stderr,
+                 "ddprun: logs of this run in %s (no --log_dir: a folder of its own, kept after "
+                 "the run)\n",
+                 options.run_log_dir.c_str());
+  }
+  const std::string run_log_dir = options.run_log_dir;
 
   ddp::agent::Agent agent(std::move(options), *handler, *launcher);
   const int code = agent.run();
   if (agent.reported_worker_failure()) note_missing_torch(config);
-  if (!temp_dir.empty()) keep_incidents(agent.incident_files(), fs::temp_directory_path());
   if (!temp_dir.empty()) {
-    std::error_code ec;
-    fs::remove_all(temp_dir, ec);
+    // A path printed during the run (a failure report's error_file, a hang
+    // incident) must still be there after it.
+    if (agent.reported_worker_failure() || !agent.incident_files().empty()) {
+      std::ofstream(fs::path(temp_dir) / kKeptMarker);
+      std::fprintf(stderr,
+                   "ddprun: kept %s: the files named above are in it (no --log_dir; ddprun does "
+                   "not remove it)\n",
+                   run_log_dir.c_str());
+    } else {
+      std::error_code ec;
+      fs::remove_all(temp_dir, ec);
+    }
   }
   // Leave without destructors: a rendezvous interrupted by a signal leaves a
   // thread blocked in the handler, and the kernel closes sockets and stops the

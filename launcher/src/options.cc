@@ -19,7 +19,8 @@ const char* const kUsage =
     "torchrun gives (LOCAL_RANK, RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, ...), restarts\n"
     "the whole job up to --max_restarts times when a worker fails, and reports failures in\n"
     "torchrun's format. A program ending in .py (or -m module) runs as `python3 -u` (the\n"
-    "python3 first on PATH, or $PYTHON_EXEC); any other program is executed directly.\n"
+    "python3 first on PATH, or $PYTHON_EXEC); an executable file is executed directly (a bare\n"
+    "name: the file in the current directory, else on PATH); another file runs on Python.\n"
     "Every --under_score option also has a --dash-spelling and falls back to the environment\n"
     "variable PET_<NAME> (e.g. PET_NPROC_PER_NODE).\n\n"
     "In a SLURM job (SLURM_JOB_ID set), without --standalone and --rdzv_endpoint, options that\n"
@@ -44,7 +45,8 @@ const char* const kFooter =
     "  ddprun --nnodes=1:4 --rdzv_backend=c10d --rdzv_endpoint=10.0.0.1:29400 "
     "--rdzv_id=job42 train.py\n"
     "  ddprun --standalone --nproc_per_node=2 --no_python ./my_binary --rank-file "
-    "out_${local_rank}.txt";
+    "'out_${local_rank}.txt'\n"
+    "  (quote ${local_rank} in single quotes, or the shell replaces it before ddprun sees it)";
 
 const std::vector<OptionRow>& option_table() {
   using R = RawOptions;
@@ -64,17 +66,19 @@ const std::vector<OptionRow>& option_table() {
       {.name = "standalone",
        .flag = &R::standalone,
        .help = "Start a local standalone rendezvous backend (an embedded store on a free port); "
-               "useful for single-node, multi-worker jobs. Sets --rdzv_backend, --rdzv_endpoint "
-               "and --rdzv_id automatically."},
+               "useful for single-node, multi-worker jobs. Sets --rdzv_backend and "
+               "--rdzv_endpoint, and --rdzv_id to a random id unless it is given (torchrun "
+               "ignores a given one)."},
       {.name = "rdzv_backend",
        .text = &R::rdzv_backend,
        .default_value = rendezvous.backend,
-       .help = "Rendezvous backend: static (default; fixed nodes, given ranks) or c10d (elastic: "
-               "--nnodes MIN:MAX)."},
+       .help = "Rendezvous backend: static (default; fixed nodes, given ranks), c10d (elastic: "
+               "--nnodes MIN:MAX) or etcd (elastic, on an etcd v3 cluster: --rdzv_endpoint "
+               "lists its client endpoints)."},
       {.name = "rdzv_endpoint",
        .text = &R::rdzv_endpoint,
        .help = "Rendezvous backend endpoint; usually in form <host>:<port> (c10d default port "
-               "29400)."},
+               "29400); for etcd <host>[:<port>][,<host>[:<port>]...] (default port 2379)."},
       {.name = "rdzv_id",
        .text = &R::rdzv_id,
        .default_value = params.run_id,
@@ -131,8 +135,9 @@ const std::vector<OptionRow>& option_table() {
        .help = "Accepted for torchrun compatibility (the program runs as a script either way)."},
       {.name = "log_dir",
        .text = &R::log_dir,
-       .help = "Base directory for log files: "
-               "<log_dir>/<run_id>/attempt_<n>/<local_rank>/{stdout,stderr}.log and error.json."},
+       .help = "Base directory for log files: every run gets a fresh "
+               "<log_dir>/<run_id>_<random>/attempt_<n>/<local_rank>/{stdout,stderr}.log and "
+               "error.json (printed at start). Default: a temporary directory."},
       {.name = "redirects",
        .short_name = "r",
        .text = &R::redirects,

@@ -107,4 +107,13 @@ std::string missing_torch_note(const std::string& program, const std::string& py
          example + " ddprun ...\n";
 }
 
+std::string python_guess_note(const std::string& program, const std::string& python) {
+  return "ddprun: note: the workers ran " + program + " as a Python script (" + python + " -u " +
+         program +
+         "): it is not executable and its name does not end in .py\n"
+         "ddprun: note: if " +
+         program + " is not Python, make it executable (chmod +x " + program +
+         ") to run it directly\n";
+}
+
 }  // namespace ddp::launcher

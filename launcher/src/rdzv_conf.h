@@ -23,12 +23,15 @@ enum class RdzvConfKind {
   kReadableFile,     // a path this process can read
   kName,             // a non-empty text
   kPasswordFile,     // a readable file whose first line (the password) is stored
+  kStoreType,        // torchrun's c10d store_type: tcp (the only store ddprun's c10d uses)
+  kIgnored,          // a torchrun key ddprun accepts and ignores, with a warning naming why
 };
 
 // Where a key's value goes; the alternative matches the kind: milliseconds
-// for seconds, int for kPositiveInt, bool for kBool and kProtocol, a string
-// for the others.
-using RdzvConfField = std::variant<std::chrono::milliseconds*, int*, bool*, std::string*>;
+// for seconds, int for kPositiveInt, bool for kBool and kProtocol, nothing
+// (monostate) for kStoreType and kIgnored, a string for the others.
+using RdzvConfField =
+    std::variant<std::monostate, std::chrono::milliseconds*, int*, bool*, std::string*>;
 
 struct RdzvConfKey {
   const char* key;
@@ -36,6 +39,8 @@ struct RdzvConfKey {
   // Only with --rdzv_backend=etcd.
   bool etcd_only;
   RdzvConfField (*field)(LaunchConfig&);
+  // kIgnored: why the key is ignored (the warning's reason).
+  const char* ignored_because = nullptr;
 };
 
 // Every key, in the order the "unknown key" message lists them.
@@ -44,13 +49,14 @@ const std::vector<RdzvConfKey>& rdzv_conf_table();
 // The key called `key`, or null.
 const RdzvConfKey* find_rdzv_conf_key(const std::string& key);
 
-// "join_timeout, ..., read_timeout (seconds), keep_alive_max_attempt,
-// is_host": the keys that are not etcd's, for --rdzv_conf's help.
+// --rdzv_conf's keys for --help: those of every backend (the seconds
+// first), then etcd's, then the torchrun keys that are accepted and ignored.
 std::string rdzv_conf_help_keys();
 
 // Reads `text` ("k=v,k=v"; the last of a repeated key wins) into
-// c.rdzv_conf and the fields of its keys (join_timeout first, then the keys
-// in name order). `what` names the option ("--rdzv_conf" or
+// c.rdzv_conf and the fields of its keys (join_timeout or its torchrun
+// spelling `timeout` first, never both, then the keys in name order); an
+// ignored key adds a line to c.warnings. `what` names the option ("--rdzv_conf" or
 // "--rdzv_conf (from PET_RDZV_CONF)"); `backend` is --rdzv_backend's value.
 // Also sets c.rendezvous.connect_timeout to the join timeout. Throws
 // UsageError naming the key.

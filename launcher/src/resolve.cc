@@ -112,7 +112,10 @@ class Resolver {
       backend = find_rendezvous_backend(r.backend);
       r.host = "127.0.0.1";
       r.port = 0;
-      params.run_id = random_id();
+      // torchrun's --standalone replaces any --rdzv_id with a random one; a
+      // given id names the run here (TORCHELASTIC_RUN_ID, the log directory),
+      // as users expect. The store is this node's own either way.
+      if (!given("rdzv_id")) params.run_id = random_id();
     } else if (backend->store_at == StoreAt::kEtcd) {
       if (endpoint.empty()) {
         fail(

@@ -10,6 +10,8 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
 #include <string>
 
 #include "ddp/common/time.h"
@@ -317,6 +319,57 @@ TEST(StatusRoutes, EachPathAnswersWithItsStatusAndType) {
   auto missing = get("/nope");
   EXPECT_EQ(missing.status, 404);
   EXPECT_NE(missing.body.find("/metrics"), std::string::npos);
+}
+
+// docs/using.md's description of /status: the text from "`/status` holds:"
+// to the next blank line after its list.
+std::string documented_status() {
+  std::ifstream in(std::filesystem::path(DDP_SOURCE_DIR) / "docs" / "using.md");
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string doc = text.str();
+  const auto start = doc.find("`/status` holds:");
+  EXPECT_NE(start, std::string::npos) << "docs/using.md no longer describes /status";
+  if (start == std::string::npos) return "";
+  const auto end = doc.find("\n\n", doc.find("\n- ", start));
+  return doc.substr(start, end - start);
+}
+
+// Every object key of `doc`, recursively, but for the keys of by_cause and
+// worker_exits, which are values (causes, reasons) listed elsewhere.
+void collect_keys(const json& doc, std::set<std::string>& keys) {
+  if (doc.is_array()) {
+    for (const auto& item : doc) collect_keys(item, keys);
+  } else if (doc.is_object()) {
+    for (auto it = doc.begin(); it != doc.end(); ++it) {
+      keys.insert(it.key());
+      if (it.key() != "by_cause" && it.key() != "worker_exits") collect_keys(it.value(), keys);
+    }
+  }
+}
+
+TEST(JobStatus, TheDocumentedStatusNamesEveryKeyAndEveryEventKind) {
+  FakeTime time;
+  JobBoard board(time);
+  fill(board, time);
+  const std::string documented = documented_status();
+  std::set<std::string> keys;
+  collect_keys(json::parse(status_json(board.snapshot(), time.now(), 0)), keys);
+  for (const auto& key : keys) {
+    EXPECT_NE(documented.find("`" + key + "`"), std::string::npos)
+        << "/status has '" << key << "', which docs/using.md does not name";
+  }
+  // The kinds: exactly kEventKinds, as the sentence "The kinds are ..." lists them.
+  const auto from = documented.find("The kinds are");
+  ASSERT_NE(from, std::string::npos) << documented;
+  const std::string sentence = documented.substr(from, documented.find(';', from) - from);
+  std::set<std::string> listed;
+  for (std::size_t at = sentence.find('`'); at != std::string::npos;
+       at = sentence.find('`', sentence.find('`', at + 1) + 1)) {
+    listed.insert(sentence.substr(at + 1, sentence.find('`', at + 1) - at - 1));
+  }
+  EXPECT_EQ(listed, std::set<std::string>(kEventKinds.begin(), kEventKinds.end())) << sentence;
+  EXPECT_THROW(board.event("no_such_kind", "x"), std::logic_error);
 }
 
 }  // namespace

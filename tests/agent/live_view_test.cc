@@ -100,7 +100,14 @@ TEST(AgentLiveView, RestartsExitsAndEventsAreServedWhileTheAgentRuns) {
   EXPECT_EQ(doc["run_id"], "live");
   EXPECT_EQ(doc["state"], "running");
   EXPECT_EQ(doc["round"]["number"], 1);
-  EXPECT_EQ(doc["round"]["attempt"], 2);
+  // The n of the round's attempt_<n> log folder, which its workers' error files are in.
+  EXPECT_EQ(doc["round"]["attempt"], 1);
+  for (const auto& launch : launcher.launches()) {
+    if (launch.env.at("TORCHELASTIC_RESTART_COUNT") == "1") {
+      EXPECT_NE(launch.env.at("TORCHELASTIC_ERROR_FILE").find("/attempt_1/"), std::string::npos)
+          << launch.env.at("TORCHELASTIC_ERROR_FILE");
+    }
+  }
   EXPECT_EQ(doc["restarts"]["spent"], 1);
   EXPECT_EQ(doc["restarts"]["by_cause"]["worker_failure"], 1);
   EXPECT_EQ(doc["restarts"]["by_cause"]["node_lost"], 0);

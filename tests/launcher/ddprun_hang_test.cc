@@ -114,12 +114,25 @@ class HangTest : public ::testing::Test {
 
   fs::path log_dir() const { return dir_.path() / "logs"; }
   fs::path mark_dir() const { return dir_.path(); }
+  // `relative` in the agents' run folders (each agent makes its own
+  // <log_dir>/<run_id>_<random>): the first that exists, else a path that
+  // does not.
+  fs::path in_run_dirs(const fs::path& relative) const {
+    if (fs::exists(log_dir())) {
+      for (const auto& entry : fs::directory_iterator(log_dir())) {
+        if (entry.path().filename().string().rfind(run_id_ + "_", 0) != 0) continue;
+        if (fs::exists(entry.path() / relative)) return entry.path() / relative;
+      }
+    }
+    return log_dir() / (run_id_ + "_none") / relative;
+  }
   fs::path attempt_dir(int attempt) const {
-    return log_dir() / run_id_ / ("attempt_" + std::to_string(attempt));
+    return in_run_dirs("attempt_" + std::to_string(attempt));
   }
   fs::path incident(int node, int attempt = 0) const {
-    return attempt_dir(attempt) /
-           ("hang_" + std::to_string(attempt) + "_node" + std::to_string(node) + ".json");
+    return in_run_dirs(fs::path("attempt_" + std::to_string(attempt)) /
+                       ("hang_" + std::to_string(attempt) + "_node" + std::to_string(node) +
+                        ".json"));
   }
   nlohmann::json read_incident(int node) const {
     return nlohmann::json::parse(read_text(incident(node)));

@@ -244,8 +244,13 @@ TEST(ParseCommandLine, TheHelpNamesEveryOptionWithItsDefaultAndVariable) {
         "  --standalone (Env:PET_STANDALONE)\n", "  -m,--module (Env:PET_MODULE)\n",
         "  -r,--redirects REDIRECTS=0 (Env:PET_REDIRECTS)\n",
         "  --rdzv_conf,--rdzv-conf RDZV_CONF (Env:PET_RDZV_CONF)\n",
-        "join_timeout, last_call_timeout, close_timeout, heartbeat_timeout, keep_alive_interval, "
-        "read_timeout (seconds), keep_alive_max_attempt, is_host.",
+        "join_timeout, timeout, last_call_timeout, close_timeout, heartbeat_timeout, "
+        "keep_alive_interval, read_timeout (seconds), keep_alive_max_attempt, is_host, "
+        "store_type; for etcd also protocol, cacert, cert, key, username, password_file; "
+        "accepted and ignored (with a warning): rank, etcd_prefix.",
+        "Rendezvous backend: static (default; fixed nodes, given ranks), c10d (elastic: --nnodes "
+        "MIN:MAX) or etcd (elastic, on an etcd v3 cluster: --rdzv_endpoint lists its client "
+        "endpoints).",
         "--exit_barrier_timeout,--exit-barrier-timeout EXIT_BARRIER_TIMEOUT=300 "
         "(Env:PET_EXIT_BARRIER_TIMEOUT)\n",
         "  --stop_grace,--stop-grace STOP_GRACE=30 (Env:PET_STOP_GRACE)\n", "examples:\n"}) {
@@ -319,9 +324,10 @@ TEST(ParseCommandLine, RdzvConfBadKeysAndValuesNameTheKey) {
       {"join_timeout", "--rdzv_conf: expected key=value[,key=value...], got 'join_timeout'"},
       {"=3", "--rdzv_conf: expected key=value[,key=value...], got '=3'"},
       {"keepalive=3",
-       "--rdzv_conf: unknown key 'keepalive' (known: join_timeout, last_call_timeout, "
+       "--rdzv_conf: unknown key 'keepalive' (known: join_timeout, timeout, last_call_timeout, "
        "close_timeout, heartbeat_timeout, keep_alive_interval, keep_alive_max_attempt, "
-       "read_timeout, is_host; for etcd: protocol, cacert, cert, key, username, password_file)"},
+       "read_timeout, is_host, store_type; for etcd: protocol, cacert, cert, key, username, "
+       "password_file; ignored: rank, etcd_prefix)"},
       {"join_timeout=soon",
        "--rdzv_conf join_timeout: expected a non-negative number of seconds, got 'soon'"},
       {"close_timeout=-1",
@@ -566,7 +572,8 @@ TEST(ParseCommandLine, PythonProgramsRunOnTheFirstPython3OnPathOrPythonExec) {
   EXPECT_EQ(host.error({"--no_python", "/work/script"}),
             "program '/work/script' not found or not executable");
   EXPECT_EQ(host.error({"--no_python", "nothing"}),
-            "program 'nothing' not found or not executable (searched PATH)");
+            "program 'nothing' not found or not executable (searched the current directory and "
+            "PATH)");
 }
 
 TEST(ParseCommandLine, TheAgentsOptionsComeFromTheirFlags) {
@@ -594,6 +601,88 @@ TEST(ParseCommandLine, TheAgentsOptionsComeFromTheirFlags) {
   EXPECT_TRUE(c.agent.base_env.empty()) << "ddprun fills it when it runs";
   EXPECT_EQ(host.error({"--nproc_per_node=2", "--tee=3:1", "/bin/true"}),
             "-t/--tee: local rank 3 does not exist (--nproc_per_node=2)");
+}
+
+TEST(ParseCommandLine, TorchrunsRdzvConfKeysKeepTheirMeaning) {
+  FakeHost host;
+  // torchrun's static and etcd rendezvous call the join timeout `timeout`.
+  const LaunchConfig timeout = host.config({"--rdzv_conf=timeout=42", "/bin/true"});
+  EXPECT_EQ(timeout.rendezvous.params.join_timeout, 42s);
+  EXPECT_EQ(timeout.rendezvous.connect_timeout, 42s);
+  EXPECT_TRUE(timeout.warnings.empty());
+  EXPECT_EQ(host.config({"--rdzv_backend=etcd", "--rdzv_endpoint=e1", "--rdzv_conf=timeout=7",
+                         "/bin/true"})
+                .rendezvous.params.join_timeout,
+            7s);
+  EXPECT_EQ(host.error({"--rdzv_conf=timeout=1,join_timeout=2", "/bin/true"}),
+            "--rdzv_conf: timeout (torchrun's static and etcd name) and join_timeout are the "
+            "same key: give one");
+  // c10d's store_type: tcp is what ddprun's store is; file is refused.
+  const std::vector<std::string> c10d = {"--rdzv_backend=c10d", "--rdzv_endpoint=10.0.0.1"};
+  auto with = [&](const std::string& conf) {
+    std::vector<std::string> args = c10d;
+    args.push_back("--rdzv_conf=" + conf);
+    args.push_back("/bin/true");
+    return args;
+  };
+  EXPECT_TRUE(host.config(with("store_type=tcp")).warnings.empty());
+  EXPECT_TRUE(host.config(with("store_type= TCP")).warnings.empty()) << "torch strips and lowers";
+  EXPECT_EQ(host.error(with("store_type=file")),
+            "--rdzv_conf store_type=file: ddprun's rendezvous runs on its TCP store only "
+            "(torchrun's FileStore is not supported); leave it out or give tcp");
+  EXPECT_EQ(host.error(with("store_type=redis")),
+            "--rdzv_conf store_type: expected tcp, got 'redis'");
+  // Keys torchrun sets itself or that have no meaning here: a warning each.
+  EXPECT_EQ(host.config({"--rdzv_conf=rank=1", "/bin/true"}).warnings,
+            (std::vector<std::string>{
+                "--rdzv_conf rank is ignored: --node_rank gives the node's rank (torchrun "
+                "overrides it with --node_rank too)"}));
+  EXPECT_EQ(host.config({"--rdzv_backend=etcd", "--rdzv_endpoint=e1",
+                         "--rdzv_conf=etcd_prefix=/torchelastic/p2p", "/bin/true"})
+                .warnings,
+            (std::vector<std::string>{
+                "--rdzv_conf etcd_prefix is ignored: ddprun keeps a job's keys under "
+                "rdzv/<run_id>/ in etcd (its v3 layout is not torchrun's)"}));
+}
+
+TEST(ParseCommandLine, StandaloneKeepsAGivenRdzvId) {
+  FakeHost host;
+  EXPECT_EQ(host.config({"--standalone", "--rdzv_id=job9", "/bin/true"}).rendezvous.params.run_id,
+            "job9");
+  host.env["PET_RDZV_ID"] = "job10";
+  EXPECT_EQ(host.config({"--standalone", "/bin/true"}).rendezvous.params.run_id, "job10");
+  host.env.erase("PET_RDZV_ID");
+  const std::string made_up = host.config({"--standalone", "/bin/true"}).rendezvous.params.run_id;
+  EXPECT_NE(made_up, "none");
+  EXPECT_NE(made_up, host.config({"--standalone", "/bin/true"}).rendezvous.params.run_id);
+}
+
+TEST(ParseCommandLine, AnExecutableFileRunsDirectlyWhereverItIsNamed) {
+  FakeHost host;
+  host.executables.insert("./train_cpp");
+  host.executables.insert("/usr/bin/tool");
+  host.files = {"script"};
+  // A bare name: the file in the current directory, as torchrun takes its program.
+  const LaunchConfig cpp = host.config({"train_cpp", "--out", "x"});
+  EXPECT_EQ(cpp.agent.spec.argv, (std::vector<std::string>{"./train_cpp", "--out", "x"}));
+  EXPECT_TRUE(cpp.python.empty());
+  EXPECT_FALSE(cpp.python_guessed);
+  EXPECT_EQ(cpp.agent.spec.name, "train_cpp");
+  // Not in the current directory: on PATH.
+  EXPECT_EQ(host.config({"tool"}).agent.spec.argv, (std::vector<std::string>{"/usr/bin/tool"}));
+  // --no_python: PATH first, as exec does, then the current directory.
+  EXPECT_EQ(host.config({"--no_python", "train_cpp"}).agent.spec.argv,
+            (std::vector<std::string>{"./train_cpp"}));
+  host.executables.insert("/usr/bin/train_cpp");
+  EXPECT_EQ(host.config({"--no_python", "train_cpp"}).agent.spec.argv,
+            (std::vector<std::string>{"/usr/bin/train_cpp"}));
+  EXPECT_EQ(host.config({"train_cpp"}).agent.spec.argv, (std::vector<std::string>{"./train_cpp"}));
+  // Neither executable nor *.py: Python, and the config says it was a guess.
+  const LaunchConfig script = host.config({"script"});
+  EXPECT_EQ(script.agent.spec.argv, (std::vector<std::string>{"/usr/bin/python3", "-u", "script"}));
+  EXPECT_TRUE(script.python_guessed);
+  host.files.insert("/work/train.py");
+  EXPECT_FALSE(host.config({"/work/train.py"}).python_guessed);
 }
 
 }  // namespace

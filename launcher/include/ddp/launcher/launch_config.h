@@ -67,6 +67,13 @@ struct LaunchConfig {
   // executable): the Python that runs it, $PYTHON_EXEC or the first python3 on
   // PATH, resolved (agent.spec.argv[0]). Empty for a program executed directly.
   std::string python;
+  // Whether the program runs on `python` only because it is a file that is
+  // neither executable nor named *.py (torchrun runs any script so): the
+  // failure report is then followed by a note saying so.
+  bool python_guessed = false;
+  // What ddprun warns about at start, one line each without "ddprun:
+  // warning: " (e.g. a torchrun --rdzv_conf key it ignores, and why).
+  std::vector<std::string> warnings;
   // The options whose values came from SLURM (see parse_command_line), each
   // with its source, e.g. "node_rank" -> "SLURM_NODEID". Empty outside SLURM.
   std::map<std::string, std::string> from_slurm;

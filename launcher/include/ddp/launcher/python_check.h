@@ -30,4 +30,10 @@ enum class PythonSource { kPath, kPythonExec };
 std::string missing_torch_note(const std::string& program, const std::string& python,
                                PythonSource source);
 
+// The note printed after a failure report when `program` ran on `python`
+// only because it is a file that is neither executable nor named *.py (a
+// guess, as torchrun makes it): two lines, each starting with
+// "ddprun: note: ", saying so and how to run it directly instead.
+std::string python_guess_note(const std::string& program, const std::string& python);
+
 }  // namespace ddp::launcher
