@@ -130,9 +130,9 @@ class HangTest : public ::testing::Test {
     return in_run_dirs("attempt_" + std::to_string(attempt));
   }
   fs::path incident(int node, int attempt = 0) const {
-    return in_run_dirs(fs::path("attempt_" + std::to_string(attempt)) /
-                       ("hang_" + std::to_string(attempt) + "_node" + std::to_string(node) +
-                        ".json"));
+    return in_run_dirs(
+        fs::path("attempt_" + std::to_string(attempt)) /
+        ("hang_" + std::to_string(attempt) + "_node" + std::to_string(node) + ".json"));
   }
   nlohmann::json read_incident(int node) const {
     return nlohmann::json::parse(read_text(incident(node)));

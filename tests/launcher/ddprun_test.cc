@@ -639,9 +639,9 @@ TEST_F(DdprunTest, SymlinkPlantedAsLogFileIsNeverFollowed) {
           base_env(), dir_.path());
   EXPECT_EQ(result.code, 0) << result.err;
   EXPECT_EQ(read_text(victim), "precious");
-  EXPECT_EQ(result.err.find("ddprun: logs of this run in " + (root / "logs" / "job").string() +
-                            "\n"),
-            std::string::npos)
+  EXPECT_EQ(
+      result.err.find("ddprun: logs of this run in " + (root / "logs" / "job").string() + "\n"),
+      std::string::npos)
       << result.err;
 }
 
