@@ -416,14 +416,14 @@ TEST(ParseCommandLine, TheStoreAndRanksFollowTheBackend) {
   EXPECT_EQ(host.config(with({"--node_rank=3"})).rendezvous.params.node_rank, 3);
   EXPECT_EQ(host.error(with({"--node_rank=4"})),
             "--node_rank: expected an integer in [0, 4) (0 <= node_rank < nnodes), got '4'");
-  // --standalone: c10d on a free loopback port, with a fresh run id.
+  // --standalone: c10d on a free loopback port; the run id is the one given
+  // (StandaloneKeepsAGivenRdzvId has the fresh one made up without it).
   const LaunchConfig standalone = host.config({"--standalone", "--rdzv_id=mine", "/bin/true"});
   EXPECT_EQ(standalone.rendezvous.backend, "c10d");
   EXPECT_EQ(standalone.rendezvous.host, "127.0.0.1");
   EXPECT_EQ(standalone.rendezvous.port, 0);
   EXPECT_TRUE(standalone.rendezvous.host_auto);
-  EXPECT_NE(standalone.rendezvous.params.run_id, "mine");
-  EXPECT_FALSE(standalone.rendezvous.params.run_id.empty());
+  EXPECT_EQ(standalone.rendezvous.params.run_id, "mine");
   EXPECT_EQ(host.error({"--rdzv_backend=c10d", "/bin/true"}),
             "--rdzv_backend=c10d needs --rdzv_endpoint host[:port]");
 }
