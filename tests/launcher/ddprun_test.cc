@@ -761,7 +761,8 @@ TEST_F(DdprunTest, BadCommandLinesGetOneLineAndExitCode2) {
       {{"--nproc_per_node"}, "option --nproc_per_node needs a value"},
       {{}, "missing the program to run"},
       {{"--no_python", "/nonexistent/prog"}, "program '/nonexistent/prog' not found"},
-      {{"--no_python", "no-such-program-xyz"}, "not found or not executable (searched PATH)"},
+      {{"--no_python", "no-such-program-xyz"},
+       "not found or not executable (searched the current directory and PATH)"},
       {{"missing_script.py"}, "program 'missing_script.py' not found"},
   };
   for (const auto& c : cases) {
