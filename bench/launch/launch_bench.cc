@@ -17,7 +17,7 @@
 //               --log_dir D --no_python ddprun_progress_worker sleep_before 1 5 --mark_dir M
 //      rank 1 blocks forever before step 5's all-reduce, writing M/stall_1
 //      (CLOCK_REALTIME) the moment it stalls. detect_s = the mtime of the
-//      incident file ddprun writes (D/<run_id>/attempt_0/hang_0_node0.json,
+//      incident file ddprun writes (D/<run_id>_<random>/attempt_0/hang_0_node0.json,
 //      nanoseconds from stat) - the stall's time; the median over runs is
 //      printed as "hang detect_s=<s> timeout_s=<T>" (target: detect_s <= T + 1).
 //

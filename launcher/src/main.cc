@@ -178,7 +178,7 @@ int run(const ddp::launcher::LaunchConfig& config) {
   std::string temp_dir;  // removed at exit unless kept
   if (base.empty()) {
     const fs::path tmp = fs::temp_directory_path();
-    if (!output_in_files) remove_stale_temp_dirs(tmp);
+    remove_stale_temp_dirs(tmp);
     std::string pattern =
         (tmp / (output_in_files ? std::string("ddprun_logs_XXXXXX")
                                 : "ddprun-" + std::to_string(::getpid()) + "-XXXXXX"))
