@@ -83,6 +83,16 @@ std::string prepare_run_log_dir(const std::string& base, const std::string& run_
   return dir;
 }
 
+// Whether a regular file lies anywhere below `dir`.
+bool holds_a_file(const std::filesystem::path& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  for (fs::recursive_directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    if (it->is_regular_file(ec)) return true;
+  }
+  return false;
+}
+
 // Whether -r or -t writes any stream of any local rank to a log file.
 bool writes_log_files(const ddp::agent::WorkerSpec& spec) {
   auto any = [](const ddp::agent::StdSetting& setting) {
@@ -216,8 +226,10 @@ int run(const ddp::launcher::LaunchConfig& config) {
   if (agent.reported_worker_failure()) note_missing_torch(config);
   if (!temp_dir.empty()) {
     // A path printed during the run (a failure report's error_file, a hang
-    // incident) must still be there after it.
-    if (agent.reported_worker_failure() || !agent.incident_files().empty()) {
+    // incident) must still be there after it. Without -r/-t the folder holds
+    // no other files: a report that found no error file named none.
+    if ((agent.reported_worker_failure() || !agent.incident_files().empty()) &&
+        holds_a_file(temp_dir)) {
       std::ofstream(fs::path(temp_dir) / kKeptMarker);
       std::fprintf(stderr,
                    "ddprun: kept %s: the files named above are in it (no --log_dir; ddprun does "

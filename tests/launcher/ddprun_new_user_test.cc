@@ -106,6 +106,7 @@ void expect_each_worker_gets_its_file(const std::string& command, const fs::path
   fs::create_directories(dir);
   write_executable(dir / program.substr(2), "#!/bin/sh\n: > \"$2\"\n");
   auto env = base_env();
+  env["TMPDIR"] = dir.parent_path().string();  // never /tmp, whatever happens
   env["PATH"] = bin_dir() + ":" + env["PATH"];
   auto result = run({"/bin/bash", "-c", "cd " + quoted(dir.string()) + " && " + command}, env,
                     dir.parent_path());
@@ -124,7 +125,7 @@ void expect_each_worker_gets_its_file(const std::string& command, const fs::path
 }
 
 TEST_F(NewUserTest, TheDocumentedLocalRankCommandsGiveEveryWorkerItsOwnFile) {
-  const auto help = run({ddprun(), "--help"}, base_env(), dir_.path());
+  const auto help = run({ddprun(), "--help"}, env_with_tmp(), dir_.path());
   ASSERT_EQ(help.code, 0);
   const std::map<std::string, std::string> sources = {
       {"README.md", read_text(source_dir() / "README.md")},
@@ -146,7 +147,7 @@ TEST_F(NewUserTest, ARerunWithTheSameIdAndLogDirKeepsTheFirstRunsLogs) {
   const fs::path logs = dir_.path() / "logs";
   std::vector<std::string> announced;
   for (const std::string run_name : {"first", "second"}) {
-    auto env = base_env();
+    auto env = env_with_tmp();
     env["WHICH_RUN"] = run_name;
     auto result =
         run(cmd({"--rdzv_backend=c10d", "--rdzv_endpoint=127.0.0.1:" + std::to_string(free_port()),
@@ -224,7 +225,7 @@ TEST_F(NewUserTest, StandaloneKeepsAGivenRdzvIdForTheRunAndItsLogs) {
   auto result =
       run(cmd({"--standalone", "--rdzv_id=myjob", "--log_dir", logs.string(), "--no_python"},
               {worker(), "env", dir_.str()}),
-          base_env(), dir_.path());
+          env_with_tmp(), dir_.path());
   ASSERT_EQ(result.code, 0) << result.err;
   const auto data = nlohmann::json::parse(read_text(dir_.path() / "env_0_0.json"));
   EXPECT_EQ(data["env"]["TORCHELASTIC_RUN_ID"], "myjob");
@@ -237,7 +238,7 @@ TEST_F(NewUserTest, AnExecutableNamedWithoutAPathRunsDirectly) {
   const fs::path work = dir_.path() / "work";
   fs::create_directories(work);
   write_executable(work / "train_cpp", "#!/bin/sh\necho shell ran rank $RANK\n");
-  auto env = base_env();
+  auto env = env_with_tmp();
   ASSERT_EQ(env["PATH"].find(work.string()), std::string::npos);
   auto result = run({"/bin/sh", "-c",
                      "cd " + quoted(work.string()) + " && exec " + quoted(ddprun()) +
@@ -256,7 +257,7 @@ TEST_F(NewUserTest, ThePythonGuessForAFileThatIsNotExecutableSaysWhatItGuessed) 
   auto result = run(
       {"/bin/sh", "-c",
        "cd " + quoted(work.string()) + " && exec " + quoted(ddprun()) + " --standalone train_job"},
-      base_env(), dir_.path());
+      env_with_tmp(), dir_.path());
   ASSERT_NE(result.code, 0) << result.err;
   EXPECT_NE(result.err.find("ddprun: note: the workers ran train_job as a Python script ("),
             std::string::npos)
@@ -268,6 +269,9 @@ TEST_F(NewUserTest, ThePythonGuessForAFileThatIsNotExecutableSaysWhatItGuessed) 
       << result.err;
   EXPECT_EQ(result.err.find("no module named 'torch'"), std::string::npos)
       << "a guess is named, not what that Python lacks: " << result.err;
+  // The report named no file (Python wrote no error file): nothing is kept.
+  EXPECT_EQ(result.err.find("ddprun: kept "), std::string::npos) << result.err;
+  EXPECT_TRUE(entries(tmp()).empty()) << ::testing::PrintToString(entries(tmp()));
 }
 
 // --------------------------------------------------------------- torchrun's keys
@@ -278,7 +282,7 @@ TEST_F(NewUserTest, TorchrunsRdzvConfKeysAreAccepted) {
   auto result = run(cmd({"--nnodes=1", "--master_port=" + std::to_string(free_port()),
                          "--rdzv_conf=timeout=30,rank=0", "--no_python"},
                         {"/bin/true"}),
-                    base_env(), dir_.path());
+                    env_with_tmp(), dir_.path());
   EXPECT_EQ(result.code, 0) << result.err;
   EXPECT_NE(result.err.find("ddprun: warning: --rdzv_conf rank is ignored: --node_rank gives"),
             std::string::npos)
@@ -288,14 +292,14 @@ TEST_F(NewUserTest, TorchrunsRdzvConfKeysAreAccepted) {
       run(cmd({"--rdzv_backend=c10d", "--rdzv_endpoint=127.0.0.1:" + std::to_string(free_port()),
                "--rdzv_conf=store_type=tcp", "--no_python"},
               {"/bin/true"}),
-          base_env(), dir_.path());
+          env_with_tmp(), dir_.path());
   EXPECT_EQ(result.code, 0) << result.err;
 }
 
 // ------------------------------------------------------------------ the file timer
 
 TEST_F(NewUserTest, TheFileTimersReapingLineIsPrintedAtTheDefaultLevel) {
-  auto env = base_env();
+  auto env = env_with_tmp();
   env["TORCHELASTIC_ENABLE_FILE_TIMER"] = "1";
   env["TORCHELASTIC_TIMER_FILE"] = (dir_.path() / "timer").string();
   // torch's FileTimerClient request, already expired, for the worker itself.
@@ -363,7 +367,7 @@ TEST_F(NewUserTest, DdpStorePrefixIsAsDocumented) {
     std::vector<std::string> argv{ddprun()};
     argv.insert(argv.end(), args.begin(), args.end());
     argv.insert(argv.end(), {"--rdzv_id=job7", "--no_python", worker(), "env", out.string()});
-    auto result = run(argv, base_env(), dir_.path());
+    auto result = run(argv, env_with_tmp(), dir_.path());
     ASSERT_EQ(result.code, 0) << result.err;
     const auto data = nlohmann::json::parse(read_text(out / "env_0_0.json"));
     const std::string prefix = data["env"]["DDP_STORE_PREFIX"];
