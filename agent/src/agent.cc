@@ -194,6 +194,7 @@ class Agent::Impl {
       note_recovery_round(info);
       last_hang_.clear();
       ended_hung_workers_ = false;
+      hang_saw_unreachable_ = false;
       begin_watch();
       Outcome outcome;
       std::unique_ptr<RoundWatch> watch;
@@ -699,7 +700,7 @@ class Agent::Impl {
   // round's watch to tell, so that a lost node re-forms the group instead of
   // spending a restart. Nullopt: a worker failure after all.
   std::optional<Outcome> membership_change_behind(const RoundWatch& watch) {
-    if (!watch.ended()) {
+    if (!watch.ended() && !failure_is_our_hang_action()) {
       const auto grace = round_->grace_for_membership_change();
       if (grace.count() <= 0) return std::nullopt;
       logger_->warn(
@@ -718,6 +719,18 @@ class Agent::Impl {
     // A lost or joining node re-forms the group; another node's restart or
     // abort is followed as it would be without our failure.
     return on_remote_end(watch);
+  }
+
+  // Whether this round's failure is the hang this agent acted on: its root
+  // cause is a worker the agent ended over a hang found while every other
+  // node's summary was current (none unreachable). No lost node is behind
+  // that, and the grace (up to 1.5 keep-alive intervals: several seconds
+  // before the other nodes learn of the round's end) would only delay them.
+  bool failure_is_our_hang_action() const {
+    if (failures_.empty() || !ended_hung_workers_ || hang_saw_unreachable_) return false;
+    const ProcessFailure& first = failures_[root_cause(failures_)];
+    auto it = pid_to_worker_.find(first.pid);
+    return it != pid_to_worker_.end() && !workers_[it->second].ended_by_agent.empty();
   }
 
   Outcome on_signal(int signo) {
@@ -1032,6 +1045,7 @@ class Agent::Impl {
     note_incident(verdict, path);
     if (culprits.empty()) return;
     ended_hung_workers_ = true;
+    hang_saw_unreachable_ = !verdict.unreachable.empty();
     if (options_.watch.on_hang == WatchOptions::OnHang::kFail) fail_without_restart_ = true;
     for (Worker* w : culprits) {
       w->ended_by_agent = "ended by ddprun after a hang: " + verdict.hang.summary +
@@ -1322,8 +1336,10 @@ class Agent::Impl {
   std::vector<std::string> incident_files_;
   // The summary of the hang found in this round, if any.
   std::string last_hang_;
-  // This node ended hung workers in this round (its end of the round says so).
+  // This node ended hung workers in this round (its end of the round says so),
+  // and whether some node was unreachable when it found the hang.
   bool ended_hung_workers_ = false;
+  bool hang_saw_unreachable_ = false;
   // torch's file timer, when TORCHELASTIC_ENABLE_FILE_TIMER=1.
   std::unique_ptr<FileTimerServer> timer_;
   // The live view: what the agent knows, and its endpoint (--status_port).

@@ -95,6 +95,53 @@ std::vector<fs::path> incidents_under(const fs::path& dir) {
   return found;
 }
 
+// A round of an elastic job, as the agent sees it: the static handler's, but
+// grace_for_membership_change says to wait `grace` for the group's verdict
+// (a member's keep-alive did not move yet) and counts the times it is asked.
+class ElasticLookingRound final : public Round {
+ public:
+  ElasticLookingRound(std::unique_ptr<Round> inner, std::chrono::milliseconds grace,
+                      std::atomic<int>& asked)
+      : Round(inner->info()), inner_(std::move(inner)), grace_(grace), asked_(asked) {}
+  std::unique_ptr<RoundWatch> watch(std::function<void()> wake) override {
+    return inner_->watch(std::move(wake));
+  }
+  std::unique_ptr<PendingEnd> end(const RoundEnd& end) override { return inner_->end(end); }
+  void arrive_at_exit_barrier(Clock::time_point deadline) override {
+    inner_->arrive_at_exit_barrier(deadline);
+  }
+  std::chrono::milliseconds grace_for_membership_change() override {
+    ++asked_;
+    return grace_;
+  }
+
+ private:
+  std::unique_ptr<Round> inner_;
+  std::chrono::milliseconds grace_;
+  std::atomic<int>& asked_;
+};
+
+class ElasticLookingHandler final : public RendezvousHandler {
+ public:
+  ElasticLookingHandler(std::unique_ptr<RendezvousHandler> inner, std::chrono::milliseconds grace)
+      : inner_(std::move(inner)), grace_(grace) {}
+  std::unique_ptr<Round> join() override {
+    return std::make_unique<ElasticLookingRound>(inner_->join(), grace_, asked);
+  }
+  void shutdown(std::chrono::milliseconds deadline) override { inner_->shutdown(deadline); }
+  std::shared_ptr<Store> store() override { return inner_->store(); }
+  std::shared_ptr<Store> open_store() override { return inner_->open_store(); }
+  std::string store_name() const override { return inner_->store_name(); }
+  std::string backend() const override { return "c10d"; }
+  const RendezvousParams& params() const override { return inner_->params(); }
+
+  std::atomic<int> asked{0};  // grace_for_membership_change calls
+
+ private:
+  std::unique_ptr<RendezvousHandler> inner_;
+  std::chrono::milliseconds grace_;
+};
+
 class AgentTest : public ::testing::Test {
  protected:
   AgentOptions options(int nproc, int max_restarts, int node = 0) const {
@@ -487,6 +534,52 @@ TEST_F(AgentTest, EveryNodeReportsAHangThatEndedTheRoundHoweverLateItReads) {
   ASSERT_FALSE(l1.signals().empty());
   EXPECT_EQ(l1.signals().front(), std::make_pair(5'000'001, SIGKILL)) << "rank 3 was ended";
   EXPECT_EQ(store_->num_keys(), 0) << "the kept summary went with the round's keys";
+}
+
+// Issue 28: on the other node, noticing the round's end after a hang took
+// about 4 s instead of 0.6 s. The culprit's agent ended the hung worker, saw
+// it exit as a failure, and asked the rendezvous for its grace (with c10d:
+// until every member's keep-alive counter moved, up to 1.5 intervals of 5 s)
+// before it ended the round. A worker the agent ended itself over a hang
+// found while every node was heard from is no symptom of a lost node: the
+// round ends at once. Before: the grace was asked for, and the agent waited
+// it out ("waiting up to 8 s for the group's verdict").
+TEST_F(AgentTest, AWorkerEndedOverAHangEndsTheRoundWithoutTheMembershipGrace) {
+  FakeLauncher launcher;
+  launcher.set_next_pid(5'000'000);  // above any pid_max: no real process is looked at
+  launcher.on_launch = [](FakeLauncher& l, const FakeLauncher::Launch& launch) {
+    if (local_rank_of(launch) == 0) l.exit(launch.pid, 0);  // rank 1 never exits
+  };
+  ElasticLookingHandler rdzv(rendezvous(1, 0, 2), std::chrono::seconds(8));
+  AgentOptions o = options(2, 0);
+  o.watch.hang_timeout = std::chrono::milliseconds(500);
+  o.watch.tick = std::chrono::milliseconds(50);
+  o.watch.stack_timeout = std::chrono::milliseconds(500);
+  ::testing::internal::CaptureStderr();
+  const auto start = Clock::now();
+  const int code = Agent(o, rdzv, launcher).run();
+  const auto took = Clock::now() - start;
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(code, 0) << err;
+  EXPECT_NE(err.find("ddprun: HANG (not_exiting) detected by node 0"), std::string::npos) << err;
+  EXPECT_EQ(rdzv.asked.load(), 0) << err;
+  EXPECT_EQ(err.find("waiting up to"), std::string::npos) << err;
+  EXPECT_LT(took, std::chrono::seconds(6)) << err;
+}
+
+// A worker that failed by itself still gets the grace: its collectives may
+// have failed because a node died.
+TEST_F(AgentTest, AWorkerThatFailedByItselfWaitsForTheMembershipGrace) {
+  FakeLauncher launcher;
+  launcher.on_launch = [](FakeLauncher& l, const FakeLauncher::Launch& launch) {
+    l.exit(launch.pid, 3);
+  };
+  ElasticLookingHandler rdzv(rendezvous(1, 0, 1), std::chrono::milliseconds(200));
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(Agent(options(1, 0), rdzv, launcher).run(), 3);
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(rdzv.asked.load(), 1) << err;
+  EXPECT_NE(err.find("waiting up to 0.2 s for the group's verdict"), std::string::npos) << err;
 }
 
 }  // namespace
