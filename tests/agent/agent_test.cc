@@ -496,15 +496,13 @@ TEST_F(AgentTest, RemoteFailureWithoutRestartsLeftUsesItsExitCode) {
 // hang is in the store (where it stays), and node 0 waits for its read.
 TEST_F(AgentTest, EveryNodeReportsAHangThatEndedTheRoundHoweverLateItReads) {
   FakeLauncher l0, l1;
-  l0.on_launch = [](FakeLauncher& l, const FakeLauncher::Launch& launch) {
-    l.exit(launch.pid, 0);
-  };
+  l0.on_launch = [](FakeLauncher& l, const FakeLauncher::Launch& launch) { l.exit(launch.pid, 0); };
   l1.set_next_pid(5'000'000);  // above any pid_max: stacks are never taken of a real process
   l1.on_launch = [](FakeLauncher& l, const FakeLauncher::Launch& launch) {
     if (local_rank_of(launch) == 0) l.exit(launch.pid, 0);  // rank 3 runs until ended
   };
-  auto late = std::make_shared<LateSummaryStore>(store_, "/progress/1",
-                                                 std::chrono::milliseconds(1500));
+  auto late =
+      std::make_shared<LateSummaryStore>(store_, "/progress/1", std::chrono::milliseconds(1500));
   auto r0 = rendezvous(2, 0, 2, late);
   auto r1 = rendezvous(2, 1, 2);
   auto watched = [&](int node) {

@@ -164,8 +164,8 @@ TEST(Records, EveryRoundEndRoundTripsAndOddTextIsNone) {
   }
   for (const std::string value :
        {"restart 1", "restart 1 3 4", "restart 1 3 hang hang", "abort 1 3 Hang", "done hang",
-        "lost 2 f00d hang", "restart x 3", "restart 1 3x", "lost 2", "lost 2 a/b",
-        "joined", "done now", "", "lost -1 m", "abort 1 99999"}) {
+        "lost 2 f00d hang", "restart x 3", "restart 1 3x", "lost 2", "lost 2 a/b", "joined",
+        "done now", "", "lost -1 m", "abort 1 99999"}) {
     EXPECT_FALSE(parse_round_end(value)) << value;
   }
 }
