@@ -193,6 +193,8 @@ class Agent::Impl {
       keep_running_workers(std::exchange(keeping_, false));
       note_recovery_round(info);
       last_hang_.clear();
+      ended_hung_workers_ = false;
+      hang_saw_unreachable_ = false;
       begin_watch();
       Outcome outcome;
       std::unique_ptr<RoundWatch> watch;
@@ -364,6 +366,24 @@ class Agent::Impl {
     end.kind = kind;
     end.node = round_->info().group_rank;
     end.value = value;
+    return end;
+  }
+
+  // This node's end of the round after its workers failed. When it ended hung
+  // workers in this round, the end says so ("... hang") once its progress
+  // summary carrying the hang is in the store (waiting for that at most the
+  // announce timeout): every other node then reads the hang from there before
+  // it stops its workers, and reports it, however late its own exchange runs.
+  RoundEnd end_of_failure(RoundEnd::Kind kind, int value) {
+    RoundEnd end = end_of(kind, value);
+    if (!ended_hung_workers_) return end;
+    end.hang = watch_.hang_in_store(options_.announce_timeout);
+    if (!end.hang) {
+      logger_->warn(
+          "the hang's progress summary did not reach the store within {} s: the other nodes "
+          "may not report it",
+          options_.announce_timeout.count() / 1000.0);
+    }
     return end;
   }
 
@@ -663,12 +683,12 @@ class Agent::Impl {
     const auto& first = failures_[root_cause(failures_)];
     if (fail_without_restart_) {
       // --on_hang=fail: the job ends; the other agents stop theirs.
-      auto note = announce(end_of(RoundEnd::Kind::kAbort, 0));
+      auto note = announce(end_of_failure(RoundEnd::Kind::kAbort, 0));
       stop_workers(SIGTERM);
       finish_announcement(note);
       return Outcome{Outcome::Kind::kFail, round_->info().group_rank, first.exit_code};
     }
-    auto note = announce(end_of(RoundEnd::Kind::kRestart, first.exit_code));
+    auto note = announce(end_of_failure(RoundEnd::Kind::kRestart, first.exit_code));
     stop_workers(SIGTERM);
     finish_announcement(note);
     return Outcome{Outcome::Kind::kRestart, round_->info().group_rank, first.exit_code};
@@ -680,7 +700,7 @@ class Agent::Impl {
   // round's watch to tell, so that a lost node re-forms the group instead of
   // spending a restart. Nullopt: a worker failure after all.
   std::optional<Outcome> membership_change_behind(const RoundWatch& watch) {
-    if (!watch.ended()) {
+    if (!watch.ended() && !failure_is_our_hang_action()) {
       const auto grace = round_->grace_for_membership_change();
       if (grace.count() <= 0) return std::nullopt;
       logger_->warn(
@@ -701,6 +721,18 @@ class Agent::Impl {
     return on_remote_end(watch);
   }
 
+  // Whether this round's failure is the hang this agent acted on: its root
+  // cause is a worker the agent ended over a hang found while every other
+  // node's summary was current (none unreachable). No lost node is behind
+  // that, and the grace (up to 1.5 keep-alive intervals: several seconds
+  // before the other nodes learn of the round's end) would only delay them.
+  bool failure_is_our_hang_action() const {
+    if (failures_.empty() || !ended_hung_workers_ || hang_saw_unreachable_) return false;
+    const ProcessFailure& first = failures_[root_cause(failures_)];
+    auto it = pid_to_worker_.find(first.pid);
+    return it != pid_to_worker_.end() && !workers_[it->second].ended_by_agent.empty();
+  }
+
   Outcome on_signal(int signo) {
     logger_->warn("received {}: stopping the workers", signal_name(signo));
     auto note = announce(end_of(RoundEnd::Kind::kAbort, signo));
@@ -718,7 +750,18 @@ class Agent::Impl {
     if (end.kind == RoundEnd::Kind::kRestart || end.kind == RoundEnd::Kind::kAbort) {
       // Another node may have ended the round over a hang it found first (a
       // membership change never comes from one: no look, no delay there).
-      if (auto verdict = watch_.last_look(std::chrono::milliseconds(500))) on_hang(*verdict);
+      // When its end says so, its summary carries the hang: wait for this
+      // node's read of the store (up to the announce timeout) rather than
+      // take what the last exchange brought.
+      const auto wait = end.hang ? options_.announce_timeout : std::chrono::milliseconds(500);
+      if (auto verdict = watch_.last_look(wait)) {
+        on_hang(*verdict);
+      } else if (end.hang && !watch_.reported()) {
+        logger_->warn(
+            "node {} ended the round over a hang, but no progress summary carrying it could be "
+            "read within {} s",
+            end.node, wait.count() / 1000.0);
+      }
     }
     switch (end.kind) {
       case RoundEnd::Kind::kRestart:
@@ -1002,6 +1045,8 @@ class Agent::Impl {
     const std::string path = report_incident(incident_of(verdict, culprits));
     note_incident(verdict, path);
     if (culprits.empty()) return;
+    ended_hung_workers_ = true;
+    hang_saw_unreachable_ = !verdict.unreachable.empty();
     if (options_.watch.on_hang == WatchOptions::OnHang::kFail) fail_without_restart_ = true;
     for (Worker* w : culprits) {
       w->ended_by_agent = "ended by ddprun after a hang: " + verdict.hang.summary +
@@ -1292,6 +1337,10 @@ class Agent::Impl {
   std::vector<std::string> incident_files_;
   // The summary of the hang found in this round, if any.
   std::string last_hang_;
+  // This node ended hung workers in this round (its end of the round says so),
+  // and whether some node was unreachable when it found the hang.
+  bool ended_hung_workers_ = false;
+  bool hang_saw_unreachable_ = false;
   // torch's file timer, when TORCHELASTIC_ENABLE_FILE_TIMER=1.
   std::unique_ptr<FileTimerServer> timer_;
   // The live view: what the agent knows, and its endpoint (--status_port).

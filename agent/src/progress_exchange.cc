@@ -1,5 +1,6 @@
 #include "progress_exchange.h"
 
+#include <algorithm>
 #include <future>
 #include <mutex>
 
@@ -223,6 +224,13 @@ struct ProgressExchange::State {
   std::mutex mutex;
   std::string outgoing;         // guarded
   bool outgoing_fresh = false;  // guarded
+  // The version of `outgoing`, and the last version the store took.
+  std::uint64_t outgoing_version = 0;  // guarded
+  std::uint64_t written_version = 0;   // guarded
+  // A summary carrying a hang went out: the key stays when the round ends (the
+  // round's cleanup deletes it), so that a node that sees the round end over
+  // that hang still reads it.
+  bool keep_key = false;  // guarded
   struct Seen {
     NodeSummary summary;
     Clock::time_point first_seen;
@@ -235,12 +243,20 @@ struct ProgressExchange::State {
   void tick() {
     try {
       std::string text;
+      std::uint64_t version = 0;
       {
         std::lock_guard lock(mutex);
-        if (outgoing_fresh) text = outgoing;
+        if (outgoing_fresh) {
+          text = outgoing;
+          version = outgoing_version;
+        }
         outgoing_fresh = false;
       }
-      if (!text.empty()) store->set(key(node), text);
+      if (!text.empty()) {
+        store->set(key(node), text);
+        std::lock_guard lock(mutex);
+        written_version = std::max(written_version, version);
+      }
       std::vector<std::string> keys;
       for (int n = 0; n < nodes; ++n) {
         if (n != node) keys.push_back(key(n));
@@ -298,6 +314,10 @@ ProgressExchange::~ProgressExchange() {
   // round's cleanup deletes it too).
   std::shared_ptr<State> state = state_;
   worker_->stop(Millis(0), [state] {
+    {
+      std::lock_guard lock(state->mutex);
+      if (state->keep_key) return;
+    }
     try {
       state->store->delete_key(state->key(state->node));
     } catch (const std::exception&) {
@@ -311,6 +331,8 @@ void ProgressExchange::publish(NodeSummary summary, bool urgent) {
     std::lock_guard lock(state_->mutex);
     state_->outgoing = encode_summary(summary);
     state_->outgoing_fresh = true;
+    state_->outgoing_version = summary.version;
+    state_->keep_key = state_->keep_key || summary.hang.has_value();
   }
   if (urgent) {
     std::shared_ptr<State> state = state_;
@@ -327,6 +349,11 @@ bool ProgressExchange::tick_now(Millis wait) {
     done->set_value();
   });
   return ticked.wait_for(wait) == std::future_status::ready;
+}
+
+bool ProgressExchange::written(std::uint64_t version) const {
+  std::lock_guard lock(state_->mutex);
+  return state_->written_version >= version;
 }
 
 std::map<int, ProgressExchange::Remote> ProgressExchange::remotes(Clock::time_point now) const {

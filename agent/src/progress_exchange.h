@@ -12,7 +12,7 @@
 //
 // Ownership: shares the store handle with its thread. Blocking: publish(),
 // remotes() and the destructor never block (the thread removes this node's
-// key after the destructor, on its own); tick_now() waits as long as told. Thread-safety: one owner thread; its tick runs on
+// key after the destructor, on its own, unless it carries a hang); tick_now() waits as long as told. Thread-safety: one owner thread; its tick runs on
 // another (BackgroundWorker). Errors: store failures are logged once per
 // kind and retried next period; a summary that does not parse is ignored (and
 // its node reads as never heard from).
@@ -65,8 +65,14 @@ class ProgressExchange {
   ProgressExchange& operator=(const ProgressExchange&) = delete;
 
   // This node's ranks as they are now; the next tick writes them, or one at
-  // once when `urgent` (a worker exited, a hang was found).
+  // once when `urgent` (a worker exited, a hang was found). Once a summary
+  // carrying a hang was published, this node's key stays in the store when
+  // the exchange ends (the round's cleanup deletes it): a node that learns of
+  // the round's end over that hang reads it there.
   void publish(NodeSummary summary, bool urgent = false);
+
+  // Whether the store took this node's summary of `version` (or a later one).
+  bool written(std::uint64_t version) const;
 
   // Runs a tick now (writes what was published, reads the other nodes) and
   // waits for it at most `wait`; true when it ran in time.

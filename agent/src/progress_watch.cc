@@ -18,6 +18,7 @@ void ProgressWatch::begin_round(const RendezvousInfo& info, std::shared_ptr<Stor
   info_ = info;
   reported_ = false;
   found_.reset();
+  found_version_ = 0;
   published_states_.clear();
   final_scores_.clear();
   stragglers_ = StragglerWatch();
@@ -114,6 +115,7 @@ std::optional<ProgressWatch::Verdict> ProgressWatch::check() {
     found_ = hang;
     // In the store before the culprit is ended: the others see why their round ends.
     publish(view_local(), false);
+    found_version_ = version_;
     if (exchange_ && !exchange_->tick_now(kPublishWait)) {
       log::get("ddprun")->warn("the hang's summary did not reach the store within {} s",
                                kPublishWait.count() / 1000.0);
@@ -131,6 +133,17 @@ std::optional<ProgressWatch::Verdict> ProgressWatch::last_look(Millis wait) {
   if (reported_ || !exchange_ || !timeout_.enabled()) return std::nullopt;
   exchange_->tick_now(wait);
   return check();
+}
+
+bool ProgressWatch::hang_in_store(Millis wait) {
+  if (!reported_) return false;
+  if (!found_) return true;  // another node's summary carried it
+  if (!exchange_) return false;
+  if (exchange_->written(found_version_)) return true;
+  // A write that failed is not retried until the next publication: publish again.
+  publish(view_local(), false);
+  exchange_->tick_now(wait);
+  return exchange_->written(found_version_);
 }
 
 ProgressWatch::Remote ProgressWatch::look(Clock::time_point now) {

@@ -78,6 +78,16 @@ class ProgressWatch {
   // there is none, or it was reported already.
   std::optional<Verdict> last_look(Millis wait);
 
+  // Whether a hang was reported in this round (check() or last_look() returned it).
+  bool reported() const { return reported_; }
+
+  // The hang reported in this round is in the store for the other nodes to
+  // read: this node's summary carrying the hang it found was written (waiting
+  // at most `wait` for that, publishing it again when needed), or the hang
+  // came from another node's summary (which keeps it there). False when no
+  // hang was reported, or the store did not take it in time.
+  bool hang_in_store(Millis wait);
+
   // Every rank as last seen (this node's and the others').
   const std::vector<RankStatus>& ranks() const { return view_; }
 
@@ -138,8 +148,10 @@ class ProgressWatch {
   std::unique_ptr<ProgressExchange> exchange_;
   std::uint64_t version_ = 0;
   bool reported_ = false;
-  // The hang this node found in the round: it goes out with every summary.
+  // The hang this node found in the round: it goes out with every summary,
+  // first in version found_version_.
   std::optional<Hang> found_;
+  std::uint64_t found_version_ = 0;
   // The local ranks' states as last published (a change is published at once).
   std::vector<RankStatus::State> published_states_;
   std::vector<RankStatus> view_;

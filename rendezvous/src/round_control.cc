@@ -18,9 +18,9 @@ std::string progress_key(const std::string& round_prefix, int node) {
 std::string encode_round_end(const RoundEnd& end) {
   switch (end.kind) {
     case RoundEnd::Kind::kRestart:
-      return "restart " + std::to_string(end.node) + " " + std::to_string(end.value);
     case RoundEnd::Kind::kAbort:
-      return "abort " + std::to_string(end.node) + " " + std::to_string(end.value);
+      return std::string(end.kind == RoundEnd::Kind::kRestart ? "restart " : "abort ") +
+             std::to_string(end.node) + " " + std::to_string(end.value) + (end.hang ? " hang" : "");
     case RoundEnd::Kind::kDone:
       return "done";
     case RoundEnd::Kind::kNodeLost:
@@ -64,7 +64,7 @@ std::optional<int> int_in(const std::string& word, int low, int high) {
 
 std::optional<RoundEnd> parse_round_end(const std::string& text) {
   if (text.size() > 256) return std::nullopt;
-  const std::vector<std::string> w = words_of(text, 3);
+  const std::vector<std::string> w = words_of(text, 4);
   if (w.empty()) return std::nullopt;
   RoundEnd end;
   // Node ranks of a round; exit codes and signal numbers.
@@ -77,8 +77,10 @@ std::optional<RoundEnd> parse_round_end(const std::string& text) {
     end.kind = RoundEnd::Kind::kStoreLost;
     return end;
   }
-  if ((w[0] == "restart" || w[0] == "abort") && w.size() == 3) {
+  if ((w[0] == "restart" || w[0] == "abort") &&
+      (w.size() == 3 || (w.size() == 4 && w[3] == "hang"))) {
     end.kind = w[0] == "restart" ? RoundEnd::Kind::kRestart : RoundEnd::Kind::kAbort;
+    end.hang = w.size() == 4;
     auto node = int_in(w[1], -1, kMostNodes - 1);
     auto value = int_in(w[2], -255, 255);
     if (!node || !value) return std::nullopt;
@@ -107,8 +109,12 @@ std::string describe(const RoundEnd& end) {
   switch (end.kind) {
     case RoundEnd::Kind::kRestart:
       return "a worker on node " + std::to_string(end.node) + " failed (exit code " +
-             std::to_string(end.value) + ")";
+             std::to_string(end.value) + ")" + (end.hang ? " after a hang" : "");
     case RoundEnd::Kind::kAbort:
+      if (end.hang) {
+        return "the agent of node " + std::to_string(end.node) +
+               " stopped the job after a hang (--on_hang=fail)";
+      }
       return "the agent of node " + std::to_string(end.node) + " stopped the job (signal " +
              std::to_string(end.value) + ")";
     case RoundEnd::Kind::kDone:

@@ -98,6 +98,13 @@ class FakeLauncher final : public ProcessLauncher {
     std::lock_guard lock(mutex_);
     return signals_;
   }
+  // The pid the next launch gets (then counting up). Tests whose agent looks
+  // a worker up in /proc (stacks of a hung worker) pick pids above pid_max, so
+  // that no real process is ever named.
+  void set_next_pid(int pid) {
+    std::lock_guard lock(mutex_);
+    next_pid_ = pid;
+  }
   // Times the agent waited forever with nothing to come (a bug).
   int stuck() const {
     std::lock_guard lock(mutex_);

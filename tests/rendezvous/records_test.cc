@@ -163,10 +163,34 @@ TEST(Records, EveryRoundEndRoundTripsAndOddTextIsNone) {
     EXPECT_EQ(encode_round_end(*back), encode_round_end(end));
   }
   for (const std::string value :
-       {"restart 1", "restart 1 3 4", "restart x 3", "restart 1 3x", "lost 2", "lost 2 a/b",
-        "joined", "done now", "", "lost -1 m", "abort 1 99999"}) {
+       {"restart 1", "restart 1 3 4", "restart 1 3 hang hang", "abort 1 3 Hang", "done hang",
+        "lost 2 f00d hang", "restart x 3", "restart 1 3x", "lost 2", "lost 2 a/b", "joined",
+        "done now", "", "lost -1 m", "abort 1 99999"}) {
     EXPECT_FALSE(parse_round_end(value)) << value;
   }
+}
+
+// A node that ended the round over a hang says so in the end itself, so that
+// every node reports the hang from the summaries in the store instead of
+// racing their next exchange (issue 29 item 6). Before: "restart 1 -9 hang"
+// did not parse (the round watch turned it into a lost store).
+TEST(Records, ARoundEndedOverAHangSaysSo) {
+  for (const std::string value : {"restart 1 -9 hang", "abort 0 0 hang"}) {
+    auto end = parse_round_end(value);
+    ASSERT_TRUE(end) << value;
+    EXPECT_TRUE(end->hang) << value;
+    EXPECT_EQ(encode_round_end(*end), value);
+  }
+  auto plain = parse_round_end("restart 1 -9");
+  ASSERT_TRUE(plain);
+  EXPECT_FALSE(plain->hang);
+  RoundEnd end;
+  end.kind = RoundEnd::Kind::kRestart;
+  end.node = 1;
+  end.value = -9;
+  end.hang = true;
+  EXPECT_EQ(encode_round_end(end), "restart 1 -9 hang");
+  EXPECT_NE(describe(end).find("after a hang"), std::string::npos) << describe(end);
 }
 
 }  // namespace

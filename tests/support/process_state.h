@@ -5,14 +5,17 @@
 // Ownership: none; every call reads /proc afresh. Blocking: a file read.
 // Thread-safety: every function may be called from any thread. Errors: none
 // thrown; a process that is gone (or a field /proc does not have) reads as
-// nullopt, and process_dead() says true.
+// nullopt, and process_dead() says true. That includes a process that ends
+// between the open and the read of its file: the read then fails with ESRCH,
+// which std::ifstream's buffer turns into an exception (libstdc++), so /proc
+// is read with open(2) and read(2) here.
 #pragma once
 
+#include <fcntl.h>
 #include <sys/types.h>
 #include <unistd.h>
 
-#include <fstream>
-#include <iterator>
+#include <cerrno>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -29,11 +32,34 @@ struct ProcStat {
   double system_ticks = 0;
 };
 
+// Everything left to read from `fd` (a /proc file), or nullopt when a read
+// fails (ESRCH: its process ended after the file was opened). Leaves `fd` open.
+inline std::optional<std::string> read_proc_fd(int fd) {
+  std::string text;
+  char buffer[4096];
+  for (;;) {
+    const ssize_t n = ::read(fd, buffer, sizeof(buffer));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return std::nullopt;
+    if (n == 0) return text;
+    text.append(buffer, static_cast<std::size_t>(n));
+  }
+}
+
+// The text of a /proc file, or nullopt when it cannot be opened or read.
+inline std::optional<std::string> read_proc_file(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  auto text = read_proc_fd(fd);
+  ::close(fd);
+  return text;
+}
+
 // `pid`'s /proc/<pid>/stat, or nullopt when the process is gone.
 inline std::optional<ProcStat> proc_stat(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  if (!in) return std::nullopt;
-  std::string text((std::istreambuf_iterator<char>(in)), {});
+  const auto read = read_proc_file("/proc/" + std::to_string(pid) + "/stat");
+  if (!read) return std::nullopt;
+  const std::string& text = *read;
   // The command name (field 2) is in parentheses and may hold spaces or ')':
   // the fields that follow start after the last ')'.
   const auto close = text.rfind(')');
@@ -69,8 +95,10 @@ inline double process_cpu_seconds(pid_t pid) {
 // "VmHWM"); pid 0 reads this process's. nullopt when the process is gone or
 // has no such field.
 inline std::optional<double> proc_status_kib(pid_t pid, const std::string& field) {
-  std::ifstream status(pid == 0 ? std::string("/proc/self/status")
-                                : "/proc/" + std::to_string(pid) + "/status");
+  const auto text = read_proc_file(pid == 0 ? std::string("/proc/self/status")
+                                            : "/proc/" + std::to_string(pid) + "/status");
+  if (!text) return std::nullopt;
+  std::istringstream status(*text);
   std::string line;
   while (std::getline(status, line)) {
     if (line.rfind(field + ":", 0) == 0) return std::stod(line.substr(field.size() + 1));

@@ -337,7 +337,9 @@ inline std::vector<std::string> inheritable_fds(pid_t pid) {
   while (dirent* entry = ::readdir(dir)) {
     if (entry->d_name[0] == '.') continue;
     if (std::atoi(entry->d_name) <= 2) continue;
-    std::ifstream info(base + "/fdinfo/" + entry->d_name);
+    const auto text = read_proc_file(base + "/fdinfo/" + entry->d_name);
+    if (!text) continue;  // closed meanwhile, or the process ended
+    std::istringstream info(*text);
     std::string key;
     std::string flags;
     while (info >> key) {

@@ -114,7 +114,7 @@ bool operator==(const Assignment& a, const Assignment& b) {
 }
 bool same_end(const RoundEnd& a, const RoundEnd& b) {
   return a.kind == b.kind && a.node == b.node && a.value == b.value && a.member == b.member &&
-         a.detail == b.detail;
+         a.detail == b.detail && a.hang == b.hang;
 }
 
 void check_decision_bounds(const Decision& d) {
@@ -300,6 +300,8 @@ void fuzz_round_end(const std::string& text) {
   if (!end) return;
   using Kind = RoundEnd::Kind;
   check(end->detail.empty(), "round end: a parsed end has a detail");
+  check(!end->hang || end->kind == RoundEnd::Kind::kRestart || end->kind == RoundEnd::Kind::kAbort,
+        "round end: only restart and abort carry a hang");
   switch (end->kind) {
     case Kind::kRestart:
     case Kind::kAbort:

@@ -26,6 +26,10 @@ struct RoundEnd {
   // The member id of a lost or joining node (dynamic rendezvous).
   std::string member;
   std::string detail;
+  // kRestart and kAbort: the node ended the round over a hang it acted on (it
+  // ended a hung worker), and its progress summary in the store carried that
+  // hang before this end was written: every node reports the hang from there.
+  bool hang = false;
 
   // Whether the round ends because its membership changed (a node lost or
   // admitted): that does not consume --max_restarts.
@@ -35,8 +39,8 @@ struct RoundEnd {
 };
 
 // The value stored under "<round prefix>/end" ("restart 1 3", "abort 0 15",
-// "done", "lost 2 <member>", "joined <member>"), and back. parse_round_end
-// returns nullopt for text that is none of these.
+// "restart 1 -9 hang", "done", "lost 2 <member>", "joined <member>"), and
+// back. parse_round_end returns nullopt for text that is none of these.
 std::string encode_round_end(const RoundEnd& end);
 std::optional<RoundEnd> parse_round_end(const std::string& text);
 
