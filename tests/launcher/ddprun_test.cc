@@ -555,11 +555,18 @@ TEST_F(DdprunTest, SigkillAfterGraceForWorkersIgnoringSigterm) {
 }
 
 TEST_F(DdprunTest, SignalWhileWaitingForOtherNodesExitsAtOnce) {
-  Child child = spawn(cmd({"--nnodes=2", "--node_rank=0",
-                           "--master_port=" + std::to_string(free_port()), "--no_python"},
+  const std::uint16_t port = free_port();
+  Child child = spawn(cmd({"--nnodes=2", "--node_rank=0", "--master_port=" + std::to_string(port),
+                           "--no_python"},
                           {worker(), "env", dir_.str()}),
                       base_env(), dir_.path());
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // now blocked in rendezvous
+  // Node 0 serves the store once it waits in the rendezvous for node 1 (a fixed
+  // sleep was not enough on a loaded machine: the signal came before the wait).
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!port_listens(port) && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_TRUE(port_listens(port)) << read_text(child.err);
   auto start = std::chrono::steady_clock::now();
   ::kill(child.pid, SIGINT);
   EXPECT_EQ(wait_child(child.pid, std::chrono::seconds(10)), 128 + SIGINT);
