@@ -16,10 +16,23 @@
 
 namespace ddp::agent {
 
+// The shortest compute time per step a score is taken from. The figures are
+// whole milliseconds, so below this one millisecond is over 10% of the
+// figure and a score says nothing; and a worker writing a tiny figure on its
+// page (or a node in its summary) would make every other rank a straggler.
+inline constexpr Millis kMinStepCompute{10};
+
+// Whether `rank`'s figure `compute` is one a step can take: at least
+// kMinStepCompute and, for the smoothed recent figure, no longer than its
+// last step took end to end (compute is the part of the step before the
+// gradients' all-reduce; with no wall time known, no figure is plausible).
+bool plausible_compute(const RankStatus& rank, Millis RankStatus::*compute);
+
 // Rank -> score, for ranks that finished a synchronized step after their first
-// (so that a compute time is known); empty when fewer than two such ranks.
-// `compute` picks the figure: the smoothed recent one (warnings) or the mean
-// over the round (the end-of-job summary, which a stale summary hardly moves).
+// (so that a compute time is known) with a plausible figure; empty when fewer
+// than two such ranks. `compute` picks the figure: the smoothed recent one
+// (warnings) or the mean over the round (the end-of-job summary, which a stale
+// summary hardly moves).
 std::map<int, double> straggler_scores(const std::vector<RankStatus>& ranks,
                                        Millis RankStatus::*compute = &RankStatus::compute);
 
