@@ -276,7 +276,8 @@ std::size_t summary_footprint(const NodeSummary& summary) {
     for (const auto& g : r.groups) bytes += heap_bytes(g.name);
   }
   if (const auto& hang = summary.hang) {
-    bytes += sizeof(Hang) + hang->culprits.capacity() * sizeof(int) + heap_bytes(hang->group) +
+    // The Hang itself is inside the NodeSummary (std::optional).
+    bytes += hang->culprits.capacity() * sizeof(int) + heap_bytes(hang->group) +
              heap_bytes(hang->summary) + hang->ranks.capacity() * sizeof(std::string);
     for (const auto& line : hang->ranks) bytes += heap_bytes(line);
   }
