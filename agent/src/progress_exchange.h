@@ -64,9 +64,10 @@ inline constexpr std::size_t kMaxHostBytes = 255;
 // encode_summary leaves out the rank lines past it, saying how many.
 inline constexpr std::size_t kMaxHangBytes = 1 << 20;
 // The longest summary parse_summary reads: the largest one encode_summary
-// writes (kMaxRanks ranks of kMaxGroups groups each, every number at its
-// widest and every text at its bound, escaped: 9.6 MiB; tested), plus a hang
-// of kMaxHangBytes escaped, rounded up.
+// writes, rounded up. That one has kMaxRanks ranks of kMaxGroups groups each,
+// every number at its widest and every text at its bound and escaped (two
+// bytes a character), and a hang with kMaxHangBytes of text, escaped too:
+// 11,872,319 bytes (SummaryBounds.TheLargestSummaryANodeSendsFitsTheBound).
 inline constexpr std::size_t kMaxSummaryBytes = 12u << 20;
 // A parsed summary holds at most this many times the bytes of its text (plus
 // a few hundred: summary_footprint()); a summary of the same ranks is then
