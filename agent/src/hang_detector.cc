@@ -241,8 +241,8 @@ Confirmation confirm_culprit(const Hang& hang, const RankStatus& rank, Millis ti
                              const std::vector<RankStatus>& view) {
   using K = Confirmation::Kind;
   if (rank.state != RankStatus::State::kRunning)
-    return {K::kContradicted, fmt::format("it {} {} ago", to_string(rank.state),
-                                          seconds(rank.since_exit))};
+    return {K::kContradicted,
+            fmt::format("it {} {} ago", to_string(rank.state), seconds(rank.since_exit))};
   if (hang.kind == Hang::Kind::kNotExiting) {
     std::optional<Confirmation> not_yet;
     for (const auto& r : view) {
@@ -264,18 +264,17 @@ Confirmation confirm_culprit(const Hang& hang, const RankStatus& rank, Millis ti
     return {K::kContradicted, rank.has_page ? fmt::format("its page has no group '{}'", hang.group)
                                             : std::string("it has no progress page")};
   }
-  const std::string done =
-      fmt::format("{} issued and {} completed in group '{}', the last issued {} ago and the last "
-                  "completed {} ago",
-                  g->issued, g->completed, g->name, seconds(g->since_issued),
-                  seconds(g->since_completed));
+  const std::string done = fmt::format(
+      "{} issued and {} completed in group '{}', the last issued {} ago and the last "
+      "completed {} ago",
+      g->issued, g->completed, g->name, seconds(g->since_issued), seconds(g->since_completed));
   if (hang.kind == Hang::Kind::kStalled) {
     return {g->since_completed >= timeout ? K::kConfirmed : K::kContradicted,
             "its page shows " + done};
   }
   if (g->issued > hang.seq) {
-    return {K::kContradicted, fmt::format("its page shows it issued collective #{}: {}", hang.seq,
-                                          done)};
+    return {K::kContradicted,
+            fmt::format("its page shows it issued collective #{}: {}", hang.seq, done)};
   }
   return {std::min(g->since_issued, g->since_completed) >= timeout ? K::kConfirmed : K::kNotYet,
           "its page shows " + done};

@@ -122,7 +122,8 @@ GroupStatus parse_group(const nlohmann::json& item) {
   GroupStatus g;
   const auto& name = member(item, "n");
   if (!name.is_string()) bad("field 'n' is not a string");
-  g.name = printable(std::string_view(name.get_ref<const std::string&>()).substr(0, progress::kNameBytes));
+  g.name = printable(
+      std::string_view(name.get_ref<const std::string&>()).substr(0, progress::kNameBytes));
   g.size = field<int>(item, "sz");
   g.rank = field<int>(item, "rk");
   g.issued = field<std::uint64_t>(item, "i");
@@ -177,7 +178,8 @@ std::size_t heap_bytes(const std::string& text) {
 // "ranks 4..7" or "no ranks".
 std::string range_text(int first, int end) {
   if (end <= first) return "no ranks";
-  return first + 1 == end ? fmt::format("rank {}", first) : fmt::format("ranks {}..{}", first, end - 1);
+  return first + 1 == end ? fmt::format("rank {}", first)
+                          : fmt::format("ranks {}..{}", first, end - 1);
 }
 
 }  // namespace
@@ -225,8 +227,8 @@ std::string encode_summary(const NodeSummary& summary) {
     for (std::size_t i = 0; i < hang->ranks.size(); ++i) {
       bytes += hang->ranks[i].size();
       if (bytes + 64 > kMaxHangBytes) {
-        lines.push_back(fmt::format("({} more ranks: see node {}'s report)",
-                                    hang->ranks.size() - i, hang->found_by));
+        lines.push_back(fmt::format("({} more ranks: see node {}'s report)", hang->ranks.size() - i,
+                                    hang->found_by));
         break;
       }
       lines.push_back(hang->ranks[i]);
@@ -246,7 +248,8 @@ std::string encode_summary(const NodeSummary& summary) {
 
 NodeSummary parse_summary(std::string_view text) {
   if (text.size() > kMaxSummaryBytes)
-    bad(fmt::format("{} bytes, more than the {} a summary may have", text.size(), kMaxSummaryBytes));
+    bad(fmt::format("{} bytes, more than the {} a summary may have", text.size(),
+                    kMaxSummaryBytes));
   auto parsed = json::parse_bounded(text, 6);
   if (!parsed.valid || parsed.too_deep || !parsed.value.is_object()) {
     bad("not a JSON object of at most 6 levels");

@@ -103,7 +103,7 @@ class ProgressWatch {
     bool heard = false;  // a summary came
     std::string host, addr;
     bool stale = false;
-    Millis age{0};  // since its summary last changed
+    Millis age{0};    // since its summary last changed
     int refused = 0;  // its summaries refused in the round (progress_exchange.h)
   };
   const std::vector<NodeSeen>& nodes() const { return nodes_; }

@@ -7,8 +7,8 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
-#include <ostream>
 #include <optional>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -58,7 +58,7 @@ struct RankStatus {
   enum class State { kRunning, kSucceeded, kFailed };
   int rank = 0;
   int local_rank = 0;
-  int node = 0;  // group rank of its node
+  int node = 0;     // group rank of its node
   SharedText host;  // its node's, shared by all of them
   int pid = 0;
   State state = State::kRunning;

@@ -73,8 +73,8 @@ class Fields {
 
   std::string address(const char* what) {
     std::string token = word(what);
-    const bool plain = std::all_of(token.begin(), token.end(),
-                                   [](char c) { return c != ' ' && is_printable(c); });
+    const bool plain =
+        std::all_of(token.begin(), token.end(), [](char c) { return c != ' ' && is_printable(c); });
     if (token.size() > kMaxAddressLength || !plain) {
       fail(fmt::format("{} '{}' is not a host name or address", what, shown_value(token)));
     }

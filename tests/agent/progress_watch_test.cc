@@ -156,7 +156,11 @@ class WatchTrustTest : public ::testing::Test {
 TEST_F(WatchTrustTest, AClaimTheLocalPageContradictsEndsNoRank) {
   ASSERT_NO_FATAL_FAILURE(start(seconds(20)));
   write_page(101, 101, 0);
-  write_node1(NodeSummary{1, "node-b", "10.0.0.2", 1, {node1_rank(100, seconds(10), seconds(15))},
+  write_node1(NodeSummary{1,
+                          "node-b",
+                          "10.0.0.2",
+                          1,
+                          {node1_rank(100, seconds(10), seconds(15))},
                           claim_behind(100, seconds(10))});
   auto verdict = look_until_node1_read();
   ASSERT_TRUE(watch_->nodes()[0].heard);
@@ -175,7 +179,11 @@ TEST_F(WatchTrustTest, AClaimTheLocalPageContradictsEndsNoRank) {
 TEST_F(WatchTrustTest, AClaimTheLocalPageConfirmsEndsTheRank) {
   ASSERT_NO_FATAL_FAILURE(start(seconds(20)));
   write_page(100, 100, 10 * kSecondNs);
-  write_node1(NodeSummary{1, "node-b", "10.0.0.2", 1, {node1_rank(100, seconds(10), seconds(15))},
+  write_node1(NodeSummary{1,
+                          "node-b",
+                          "10.0.0.2",
+                          1,
+                          {node1_rank(100, seconds(10), seconds(15))},
                           claim_behind(100, seconds(10))});
   auto verdict = look_until_node1_read();
   ASSERT_TRUE(verdict);
@@ -212,8 +220,8 @@ TEST_F(WatchTrustTest, AClaimInAStaleSummaryIsNotTaken) {
 TEST_F(WatchTrustTest, ASummaryWithWaitsLongerThanTheRoundIsRefused) {
   ASSERT_NO_FATAL_FAILURE(start(seconds(20)));
   write_page(101, 101, 0);
-  write_node1(
-      NodeSummary{1, "node-b", "10.0.0.2", 1, {node1_rank(5000, seconds(1000), seconds(1000))}, {}});
+  write_node1(NodeSummary{
+      1, "node-b", "10.0.0.2", 1, {node1_rank(5000, seconds(1000), seconds(1000))}, {}});
   EXPECT_FALSE(look_until_node1_read());
   EXPECT_FALSE(watch_->nodes()[0].heard);
   EXPECT_EQ(watch_->nodes()[0].refused, 1);

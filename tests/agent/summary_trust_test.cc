@@ -158,9 +158,8 @@ TEST(SummaryBounds, AHangsRankLinesPastItsBoundAreLeftOutAndCounted) {
   ASSERT_TRUE(back.hang);
   ASSERT_GT(back.hang->ranks.size(), 1u);
   EXPECT_LT(back.hang->ranks.size(), 4000u);
-  EXPECT_EQ(back.hang->ranks.back(),
-            "(" + std::to_string(4000 - back.hang->ranks.size() + 1) +
-                " more ranks: see node 1's report)");
+  EXPECT_EQ(back.hang->ranks.back(), "(" + std::to_string(4000 - back.hang->ranks.size() + 1) +
+                                         " more ranks: see node 1's report)");
 }
 
 // ---- item 2: what a summary's ranks may say ----
@@ -179,13 +178,13 @@ TEST(SummaryRanks, WithEveryLocalWorldSizeKnownANodeNamesExactlyItsOwnRanks) {
   EXPECT_EQ(refusal(summary_of(1, {plain_rank(2, 0)}), round, none, seconds(10)), "")
       << "some of them, while its workers start";
   EXPECT_EQ(refusal(summary_of(2, {}), round, none, seconds(10)), "");
-  for (const auto& ranks : std::vector<std::vector<RankStatus>>{
-           {plain_rank(0, 0)},                    // this node's
-           {plain_rank(5, 3)},                    // node 2's
-           {plain_rank(3, 0)},                    // its place is 1
-           {plain_rank(2, 0), plain_rank(2, 0)},  // twice
-           {plain_rank(6, 4)},                    // beyond the world
-           {plain_rank(-1, -3)}}) {
+  for (const auto& ranks :
+       std::vector<std::vector<RankStatus>>{{plain_rank(0, 0)},                    // this node's
+                                            {plain_rank(5, 3)},                    // node 2's
+                                            {plain_rank(3, 0)},                    // its place is 1
+                                            {plain_rank(2, 0), plain_rank(2, 0)},  // twice
+                                            {plain_rank(6, 4)},  // beyond the world
+                                            {plain_rank(-1, -3)}}) {
     EXPECT_NE(refusal(summary_of(1, ranks), round, none, seconds(10)), "")
         << "rank " << ranks.back().rank;
   }
@@ -204,8 +203,7 @@ TEST(SummaryRanks, WithoutThemANodeNamesOneRunOnItsSideClearOfTheOthers) {
   EXPECT_EQ(refusal(summary_of(2, {plain_rank(4, 0), plain_rank(5, 1)}), round, none, seconds(1)),
             "");
   EXPECT_NE(refusal(summary_of(0, {plain_rank(2, 0)}), round, none, seconds(1)), "") << "ours";
-  EXPECT_NE(refusal(summary_of(2, {plain_rank(1, 0)}), round, none, seconds(1)), "")
-      << "below us";
+  EXPECT_NE(refusal(summary_of(2, {plain_rank(1, 0)}), round, none, seconds(1)), "") << "below us";
   EXPECT_NE(refusal(summary_of(2, {plain_rank(4, 0), plain_rank(6, 1)}), round, none, seconds(1)),
             "")
       << "not one run";
@@ -298,8 +296,7 @@ TEST(PeerText, ControlBytesFromAnotherNodeReachNoReport) {
   incident.hang.ranks.push_back(describe_rank(incident.ranks[0]));
   const std::string report = format_incident(incident);
   EXPECT_EQ(report.find('\x1b'), std::string::npos) << report;
-  EXPECT_EQ(report.find("\nddprun: HANG (behind) detected by node 9"), std::string::npos)
-      << report;
+  EXPECT_EQ(report.find("\nddprun: HANG (behind) detected by node 9"), std::string::npos) << report;
   EXPECT_EQ(report.find('\r'), std::string::npos);
 }
 

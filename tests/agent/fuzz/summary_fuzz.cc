@@ -76,8 +76,7 @@ void check_bounds(const NodeSummary& s, std::size_t input) {
     }
     if (bytes > ddp::agent::kMaxHangBytes) fail("a hang's text past its bound");
   }
-  if (ddp::agent::summary_footprint(s) >
-      ddp::agent::kFootprintFactor * input + sizeof(NodeSummary))
+  if (ddp::agent::summary_footprint(s) > ddp::agent::kFootprintFactor * input + sizeof(NodeSummary))
     fail("the parsed summary holds more than kFootprintFactor x its text");
 }
 
