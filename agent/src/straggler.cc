@@ -9,7 +9,7 @@ namespace ddp::agent {
 bool plausible_compute(const RankStatus& rank, Millis RankStatus::*compute) {
   const Millis figure = rank.*compute;
   if (figure < kMinStepCompute || rank.last_wall <= Millis(0)) return false;
-  return compute != &RankStatus::compute || figure <= rank.last_wall;
+  return compute != &RankStatus::compute || figure <= rank.last_wall * kWallSlack;
 }
 
 std::map<int, double> straggler_scores(const std::vector<RankStatus>& ranks,

@@ -24,9 +24,15 @@ inline constexpr Millis kMinStepCompute{10};
 
 // Whether `rank`'s figure `compute` is one a step can take: at least
 // kMinStepCompute and, for the smoothed recent figure, no longer than its
-// last step took end to end (compute is the part of the step before the
+// last step took end to end (compute is the part of a step before its
 // gradients' all-reduce; with no wall time known, no figure is plausible).
+// The recent figure is smoothed over about five steps and the wall time is
+// the last step's alone (and the two are not read as one snapshot), so it may
+// be up to kWallSlack times the wall time: the slowest rank's compute is
+// nearly all of its step, and a step a little shorter than the average must
+// not make its score vanish (which would restart the straggler window).
 bool plausible_compute(const RankStatus& rank, Millis RankStatus::*compute);
+inline constexpr int kWallSlack = 2;
 
 // Rank -> score, for ranks that finished a synchronized step after their first
 // (so that a compute time is known) with a plausible figure; empty when fewer

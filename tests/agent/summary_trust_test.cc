@@ -315,11 +315,13 @@ TEST(Straggler, AnImplausibleComputeTimeIsIgnored) {
   EXPECT_EQ(scores.size(), 3u);
   for (int i = 0; i < 3; ++i) EXPECT_DOUBLE_EQ(scores[i], 1.0) << i;
   EXPECT_EQ(straggler_scores(ranks, &RankStatus::mean_compute).size(), 3u);
-  // A compute time longer than the step it was part of.
-  ranks[3].compute = Millis(20);
-  ranks[3].last_wall = Millis(10);
+  // A compute time far longer than the step it was part of; one a little
+  // longer than the last step is the smoothing's.
+  ranks[3].compute = Millis(50);
+  ranks[3].last_wall = Millis(24);
   EXPECT_EQ(straggler_scores(ranks).count(3), 0u);
-  ranks[3].last_wall = Millis(20);
+  ranks[3].compute = Millis(20);
+  ranks[3].last_wall = Millis(18);
   EXPECT_NEAR(straggler_scores(ranks)[0], 0.2, 1e-9);  // plausible: rank 3 is just fast
   // No wall time known: no figure is plausible.
   ranks[3].last_wall = Millis(0);
