@@ -976,7 +976,7 @@ class Agent::Impl {
         logger_->warn("progress summaries stay on this node (no store handle: {})", e.what());
       }
     }
-    watch_.begin_round(round_->info(),
+    watch_.begin_round(round_->info(), options_.spec.local_world_size,
                        round_->info().group_world_size > 1 ? progress_store_ : nullptr);
   }
 
@@ -1067,9 +1067,11 @@ class Agent::Impl {
     incident.attempt = attempt_ - 1;
     incident.ranks = watch_.ranks();
     incident.unreachable = verdict.unreachable;
+    for (const auto& line : verdict.disputed) incident.notes.push_back("not ended: " + line);
     if (culprits.empty()) {
-      incident.action = verdict.hang.culprits.empty()
-                            ? "none: no culprit could be named"
+      incident.action = verdict.hang.culprits.empty() ? "none: no culprit could be named"
+                        : !verdict.disputed.empty()
+                            ? "none: this node's own records do not confirm the hang"
                             : "none on this node: the culprit's node ends it";
     } else if (options_.watch.on_hang == WatchOptions::OnHang::kFail) {
       incident.action = "fail (--on_hang=fail)";

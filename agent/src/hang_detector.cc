@@ -46,7 +46,7 @@ std::string where_in_group(const RankStatus& rank, const GroupStatus& g) {
 }
 
 std::string who(const RankStatus& rank) {
-  return fmt::format("rank {} (node {}, host {}, pid {})", rank.rank, rank.node, rank.host,
+  return fmt::format("rank {} (node {}, host {}, pid {})", rank.rank, rank.node, rank.host.str(),
                      rank.pid);
 }
 
@@ -235,6 +235,49 @@ std::optional<Hang> find_hang(const std::vector<RankStatus>& ranks, Millis timeo
   }
 
   return std::nullopt;
+}
+
+Confirmation confirm_culprit(const Hang& hang, const RankStatus& rank, Millis timeout,
+                             const std::vector<RankStatus>& view) {
+  using K = Confirmation::Kind;
+  if (rank.state != RankStatus::State::kRunning)
+    return {K::kContradicted,
+            fmt::format("it {} {} ago", to_string(rank.state), seconds(rank.since_exit))};
+  if (hang.kind == Hang::Kind::kNotExiting) {
+    std::optional<Confirmation> not_yet;
+    for (const auto& r : view) {
+      if (std::find(hang.culprits.begin(), hang.culprits.end(), r.rank) != hang.culprits.end())
+        continue;
+      if (r.state == RankStatus::State::kRunning)
+        return {K::kContradicted, fmt::format("rank {} (node {}) still runs too", r.rank, r.node)};
+      if (r.state == RankStatus::State::kFailed)
+        return {K::kContradicted, fmt::format("rank {} (node {}) failed", r.rank, r.node)};
+      if (r.since_exit < timeout)
+        not_yet = Confirmation{K::kNotYet, fmt::format("rank {} (node {}) exited 0 only {} ago",
+                                                       r.rank, r.node, seconds(r.since_exit))};
+    }
+    if (not_yet) return *not_yet;
+    return {K::kConfirmed, "it still runs after every other rank exited 0"};
+  }
+  const GroupStatus* g = group_of(rank, hang.group);
+  if (g == nullptr) {
+    return {K::kContradicted, rank.has_page ? fmt::format("its page has no group '{}'", hang.group)
+                                            : std::string("it has no progress page")};
+  }
+  const std::string done = fmt::format(
+      "{} issued and {} completed in group '{}', the last issued {} ago and the last "
+      "completed {} ago",
+      g->issued, g->completed, g->name, seconds(g->since_issued), seconds(g->since_completed));
+  if (hang.kind == Hang::Kind::kStalled) {
+    return {g->since_completed >= timeout ? K::kConfirmed : K::kContradicted,
+            "its page shows " + done};
+  }
+  if (g->issued > hang.seq) {
+    return {K::kContradicted,
+            fmt::format("its page shows it issued collective #{}: {}", hang.seq, done)};
+  }
+  return {std::min(g->since_issued, g->since_completed) >= timeout ? K::kConfirmed : K::kNotYet,
+          "its page shows " + done};
 }
 
 void HangTimeout::observe(const std::vector<RankStatus>& ranks) {

@@ -44,6 +44,31 @@ const char* to_string(Hang::Kind kind);
 // The hang the ranks are in, or nullopt. `timeout` must be positive.
 std::optional<Hang> find_hang(const std::vector<RankStatus>& ranks, Millis timeout);
 
+// What this node's own record of one of its running ranks (its progress
+// page, and what its launcher knows of the process) says of a claim that the
+// rank is a culprit of `hang`, whoever found it. The rules, for timeout T:
+//   - kBehind: confirmed when the rank has not issued collective #seq of the
+//     group and has neither issued nor completed one of the group for T;
+//     contradicted when it issued #seq, or its page has no such group (or no
+//     page); otherwise not yet (it did something in the group within T).
+//   - kStalled: confirmed when the rank completed no collective of the group
+//     for T; otherwise, or without the group, contradicted.
+//   - kNotExiting: confirmed when the rank still runs and every other rank of
+//     `view` (this node's own ranks as its launcher knows them, the other
+//     nodes' as their summaries say) that the hang does not name exited 0 at
+//     least T ago; contradicted when one of them still runs or failed; not yet
+//     while one exited 0 less than T ago.
+// A rank that no longer runs contradicts every claim (there is nothing to end).
+struct Confirmation {
+  enum class Kind { kConfirmed, kNotYet, kContradicted };
+  Kind kind = Kind::kContradicted;
+  // What the record shows, for a warning: "its page shows it issued
+  // collective #100 of group 'default', the last one 0.0 s ago".
+  std::string why;
+};
+Confirmation confirm_culprit(const Hang& hang, const RankStatus& rank, Millis timeout,
+                             const std::vector<RankStatus>& view);
+
 // Where one rank is, for reports: "rank 2 (node 1, host h, pid 42): waits in
 // allreduce #17 (4096 bytes) of group 'default' for 5.2 s; 16 completed".
 std::string describe_rank(const RankStatus& rank);

@@ -41,7 +41,7 @@ nlohmann::json rank_json(const RankStatus& r) {
   return {{"rank", r.rank},
           {"local_rank", r.local_rank},
           {"node", r.node},
-          {"host", r.host},
+          {"host", r.host.str()},
           {"pid", r.pid},
           {"state", to_string(r.state)},
           {"progress_page", r.has_page},

@@ -227,7 +227,7 @@ std::string status_json(const JobSnapshot& job, Clock::time_point now, std::time
         {{"rank", r.rank},
          {"local_rank", r.local_rank},
          {"node", r.node},
-         {"host", r.host},
+         {"host", r.host.str()},
          {"pid", r.pid},
          {"state", to_string(r.state)},
          {"steps", r.steps},

@@ -8,16 +8,27 @@
 #include <cerrno>
 #include <cstring>
 #include <new>
+#include <string_view>
 
 #include "ddp/common/error.h"
+#include "ddp/common/text.h"
 
 namespace ddp::agent {
 namespace {
 
-Millis age(std::int64_t now_ns, std::int64_t then_ns, Millis otherwise) {
-  if (then_ns <= 0) return otherwise;
+// How long ago `then_ns` was, at most `since_start` (a time never written, or
+// one before the worker started, reads as the worker's age).
+Millis age(std::int64_t now_ns, std::int64_t then_ns, Millis since_start) {
+  if (then_ns <= 0) return since_start;
   if (then_ns >= now_ns) return Millis(0);
-  return Millis((now_ns - then_ns) / 1000000);
+  return std::min(Millis((now_ns - then_ns) / 1000000), since_start);
+}
+
+// Total compute over `timed` steps, per step; zero when either is not a
+// positive count (both are the worker's to write: any 64-bit pattern).
+Millis mean_of(std::int64_t total_ns, std::uint64_t timed) {
+  if (total_ns <= 0 || timed == 0) return Millis(0);
+  return Millis(static_cast<std::int64_t>(static_cast<std::uint64_t>(total_ns) / timed / 1000000));
 }
 
 }  // namespace
@@ -62,18 +73,12 @@ void ProgressPageFile::read(RankStatus& out, std::int64_t now_ns, Millis since_s
   out.since_step = age(now_ns, page.last_step_ns.load(std::memory_order_acquire), since_start);
   out.compute = Millis(std::max<std::int64_t>(0, page.compute_ns.load() / 1000000));
   out.last_wall = Millis(std::max<std::int64_t>(0, page.last_wall_ns.load() / 1000000));
-  const std::uint64_t timed = page.timed_steps.load();
-  const std::int64_t total = page.total_compute_ns.load();
-  out.mean_compute = timed > 0 && total > 0
-                         ? Millis(total / static_cast<std::int64_t>(timed) / 1000000)
-                         : Millis(0);
+  out.mean_compute = mean_of(page.total_compute_ns.load(), page.timed_steps.load());
   for (const auto& slot : page.groups) {
     if (slot.in_use.load(std::memory_order_acquire) == 0) continue;
     GroupStatus g;
-    for (char c : slot.name) {
-      if (c == '\0') break;
-      g.name += (c >= 0x20 && c < 0x7f) ? c : '?';
-    }
+    const std::string_view name(slot.name, sizeof(slot.name));
+    g.name = printable(name.substr(0, std::min(name.find('\0'), name.size())));
     g.size = static_cast<int>(std::min<std::uint32_t>(slot.size.load(), 1u << 24));
     g.rank = slot.rank.load();
     g.completed = slot.completed.load();

@@ -29,9 +29,11 @@ class ProgressPageFile {
 
   // Fills `out`'s progress fields (has_page, groups, steps, times) from the
   // page as it is now; `now_ns` is progress::now_ns(), `since_start` the
-  // worker's age (the age of a time the worker never wrote). Every value is
-  // the worker's and untrusted: names are cut to printable characters,
-  // times in the future read as zero ages.
+  // worker's age (the age of a time the worker never wrote, and the most any
+  // age reads: a time before the worker started, or before a kept worker's
+  // round began, counts from then). Every value is the worker's and
+  // untrusted: names are cut to printable characters (ddp/common/text.h),
+  // times in the future read as zero ages, counts that make no sense as zero.
   void read(RankStatus& out, std::int64_t now_ns, Millis since_start) const;
 
  private:

@@ -1,5 +1,7 @@
 #include "progress_watch.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "ddp/common/logging.h"
@@ -13,18 +15,28 @@ ProgressWatch::ProgressWatch(const WatchOptions& options, std::string host, std:
 
 ProgressWatch::~ProgressWatch() = default;
 
-void ProgressWatch::begin_round(const RendezvousInfo& info, std::shared_ptr<Store> store) {
+void ProgressWatch::begin_round(const RendezvousInfo& info, int local_world_size,
+                                std::shared_ptr<Store> store) {
   end_round(/*keep_workers=*/true);  // the agent forgot the last round's workers, or kept them
   info_ = info;
+  local_world_size_ = local_world_size;
   reported_ = false;
+  undecided_since_.reset();
   found_.reset();
   found_version_ = 0;
   published_states_.clear();
   final_scores_.clear();
   stragglers_ = StragglerWatch();
   if (info.group_world_size > 1 && store && active()) {
+    RoundRanks ranks;
+    ranks.world_size = info.world_size;
+    ranks.node = info.group_rank;
+    ranks.base_rank = info.base_rank;
+    ranks.local_world_size = local_world_size;
+    if (static_cast<int>(info.local_world_sizes.size()) == info.group_world_size)
+      ranks.local_world_sizes = info.local_world_sizes;
     exchange_ = std::make_unique<ProgressExchange>(std::move(store), info.round_prefix,
-                                                   info.group_rank, info.group_world_size,
+                                                   std::move(ranks), info.group_world_size,
                                                    options_.exchange_period, runtime_);
   }
 }
@@ -94,7 +106,7 @@ RankStatus ProgressWatch::status_of(int local_rank, const Local& local, std::int
   return r;
 }
 
-std::optional<ProgressWatch::Verdict> ProgressWatch::check() {
+std::optional<ProgressWatch::Verdict> ProgressWatch::check(bool final) {
   const auto now = runtime_.now();
   Remote remote = look(now);
   note_stragglers(now);
@@ -102,7 +114,8 @@ std::optional<ProgressWatch::Verdict> ProgressWatch::check() {
   if (reported_ || !timeout_.enabled()) return std::nullopt;
   const Millis timeout = timeout_.current();
   auto hang = find_hang(view_, timeout);
-  if (hang) {
+  const bool own = hang.has_value();
+  if (own) {
     hang->found_by = info_.group_rank;
     // Without every rank's word a stall cannot be pinned on the ranks that do report.
     const auto known = static_cast<int>(view_.size());
@@ -112,7 +125,22 @@ std::optional<ProgressWatch::Verdict> ProgressWatch::check() {
           fmt::format("; {} of {} ranks never reported, so the culprit may be among them",
                       info_.world_size - known, info_.world_size);
     }
-    found_ = hang;
+  } else if (remote.hang) {
+    hang = std::move(remote.hang);
+  } else {
+    undecided_since_.reset();
+    return std::nullopt;
+  }
+  Verdict verdict;
+  verdict.hang = std::move(*hang);
+  verdict.timeout = timeout;
+  verdict.unreachable = std::move(remote.unreachable);
+  // A culprit's record that neither confirms nor contradicts yet gets a
+  // timeout to do either (the hang stays found, or claimed, meanwhile).
+  if (!undecided_since_) undecided_since_ = now;
+  if (!judge(verdict, final || now - *undecided_since_ >= timeout)) return std::nullopt;
+  if (own) {
+    found_ = verdict.hang;
     // In the store before the culprit is ended: the others see why their round ends.
     publish(view_local(), false);
     found_version_ = version_;
@@ -120,19 +148,21 @@ std::optional<ProgressWatch::Verdict> ProgressWatch::check() {
       log::get("ddprun")->warn("the hang's summary did not reach the store within {} s",
                                kPublishWait.count() / 1000.0);
     }
-  } else if (remote.hang) {
-    hang = std::move(remote.hang);
-  } else {
-    return std::nullopt;
+  }
+  for (const auto& line : verdict.disputed) {
+    log::get("ddprun")->warn(
+        "disagreement: node {}{} names a culprit of a hang ({}) that this node's own record "
+        "does not confirm, so it is left running: {}",
+        verdict.hang.found_by, own ? " (this node)" : "", to_string(verdict.hang.kind), line);
   }
   reported_ = true;
-  return verdict_on(std::move(*hang), timeout, std::move(remote.unreachable));
+  return verdict;
 }
 
 std::optional<ProgressWatch::Verdict> ProgressWatch::last_look(Millis wait) {
   if (reported_ || !exchange_ || !timeout_.enabled()) return std::nullopt;
   exchange_->tick_now(wait);
-  return check();
+  return check(/*final=*/true);
 }
 
 bool ProgressWatch::hang_in_store(Millis wait) {
@@ -161,24 +191,29 @@ ProgressWatch::Remote ProgressWatch::look(Clock::time_point now) {
   std::vector<NodeSeen> nodes;
   if (exchange_) {
     auto remotes = exchange_->remotes(now);
+    auto refused = exchange_->refused();
     for (int n = 0; n < info_.group_world_size; ++n) {
       if (n == info_.group_rank) continue;
       auto it = remotes.find(n);
       if (it == remotes.end()) {
-        remote.unreachable.push_back(fmt::format("node {} (no progress summary yet)", n));
-        nodes.push_back(NodeSeen{n, false, "", "", false, Millis(0)});
+        remote.unreachable.push_back(
+            refused[n] > 0 ? fmt::format("node {} (its progress summaries were refused)", n)
+                           : fmt::format("node {} (no progress summary yet)", n));
+        nodes.push_back(NodeSeen{n, false, "", "", false, Millis(0), refused[n]});
         continue;
       }
       const NodeSummary& summary = it->second.summary;
-      nodes.push_back(
-          NodeSeen{n, true, summary.host, summary.addr, it->second.stale, it->second.age});
+      nodes.push_back(NodeSeen{n, true, summary.host, summary.addr, it->second.stale,
+                               it->second.age, refused[n]});
       if (it->second.stale) {
         remote.unreachable.push_back(
             fmt::format("node {} ({}: no new progress summary for {:.1f} s)", n,
                         it->second.summary.host, it->second.age.count() / 1000.0));
       }
       for (auto& r : it->second.summary.ranks) view.push_back(std::move(r));
-      if (it->second.summary.hang && !remote.hang) remote.hang = std::move(it->second.summary.hang);
+      // A hang is taken from a current summary only (a stale one speaks of the past).
+      if (it->second.summary.hang && !it->second.stale && !remote.hang)
+        remote.hang = std::move(it->second.summary.hang);
     }
   }
   view_ = std::move(view);
@@ -198,33 +233,50 @@ void ProgressWatch::note_stragglers(Clock::time_point now) {
       log::get("ddprun")->warn(
           "straggler: rank {} (node {}, host {}, pid {}) has scored below {:.1f} for {} s: a "
           "step's compute takes {:.3f} s there, {:.2f} of the fastest rank's speed",
-          rank, r.node, r.host, r.pid, StragglerWatch::kThreshold,
+          rank, r.node, r.host.str(), r.pid, StragglerWatch::kThreshold,
           std::chrono::duration_cast<std::chrono::seconds>(StragglerWatch::kWindow).count(),
           r.compute.count() / 1000.0, stragglers_.last_scores().at(rank));
     }
   }
 }
 
-ProgressWatch::Verdict ProgressWatch::verdict_on(Hang hang, Millis timeout,
-                                                 std::vector<std::string> unreachable) const {
-  Verdict verdict;
-  verdict.hang = std::move(hang);
-  verdict.timeout = timeout;
-  verdict.unreachable = std::move(unreachable);
+bool ProgressWatch::judge(Verdict& verdict, bool final) const {
+  std::vector<int> culprits;
+  std::vector<std::string> disputed;
   for (const auto& [local_rank, local] : locals_) {
-    for (int culprit : verdict.hang.culprits) {
-      if (culprit == local.rank && local.state == RankStatus::State::kRunning)
-        verdict.local_culprits.push_back(local_rank);
+    const auto& named = verdict.hang.culprits;
+    if (local.state != RankStatus::State::kRunning ||
+        std::find(named.begin(), named.end(), local.rank) == named.end())
+      continue;
+    // Its record as this look read it.
+    const RankStatus* own = nullptr;
+    for (const auto& r : view_) {
+      if (r.node == info_.group_rank && r.local_rank == local_rank) own = &r;
+    }
+    Confirmation c;
+    if (own != nullptr) c = confirm_culprit(verdict.hang, *own, verdict.timeout, view_);
+    if (c.kind == Confirmation::Kind::kConfirmed) {
+      culprits.push_back(local_rank);
+    } else if (c.kind == Confirmation::Kind::kNotYet && !final) {
+      return false;
+    } else {
+      disputed.push_back(
+          fmt::format("rank {} (local rank {}): {}", local.rank, local_rank,
+                      c.kind == Confirmation::Kind::kNotYet
+                          ? c.why + ", within the timeout, so the hang is not confirmed"
+                          : c.why));
     }
   }
-  return verdict;
+  verdict.local_culprits = std::move(culprits);
+  verdict.disputed = std::move(disputed);
+  return true;
 }
 
 void ProgressWatch::publish(const std::vector<RankStatus>& local, bool urgent) {
   if (!exchange_) return;
   NodeSummary mine;
   mine.node = info_.group_rank;
-  mine.host = host_;
+  mine.host = host_.str();
   mine.addr = addr_;
   mine.version = ++version_;
   mine.ranks = local;

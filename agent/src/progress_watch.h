@@ -5,6 +5,15 @@
 // processes: the agent collects stacks, writes the incident and applies
 // --on_hang.
 //
+// Whom a hang ends: a hang found here, or claimed by another node's current
+// (not stale) summary, is reported on every node; but a rank of this node is
+// named for ending (Verdict::local_culprits) only when its own record
+// confirms the claim (confirm_culprit(), hang_detector.h). A record that
+// contradicts it makes a disagreement: one warning naming the node that
+// found the hang and the rank, which is left running. While a record neither
+// confirms nor contradicts (the rank did something in the group within the
+// timeout) the report waits, a timeout at most, for it to do either.
+//
 // Ownership: owns the pages and the exchange of the current round. Blocking:
 // never (the exchange's store calls run on its own thread). Thread-safety:
 // the agent's thread only. Errors: prepare() throws InternalError when no
@@ -43,9 +52,10 @@ class ProgressWatch {
   // Whether the agent needs to tick at all (hang detection or pages on).
   bool active() const { return timeout_.enabled() || options_.progress_pages; }
 
-  // A new round: `store` carries the summaries when the round has more than
+  // A new round, in which this node runs `local_world_size` ranks from
+  // info.base_rank: `store` carries the summaries when the round has more than
   // one node. Workers kept from the last round (end_round(true)) stay.
-  void begin_round(const RendezvousInfo& info, std::shared_ptr<Store> store);
+  void begin_round(const RendezvousInfo& info, int local_world_size, std::shared_ptr<Store> store);
   // Stops the exchange and forgets the round's workers (their pages go),
   // unless `keep_workers`: workers that recover in place live on into the
   // next round with their pages (see kept()).
@@ -65,12 +75,18 @@ class ProgressWatch {
     std::vector<int> local_culprits;
     // Nodes whose summary is stale or never came: "node 1 (no summary for 9.0 s)".
     std::vector<std::string> unreachable;
+    // The culprits running on this node whose own record does not confirm
+    // the hang: "rank 0 (local rank 0): its page shows it issued collective
+    // #100 ...". They are not ended.
+    std::vector<std::string> disputed;
   };
   // One look: reads the pages, publishes, compares. Returns a hang the first
   // time it is found in a round (nullopt afterwards, and while none): found
-  // here, or found first by another node and carried by its summary (the same
-  // hang on every node). Logs straggler warnings.
-  std::optional<Verdict> check();
+  // here, or found first by another node and carried by its current summary
+  // (the same hang on every node). Logs straggler warnings, and a
+  // disagreement warning per disputed culprit. `final`: the round ends, so
+  // the report waits for no record (an unconfirmed culprit is disputed).
+  std::optional<Verdict> check(bool final = false);
 
   // The round ends (another node ended it): one more look, reading the other
   // nodes' summaries at once (waiting for the store at most `wait`), so that a
@@ -97,7 +113,8 @@ class ProgressWatch {
     bool heard = false;  // a summary came
     std::string host, addr;
     bool stale = false;
-    Millis age{0};  // since its summary last changed
+    Millis age{0};    // since its summary last changed
+    int refused = 0;  // its summaries refused in the round (progress_exchange.h)
   };
   const std::vector<NodeSeen>& nodes() const { return nodes_; }
   // Each rank's recent straggler score (1.00 = fastest), and the ranks named
@@ -131,15 +148,22 @@ class ProgressWatch {
   Remote look(Clock::time_point now);
   // The end-of-job scores and the straggler warnings.
   void note_stragglers(Clock::time_point now);
-  // Which of this node's workers a hang names.
-  Verdict verdict_on(Hang hang, Millis timeout, std::vector<std::string> unreachable) const;
+  // Which of this node's running workers a hang names, each judged by its
+  // own record: confirmed ones into `local_culprits`, contradicted ones (and
+  // with `final`, unconfirmed ones) into `disputed`; false when one is not
+  // judged yet.
+  bool judge(Verdict& verdict, bool final) const;
   // Sends this node's ranks (and found_) to the other nodes.
   void publish(const std::vector<RankStatus>& local, bool urgent);
   // This node's ranks in view_.
   std::vector<RankStatus> view_local() const;
 
   WatchOptions options_;
-  std::string host_;
+  SharedText host_;
+  int local_world_size_ = 1;
+  // Since when the hang now found or claimed waits for a culprit's record to
+  // confirm or contradict it.
+  std::optional<Clock::time_point> undecided_since_;
   const Runtime& runtime_;
   HangTimeout timeout_;
   StragglerWatch stragglers_;

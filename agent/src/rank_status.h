@@ -6,7 +6,9 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <optional>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -15,6 +17,27 @@
 namespace ddp::agent {
 
 using Millis = std::chrono::milliseconds;
+
+// A text many values share, held once: a node's host name, which each of its
+// (up to thousands of) ranks names. Immutable; copies share it.
+class SharedText {
+ public:
+  SharedText() = default;
+  SharedText(std::string text)  // NOLINT(google-explicit-constructor): a text is a text
+      : text_(std::make_shared<const std::string>(std::move(text))) {}
+  SharedText(const char* text) : SharedText(std::string(text)) {}  // NOLINT
+  const std::string& str() const {
+    static const std::string empty;
+    return text_ ? *text_ : empty;
+  }
+  // The object holding the text (the same for every copy), or null when empty.
+  const std::string* held() const { return text_.get(); }
+  friend bool operator==(const SharedText& a, const SharedText& b) { return a.str() == b.str(); }
+  friend std::ostream& operator<<(std::ostream& out, const SharedText& t) { return out << t.str(); }
+
+ private:
+  std::shared_ptr<const std::string> text_;
+};
 
 struct GroupStatus {
   std::string name;  // the process group's name ("default" for the world group)
@@ -35,8 +58,8 @@ struct RankStatus {
   enum class State { kRunning, kSucceeded, kFailed };
   int rank = 0;
   int local_rank = 0;
-  int node = 0;  // group rank of its node
-  std::string host;
+  int node = 0;     // group rank of its node
+  SharedText host;  // its node's, shared by all of them
   int pid = 0;
   State state = State::kRunning;
   Millis since_exit{0};  // when not running

@@ -6,19 +6,25 @@
 
 namespace ddp::agent {
 
+bool plausible_compute(const RankStatus& rank, Millis RankStatus::*compute) {
+  const Millis figure = rank.*compute;
+  if (figure < kMinStepCompute || rank.last_wall <= Millis(0)) return false;
+  return compute != &RankStatus::compute || figure <= rank.last_wall * kWallSlack;
+}
+
 std::map<int, double> straggler_scores(const std::vector<RankStatus>& ranks,
                                        Millis RankStatus::*compute) {
   Millis fastest = Millis::max();
   int known = 0;
   for (const auto& r : ranks) {
-    if ((r.*compute).count() <= 0) continue;
+    if (!plausible_compute(r, compute)) continue;
     fastest = std::min(fastest, r.*compute);
     ++known;
   }
   std::map<int, double> scores;
   if (known < 2) return scores;
   for (const auto& r : ranks) {
-    if ((r.*compute).count() <= 0) continue;
+    if (!plausible_compute(r, compute)) continue;
     scores[r.rank] =
         static_cast<double>(fastest.count()) / static_cast<double>((r.*compute).count());
   }

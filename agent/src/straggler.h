@@ -16,10 +16,29 @@
 
 namespace ddp::agent {
 
+// The shortest compute time per step a score is taken from. The figures are
+// whole milliseconds, so below this one millisecond is over 10% of the
+// figure and a score says nothing; and a worker writing a tiny figure on its
+// page (or a node in its summary) would make every other rank a straggler.
+inline constexpr Millis kMinStepCompute{10};
+
+// Whether `rank`'s figure `compute` is one a step can take: at least
+// kMinStepCompute and, for the smoothed recent figure, no longer than its
+// last step took end to end (compute is the part of a step before its
+// gradients' all-reduce; with no wall time known, no figure is plausible).
+// The recent figure is smoothed over about five steps and the wall time is
+// the last step's alone (and the two are not read as one snapshot), so it may
+// be up to kWallSlack times the wall time: the slowest rank's compute is
+// nearly all of its step, and a step a little shorter than the average must
+// not make its score vanish (which would restart the straggler window).
+bool plausible_compute(const RankStatus& rank, Millis RankStatus::*compute);
+inline constexpr int kWallSlack = 2;
+
 // Rank -> score, for ranks that finished a synchronized step after their first
-// (so that a compute time is known); empty when fewer than two such ranks.
-// `compute` picks the figure: the smoothed recent one (warnings) or the mean
-// over the round (the end-of-job summary, which a stale summary hardly moves).
+// (so that a compute time is known) with a plausible figure; empty when fewer
+// than two such ranks. `compute` picks the figure: the smoothed recent one
+// (warnings) or the mean over the round (the end-of-job summary, which a stale
+// summary hardly moves).
 std::map<int, double> straggler_scores(const std::vector<RankStatus>& ranks,
                                        Millis RankStatus::*compute = &RankStatus::compute);
 

@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "ddp/common/error.h"
+#include "ddp/common/text.h"
 
 namespace ddp::rendezvous_detail {
 namespace {
@@ -72,10 +73,9 @@ class Fields {
 
   std::string address(const char* what) {
     std::string token = word(what);
-    const bool printable = std::all_of(token.begin(), token.end(), [](char c) {
-      return static_cast<unsigned char>(c) > 0x20 && static_cast<unsigned char>(c) < 0x7f;
-    });
-    if (token.size() > kMaxAddressLength || !printable) {
+    const bool plain =
+        std::all_of(token.begin(), token.end(), [](char c) { return c != ' ' && is_printable(c); });
+    if (token.size() > kMaxAddressLength || !plain) {
       fail(fmt::format("{} '{}' is not a host name or address", what, shown_value(token)));
     }
     return token;
@@ -241,10 +241,7 @@ std::int64_t parse_integer(const std::string& text, const std::string& key, cons
 }
 
 std::string shown_value(const std::string& text) {
-  std::string shown = text.substr(0, 80);
-  for (char& c : shown) {
-    if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) >= 0x7f) c = '?';
-  }
+  const std::string shown = printable(std::string_view(text).substr(0, 80));
   return text.size() > 80 ? shown + "..." : shown;
 }
 

@@ -196,8 +196,10 @@ TEST(Straggler, ScoresAreTheFastestComputeOverEachRanks) {
   std::vector<RankStatus> ranks(3);
   ranks[0].rank = 0;
   ranks[0].compute = Millis(100);
+  ranks[0].last_wall = Millis(320);
   ranks[1].rank = 1;
   ranks[1].compute = Millis(300);
+  ranks[1].last_wall = Millis(320);
   ranks[2].rank = 2;  // no step yet
   auto scores = straggler_scores(ranks);
   ASSERT_EQ(scores.size(), 2u);
@@ -333,9 +335,11 @@ TEST(Straggler, TheEndOfJobScoresUseTheMeanComputeOfTheRound) {
   ranks[0].rank = 0;
   ranks[0].compute = Millis(500);  // just paused for a checkpoint
   ranks[0].mean_compute = Millis(100);
+  ranks[0].last_wall = Millis(2000);
   ranks[1].rank = 1;
   ranks[1].compute = Millis(100);
   ranks[1].mean_compute = Millis(100);
+  ranks[1].last_wall = Millis(2000);
   EXPECT_NEAR(straggler_scores(ranks)[0], 0.2, 1e-9);
   EXPECT_DOUBLE_EQ(straggler_scores(ranks, &RankStatus::mean_compute)[0], 1.0);
 }
@@ -376,7 +380,7 @@ TEST(ProgressPageFile, ReadsWhatAWorkerWroteAndDistrustsIt) {
   slot.waiting_since_ns = now - 2'000'000'000;
   slot.last_completed_ns = now + 5'000'000'000;  // in the future
   slot.in_use = 1;
-  file->read(r, now, seconds(1));
+  file->read(r, now, seconds(10));
   ::munmap(memory, progress::kPageBytes);
   EXPECT_TRUE(r.has_page);
   EXPECT_EQ(r.steps, 7u);
