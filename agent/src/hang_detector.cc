@@ -237,6 +237,8 @@ std::optional<Hang> find_hang(const std::vector<RankStatus>& ranks, Millis timeo
   return std::nullopt;
 }
 
+bool may_be_work(const Hang& hang) { return hang.kind == Hang::Kind::kNotExiting; }
+
 void HangTimeout::observe(const std::vector<RankStatus>& ranks) {
   if (fixed_) return;
   for (const auto& r : ranks) {

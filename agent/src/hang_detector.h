@@ -44,6 +44,12 @@ const char* to_string(Hang::Kind kind);
 // The hang the ranks are in, or nullopt. `timeout` must be positive.
 std::optional<Hang> find_hang(const std::vector<RankStatus>& ranks, Millis timeout);
 
+// Whether `hang` cannot be told apart from legitimate work: a rank still
+// running after every other exited 0 (not_exiting) may be rank 0 evaluating,
+// saving or uploading. The default timeout (auto) only reports such a hang;
+// an explicit --hang_timeout acts on it.
+bool may_be_work(const Hang& hang);
+
 // Where one rank is, for reports: "rank 2 (node 1, host h, pid 42): waits in
 // allreduce #17 (4096 bytes) of group 'default' for 5.2 s; 16 completed".
 std::string describe_rank(const RankStatus& rank);

@@ -198,6 +198,7 @@ ProgressWatch::Verdict ProgressWatch::verdict_on(Hang hang, Millis timeout,
   verdict.hang = std::move(hang);
   verdict.timeout = timeout;
   verdict.unreachable = std::move(unreachable);
+  verdict.report_only = timeout_.is_auto() && may_be_work(verdict.hang);
   for (const auto& [local_rank, local] : locals_) {
     for (int culprit : verdict.hang.culprits) {
       if (culprit == local.rank && local.state == RankStatus::State::kRunning)

@@ -65,6 +65,9 @@ class ProgressWatch {
     std::vector<int> local_culprits;
     // Nodes whose summary is stale or never came: "node 1 (no summary for 9.0 s)".
     std::vector<std::string> unreachable;
+    // Reported, not acted on: the timeout is auto and the hang may be
+    // legitimate work (may_be_work).
+    bool report_only = false;
   };
   // One look: reads the pages, publishes, compares. Returns a hang the first
   // time it is found in a round (nullopt afterwards, and while none): found
