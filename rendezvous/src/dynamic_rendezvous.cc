@@ -20,6 +20,11 @@ std::string seconds_text(Duration d) {
   return out.str();
 }
 
+// Time left, up to the next tenth of a second ("600", not "599.999").
+std::string seconds_left(Duration d) {
+  return seconds_text(Duration((std::max(Duration(0), d).count() + 99) / 100 * 100));
+}
+
 }  // namespace
 
 DynamicRendezvous::DynamicRendezvous(const RendezvousParams& params, RendezvousStore store,
@@ -224,7 +229,7 @@ void DynamicRendezvous::note_wait(Clock::time_point now) {
       line = "waiting for nodes to join round " + std::to_string(round) + ": " +
              std::to_string(joined) + " of at least " + std::to_string(params_.min_nodes) + " (" +
              nnodes + ") so far; giving up in " +
-             seconds_text(std::chrono::duration_cast<Duration>(join_.deadline - now)) +
+             seconds_left(std::chrono::duration_cast<Duration>(join_.deadline - now)) +
              " s (join_timeout)";
       break;
     case kLastCall: {
@@ -235,8 +240,7 @@ void DynamicRendezvous::note_wait(Clock::time_point now) {
                                 : std::chrono::duration_cast<Duration>(ends - now);
       line = std::to_string(joined) + (joined == 1 ? " node has" : " nodes have") +
              " joined round " + std::to_string(round) + " (" + nnodes + "): waiting up to " +
-             seconds_text(std::max(Duration(0), left)) +
-             " s (last_call_timeout) for more before it starts";
+             seconds_left(left) + " s (last_call_timeout) for more before it starts";
       break;
     }
   }
