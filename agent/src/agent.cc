@@ -37,6 +37,10 @@ namespace {
 namespace fs = std::filesystem;
 namespace names = ddp::env_names;
 
+// How often a node that stays past its exit barrier for the others (it
+// serves their store) looks whether they are still alive.
+constexpr std::chrono::seconds kStayLook{1};
+
 struct Worker {
   int local_rank = 0;
   int rank = 0;
@@ -63,7 +67,11 @@ class Agent::Impl {
       : options_(std::move(options)), rdzv_(rendezvous), launcher_(launcher),
         logger_(log::get("ddprun")), watch_(options_.watch, options_.hostname,
                                             rendezvous.params().local_addr, *options_.runtime),
-        python_(runs_python(options_.spec.argv)), board_(*options_.runtime) {}
+        python_(runs_python(options_.spec.argv)), board_(*options_.runtime) {
+    // What a join waits for (more nodes, a spare's place): said once per wait.
+    rdzv_.on_wait(
+        [](const std::string& line) { std::fprintf(stderr, "ddprun: %s\n", line.c_str()); });
+  }
 
   int run() {
     if (!start_live_view()) return 1;
@@ -79,6 +87,7 @@ class Agent::Impl {
   }
 
   int run_job() {
+    say_what_hangs_are_seen();
     if (!options_.watch.timer_file.empty()) {
       try {
         timer_ = std::make_unique<FileTimerServer>(options_.watch.timer_file);
@@ -116,6 +125,22 @@ class Agent::Impl {
     return code;
   }
 
+  // A Python program writes no progress pages (it does not link ddp::worker):
+  // with an explicit --hang_timeout, says which hangs can be seen and which
+  // cannot. (The default, auto, ends no rank of such a program: see on_hang.)
+  void say_what_hangs_are_seen() const {
+    const auto& timeout = options_.watch.hang_timeout;
+    if (!python_ || !timeout || timeout->count() <= 0) return;
+    const double s = timeout->count() / 1000.0;
+    std::fprintf(stderr,
+                 "ddprun: --hang_timeout=%g: Python workers write no progress pages, so the only "
+                 "hang ddprun can see is a rank still running %g s after every other rank "
+                 "exited 0 (it is ended); a collective that never completes and a rank stuck in "
+                 "its own code are not seen (torch's collective timeouts and "
+                 "TORCHELASTIC_ENABLE_FILE_TIMER cover those)\n",
+                 s, s);
+  }
+
   int restart_count() const { return restart_count_; }
 
   std::optional<std::uint16_t> status_port() const {
@@ -145,6 +170,7 @@ class Agent::Impl {
       kReform,
       kReformInPlace,
       kAbort,
+      kStoreLost,
       kSignal
     } kind = Kind::kDone;
     int node = -1;
@@ -241,6 +267,8 @@ class Agent::Impl {
                        "may not be restarted)\n",
                        outcome.node);
           return 1;
+        case Outcome::Kind::kStoreLost:
+          return 1;  // said when it was seen (on_remote_end)
         case Outcome::Kind::kRestart:
         case Outcome::Kind::kFail:
           break;
@@ -788,9 +816,10 @@ class Agent::Impl {
         stop_workers(SIGTERM);
         return Outcome{Outcome::Kind::kReform, end.node, 0};
       case RoundEnd::Kind::kStoreLost:
-        std::fprintf(stderr, "ddprun: %s\n", describe(end).c_str());
+        // Nobody can tell this node how the round goes on: it stops its workers.
+        std::fprintf(stderr, "ddprun: %s; stopping this node's workers\n", describe(end).c_str());
         stop_workers(SIGTERM);
-        return Outcome{Outcome::Kind::kAbort, -1, 0};
+        return Outcome{Outcome::Kind::kStoreLost};
     }
     return std::nullopt;
   }
@@ -897,6 +926,10 @@ class Agent::Impl {
       return Outcome{Outcome::Kind::kBarrierTimeout};
     }
     const Deadline deadline(options_.exit_barrier_timeout);
+    // Past the deadline, a node that serves the store others still use stays,
+    // and looks again every kStayLook whether they still need it.
+    bool staying = false;
+    Clock::time_point look = deadline.when();
     for (;;) {
       if (auto end = watch.ended()) {
         if (end->kind == RoundEnd::Kind::kDone) return Outcome{Outcome::Kind::kDone};
@@ -908,16 +941,34 @@ class Agent::Impl {
         }
         if (auto outcome = on_remote_end(watch)) return *outcome;
       }
-      LauncherEvent event = launcher_.next_event(std::min(deadline.when(), next_tick()));
-      if (event.kind == LauncherEvent::Kind::kTimeout && ticking() && now() < deadline.when()) {
+      LauncherEvent event = launcher_.next_event(std::min(look, next_tick()));
+      if (event.kind == LauncherEvent::Kind::kTimeout && ticking() && now() < look) {
         // Still waiting for the others: keep this node's summary going out
         // (a rank elsewhere may not exit) and report what is seen.
         look_at_progress();
         continue;
       }
       if (event.kind == LauncherEvent::Kind::kTimeout) {
-        logger_->error("exit barrier: not every agent finished within {} s; exiting anyway",
-                       options_.exit_barrier_timeout.count() / 1000.0);
+        if (round_->needed_by_others()) {
+          if (!staying) {
+            std::fprintf(stderr,
+                         "ddprun: exit barrier: not every node finished within %g s; this node "
+                         "serves the rendezvous store that the others still use, so it stays "
+                         "until they finish or are gone\n",
+                         options_.exit_barrier_timeout.count() / 1000.0);
+            staying = true;
+          }
+          look = now() + kStayLook;
+          continue;
+        }
+        if (staying) {
+          std::fprintf(stderr,
+                       "ddprun: exit barrier: the nodes still running show no sign of life; "
+                       "leaving\n");
+        } else {
+          logger_->warn("exit barrier: not every agent finished within {} s; exiting anyway",
+                        options_.exit_barrier_timeout.count() / 1000.0);
+        }
         return Outcome{Outcome::Kind::kBarrierTimeout};
       }
       if (event.kind == LauncherEvent::Kind::kSignal) {
@@ -1037,7 +1088,7 @@ class Agent::Impl {
   void on_hang(const ProgressWatch::Verdict& verdict) {
     last_hang_ = verdict.hang.summary;
     std::vector<Worker*> culprits;
-    for (int local_rank : verdict.local_culprits) {
+    for (int local_rank : verdict.report_only ? std::vector<int>{} : verdict.local_culprits) {
       for (auto& w : workers_) {
         if (w.local_rank == local_rank && w.running) culprits.push_back(&w);
       }
@@ -1068,7 +1119,11 @@ class Agent::Impl {
     incident.ranks = watch_.ranks();
     incident.unreachable = verdict.unreachable;
     for (const auto& line : verdict.disputed) incident.notes.push_back("not ended: " + line);
-    if (culprits.empty()) {
+    if (verdict.report_only) {
+      incident.action =
+          "none: reported only (a rank that does not exit may still be working, and the default "
+          "--hang_timeout=auto ends no such rank; give --hang_timeout=SECONDS to end it)";
+    } else if (culprits.empty()) {
       incident.action = verdict.hang.culprits.empty() ? "none: no culprit could be named"
                         : !verdict.disputed.empty()
                             ? "none: this node's own records do not confirm the hang"

@@ -279,6 +279,7 @@ Confirmation confirm_culprit(const Hang& hang, const RankStatus& rank, Millis ti
   return {std::min(g->since_issued, g->since_completed) >= timeout ? K::kConfirmed : K::kNotYet,
           "its page shows " + done};
 }
+bool may_be_work(const Hang& hang) { return hang.kind == Hang::Kind::kNotExiting; }
 
 void HangTimeout::observe(const std::vector<RankStatus>& ranks) {
   if (fixed_) return;

@@ -69,6 +69,12 @@ struct Confirmation {
 Confirmation confirm_culprit(const Hang& hang, const RankStatus& rank, Millis timeout,
                              const std::vector<RankStatus>& view);
 
+// Whether `hang` cannot be told apart from legitimate work: a rank still
+// running after every other exited 0 (not_exiting) may be rank 0 evaluating,
+// saving or uploading. The default timeout (auto) only reports such a hang;
+// an explicit --hang_timeout acts on it.
+bool may_be_work(const Hang& hang);
+
 // Where one rank is, for reports: "rank 2 (node 1, host h, pid 42): waits in
 // allreduce #17 (4096 bytes) of group 'default' for 5.2 s; 16 completed".
 std::string describe_rank(const RankStatus& rank);

@@ -135,6 +135,7 @@ std::optional<ProgressWatch::Verdict> ProgressWatch::check(bool final) {
   verdict.hang = std::move(*hang);
   verdict.timeout = timeout;
   verdict.unreachable = std::move(remote.unreachable);
+  verdict.report_only = timeout_.is_auto() && may_be_work(verdict.hang);
   // A culprit's record that neither confirms nor contradicts yet gets a
   // timeout to do either (the hang stays found, or claimed, meanwhile).
   if (!undecided_since_) undecided_since_ = now;

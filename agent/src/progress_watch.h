@@ -79,6 +79,10 @@ class ProgressWatch {
     // the hang: "rank 0 (local rank 0): its page shows it issued collective
     // #100 ...". They are not ended.
     std::vector<std::string> disputed;
+
+    // Reported, not acted on: the timeout is auto and the hang may be
+    // legitimate work (may_be_work).
+    bool report_only = false;
   };
   // One look: reads the pages, publishes, compares. Returns a hang the first
   // time it is found in a round (nullopt afterwards, and while none): found

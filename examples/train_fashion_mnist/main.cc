@@ -346,8 +346,10 @@ int run(const Flags& flags) {
         model.zero_grad();  // what the interrupted step accumulated
         const auto got = replica.sync(*pg);
         if (lead()) {
+          // The agent's reason, short; what the program caught says the same at more length.
           std::printf("re-formed in place (%s): round %d, %d ranks (was %d) in %.3f s\n",
-                      why.c_str(), r.round, r.world_size, r.previous_world_size, r.seconds);
+                      r.why.empty() ? why.c_str() : r.why.c_str(), r.round, r.world_size,
+                      r.previous_world_size, r.seconds);
         }
         say_synced(got);
         return;
@@ -453,21 +455,22 @@ int run(const Flags& flags) {
         if (flags.throttle_ms > 0)
           std::this_thread::sleep_for(std::chrono::milliseconds(flags.throttle_ms));
 
-        const std::size_t step = static_cast<std::size_t>(position) / global_batch;
         const bool last = static_cast<std::size_t>(position) + global_batch > train.size;
-        if (lead() &&
-            (step % static_cast<std::size_t>(std::max(flags.log_every, 1)) == 0 || last)) {
+        if (lead() && (global_step % std::max(flags.log_every, 1) == 0 || last)) {
           const double secs = std::chrono::duration<double>(Clock::now() - t_window).count();
-          // The samples of the epoch trained and the global step: what a step
-          // means whatever the world size (the step numbers change with it).
+          // The global step and the samples of the epoch trained: numbers that
+          // go on across a change of world size (a step of the epoch, counted
+          // in this world's global batches, would jump); then the world and
+          // its steps an epoch.
           std::printf(
-              "%sepoch %lld/%d step %zu/%zu loss %.4f %.0f samples/s (%lld/%zu samples, "
-              "global step %lld)%s",
-              tty ? "\r" : "", static_cast<long long>(epoch + 1), flags.epochs, step,
-              steps_per_epoch, loss_avg,
+              "%sepoch %lld/%d step %lld loss %.4f %.0f samples/s (%lld/%zu samples, %.1f%%; "
+              "world %d: %zu steps an epoch)%s",
+              tty ? "\r" : "", static_cast<long long>(epoch + 1), flags.epochs,
+              static_cast<long long>(global_step), loss_avg,
               secs > 0 ? static_cast<double>(window_samples) / secs : 0.0,
-              static_cast<long long>(position), train.size, static_cast<long long>(global_step),
-              tty ? "" : "\n");
+              static_cast<long long>(position), train.size,
+              100.0 * static_cast<double>(position) / static_cast<double>(train.size), world,
+              steps_per_epoch, tty ? "" : "\n");
           std::fflush(stdout);
           t_window = Clock::now();
           window_samples = 0;

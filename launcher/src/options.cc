@@ -160,7 +160,8 @@ const std::vector<OptionRow>& option_table() {
       {.name = "exit_barrier_timeout",
        .text = &R::exit_barrier_timeout,
        .default_value = seconds_text(agent.exit_barrier_timeout),
-       .help = "Seconds an agent whose workers succeeded waits for the other agents."},
+       .help = "Seconds an agent whose workers succeeded waits for the other agents (the "
+               "agent that serves their store stays while they still run)."},
       {.name = "stop_grace",
        .text = &R::stop_grace,
        .default_value = seconds_text(agent.stop_grace),
@@ -171,7 +172,8 @@ const std::vector<OptionRow>& option_table() {
        .help = "Seconds a job may be alive without progress before it is a hang: no rank "
                "completes a collective, some ranks wait in one others never reach, or a rank "
                "still runs after every other exited 0. auto: 15 min until 3 steps, then 10x "
-               "the slowest step seen, at least 5 min. 0: off."},
+               "the slowest step seen, at least 5 min; a rank that never exits is then only "
+               "reported (it may still be working). 0: off."},
       {.name = "on_hang",
        .text = &R::on_hang,
        .default_value = "restart",

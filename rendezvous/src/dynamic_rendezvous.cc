@@ -20,6 +20,11 @@ std::string seconds_text(Duration d) {
   return out.str();
 }
 
+// Time left, up to the next tenth of a second ("600", not "599.999").
+std::string seconds_left(Duration d) {
+  return seconds_text(Duration((std::max(Duration(0), d).count() + 99) / 100 * 100));
+}
+
 }  // namespace
 
 DynamicRendezvous::DynamicRendezvous(const RendezvousParams& params, RendezvousStore store,
@@ -79,10 +84,17 @@ std::unique_ptr<Round> DynamicRendezvous::join() {
   for (;;) {
     if (auto info = step()) {
       const int nodes = info->group_world_size;
+      // The agents' store this node hosts, or (etcd) the workers' store of
+      // group rank 0, is used by every node of the round.
+      const bool serves =
+          store_.served_here || (!store_.external_name.empty() && info->group_rank == 0);
+      std::function<bool()> needed;
+      if (serves) needed = [this] { return others_alive(); };
       return std::make_unique<StoreRound>(
           std::move(*info), *this, /*solo=*/false, kDynamicOrigin,
           [this, nodes] { return membership_grace(nodes); },
-          [liveness = liveness_, &time = time_] { return liveness->watched(time.now()); });
+          [liveness = liveness_, &time = time_] { return liveness->watched(time.now()); },
+          std::move(needed));
     }
     wait_for_change();
   }
@@ -163,7 +175,10 @@ std::optional<RendezvousInfo> DynamicRendezvous::step() {
   if (auto decision = read_decision(s, r)) return on_closed(*decision);
   if (spare_) {
     auto end = spare_->look(s, *liveness_, now);
-    if (!end) return std::nullopt;
+    if (!end) {
+      note_wait(now);
+      return std::nullopt;
+    }
     if (auto parsed = parse_round_end(*end); parsed && parsed->ends_the_job()) {
       throw ShutdownError(kDynamicOrigin, "the job ended while this node waited as a spare (" +
                                               describe(*parsed) + ")");
@@ -184,7 +199,52 @@ std::optional<RendezvousInfo> DynamicRendezvous::step() {
                                            " nodes joined within the join timeout of " +
                                            seconds_text(params_.join_timeout) + " s");
   }
+  note_wait(now);
   return std::nullopt;
+}
+
+void DynamicRendezvous::note_wait(Clock::time_point now) {
+  if (!wait_note_) return;
+  enum Kind { kSpare, kBelowMin, kLastCall };
+  const std::string nnodes =
+      "--nnodes=" + std::to_string(params_.min_nodes) + ":" + std::to_string(params_.max_nodes);
+  const int round = join_.round;
+  Kind kind = kBelowMin;
+  std::int64_t joined = 0;
+  if (spare_) {
+    kind = kSpare;
+  } else {
+    joined = count_arrivals(*store(), round_prefix(round));
+    if (joined >= params_.min_nodes) kind = kLastCall;
+  }
+  if (wait_told_ == std::make_pair(round, static_cast<int>(kind))) return;
+  wait_told_ = std::make_pair(round, static_cast<int>(kind));
+  std::string line;
+  switch (kind) {
+    case kSpare:
+      line = "the running round has the most nodes " + nnodes +
+             " allows: this node waits as a spare until a member leaves or the job ends";
+      break;
+    case kBelowMin:
+      line = "waiting for nodes to join round " + std::to_string(round) + ": " +
+             std::to_string(joined) + " of at least " + std::to_string(params_.min_nodes) + " (" +
+             nnodes + ") so far; giving up in " +
+             seconds_left(std::chrono::duration_cast<Duration>(join_.deadline - now)) +
+             " s (join_timeout)";
+      break;
+    case kLastCall: {
+      // The decider's own last call; another node's is at most as long.
+      const auto ends = join_.last_call.deadline();
+      const Duration left = ends == Clock::time_point::max()
+                                ? std::chrono::duration_cast<Duration>(params_.last_call_timeout)
+                                : std::chrono::duration_cast<Duration>(ends - now);
+      line = std::to_string(joined) + (joined == 1 ? " node has" : " nodes have") +
+             " joined round " + std::to_string(round) + " (" + nnodes + "): waiting up to " +
+             seconds_left(left) + " s (last_call_timeout) for more before it starts";
+      break;
+    }
+  }
+  wait_note_(line);
 }
 
 bool DynamicRendezvous::decide() {
@@ -224,6 +284,8 @@ std::optional<RendezvousInfo> DynamicRendezvous::on_closed(const Decision& c) {
   last_round_ = join_.round;
   last_nodes_ = c.nodes;
   members_key_ = RunKeys::members(r, c.decider);
+  others_.reset();
+  others_seen_.clear();
   liveness_->unwatch();
   if (c.nodes > 1) liveness_->watch(store(), r, a.watched_rank, a.watched_member);
   return info;
@@ -280,6 +342,18 @@ Duration DynamicRendezvous::membership_grace(int group_world_size) {
     // A member's key is gone or the store does not answer: let the watch decide.
   }
   return params_.keep_alive_interval * (params_.keep_alive_max_attempt + 1);
+}
+
+bool DynamicRendezvous::others_alive() {
+  Store& s = *store();
+  if (!others_) {
+    others_.emplace();
+    const std::string me = member();
+    for (const auto& m : parse_members(s.get(members_key_, Duration(0)), members_key_)) {
+      if (m != me) others_->push_back(m);
+    }
+  }
+  return !others_->empty() && liveness_->any_alive_now(s, *others_, time_.now(), others_seen_);
 }
 
 int DynamicRendezvous::num_nodes_waiting() {

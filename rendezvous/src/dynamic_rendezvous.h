@@ -22,10 +22,13 @@
 // of that job is alive, and takes the run id over otherwise.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "ddp/common/background.h"
 #include "ddp/rendezvous/rendezvous.h"
@@ -48,6 +51,9 @@ class DynamicRendezvous : public RendezvousHandler {
   std::unique_ptr<Round> join() override;
   void shutdown(std::chrono::milliseconds deadline) override;
   int num_nodes_waiting() override;
+  void on_wait(std::function<void(const std::string&)> note) override {
+    wait_note_ = std::move(note);
+  }
 
   std::shared_ptr<Store> store() override;
   std::shared_ptr<Store> open_store() override;
@@ -89,7 +95,12 @@ class DynamicRendezvous : public RendezvousHandler {
   void on_late(int nodes);
   void admit_or_wait_behind(int round, int nodes);
   void wait_for_change();
+  // Tells on_wait's note what step() waits for now, once per round and kind.
+  void note_wait(Clock::time_point now);
   Duration membership_grace(int group_world_size);
+  // Whether another member of the last round shows a sign of life
+  // (Round::needed_by_others); one look that never waits.
+  bool others_alive();
   void start_liveness();
   // Deletes round `round`'s keys in the background; nobody waits for it.
   void forget_round(int round);
@@ -107,8 +118,15 @@ class DynamicRendezvous : public RendezvousHandler {
   int last_nodes_ = 0;
   // The key listing the last round's members ("R/members_<decider>").
   std::string members_key_;
+  // The last round's other members (read at the first look), and what the
+  // looks saw of their keep-alives.
+  std::optional<std::vector<std::string>> others_;
+  std::map<std::string, HeartbeatTracker> others_seen_;
   // While this node waits behind a full round.
   std::optional<SpareWait> spare_;
+  std::function<void(const std::string&)> wait_note_;
+  // The last wait told (round and kind), so that each is told once.
+  std::optional<std::pair<int, int>> wait_told_;
 };
 
 }  // namespace ddp::rendezvous_detail

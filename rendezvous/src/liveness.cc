@@ -370,6 +370,12 @@ std::string Liveness::member() const {
 
 void Liveness::declare_lost(Store& store, const std::string& round_prefix, int rank,
                             const std::string& member) {
+  // A node whose workers all succeeded arrives at the exit barrier and may
+  // leave after --exit_barrier_timeout; its keep-alives then stop. Once any
+  // node arrived there the round is ending: nobody is declared lost, so that
+  // the nodes still running finish (a departure never stops them, as under
+  // torchrun).
+  if (store.check({round_prefix + "/exit_barrier"})) return;
   RoundEnd lost;
   lost.kind = RoundEnd::Kind::kNodeLost;
   lost.node = rank;

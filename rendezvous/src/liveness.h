@@ -112,7 +112,9 @@ class Liveness {
   const Runtime& time() const { return *settings_.runtime; }
   // Every node's verdict time: interval x max_attempt.
   Duration verdict() const { return settings_.interval * settings_.max_attempt; }
-  // Ends the round at `round_prefix` with "lost <rank> <member>" unless it ended.
+  // Ends the round at `round_prefix` with "lost <rank> <member>" unless it
+  // ended, or unless a node arrived at its exit barrier (the round is ending:
+  // a node that finished and left is not lost).
   static void declare_lost(Store& store, const std::string& round_prefix, int rank,
                            const std::string& member);
 

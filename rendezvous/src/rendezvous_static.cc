@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -64,18 +65,24 @@ class Keeper {
          std::chrono::milliseconds period, const Runtime& runtime)
       : handle_(std::make_shared<rendezvous_detail::OwnStoreHandle>(std::move(store),
                                                                     std::move(opener))),
+        beats_(std::make_shared<Beats>()),
         worker_(
             period,
-            [handle = handle_, key = std::move(heartbeat_key)] {
+            [handle = handle_, beats = beats_, key = std::move(heartbeat_key)] {
               // The store unreachable ends the worker: nothing to beat on. The
               // instance then looks dead to newcomers, which is the truth as far
               // as they can tell.
-              handle->get().add(key, 1);
+              beats->saw(handle->get().add(key, 1));
             },
             runtime) {}
 
   void post(Task task) { worker_.post(bind(std::move(task))); }
   void set_period(std::chrono::milliseconds period) { worker_.set_period(period); }
+
+  // How many beats other agents added to the counter between this keeper's
+  // own beats (each of ours adds exactly one): it moves while another agent
+  // of the instance is alive. Any thread.
+  std::int64_t others_beats() const { return beats_->others.load(); }
 
   // Stops beating, runs the tasks already posted and then `last` (if any) and
   // ends the thread; waits at most `deadline` for that, then abandons it. `last`
@@ -91,9 +98,20 @@ class Keeper {
     return [handle = handle_, task = std::move(task)] { task(handle->get()); };
   }
 
+  struct Beats {
+    // The counter's value after our last beat (the worker's thread only).
+    std::int64_t last = -1;
+    std::atomic<std::int64_t> others{0};
+    void saw(std::int64_t value) {
+      if (last >= 0 && value > last + 1) others += value - last - 1;
+      last = value;
+    }
+  };
+
   // The worker's own store handle (a TcpStore serializes calls, and the
   // agent's handle may block in a rendezvous wait for minutes).
   std::shared_ptr<rendezvous_detail::OwnStoreHandle> handle_;
+  std::shared_ptr<Beats> beats_;
   BackgroundWorker worker_;  // declared last: stopped first
 };
 
@@ -142,7 +160,22 @@ class RoundHandler : public RendezvousHandler {
     // A round of one node is ended by nobody else: it touches no store.
     RendezvousInfo info = next_rendezvous();
     const bool solo = info.group_world_size <= 1;
-    return std::make_unique<rendezvous_detail::StoreRound>(std::move(info), *this, solo, origin());
+    std::function<bool()> needed;
+    if (store_.served_here) needed = [this] { return others_beat(); };
+    return std::make_unique<rendezvous_detail::StoreRound>(std::move(info), *this, solo, origin(),
+                                                           nullptr, nullptr, std::move(needed));
+  }
+
+  // Whether another agent of the instance added to the heartbeat counter
+  // within instance_dead_after, on this node's clock; the first look of a
+  // round counts them alive. (The agents' store is this node's: it keeps the
+  // instance's counter for every node.)
+  bool others_beat() {
+    if (!keeper_) return false;
+    const auto now = runtime_.now();
+    const std::int64_t beats = keeper_->others_beats();
+    if (!others_seen_ || others_seen_->beats != beats) others_seen_ = OthersSeen{beats, now};
+    return now - others_seen_->since < params_.instance_dead_after;
   }
 
   RendezvousInfo next_rendezvous() {
@@ -462,6 +495,7 @@ class RoundHandler : public RendezvousHandler {
   // written its record of this round, so every node has left that one).
   void on_round_formed(const RendezvousInfo& info) {
     joiner_.reset();
+    others_seen_.reset();
     if (!keeper_) {
       start_keeper(params_.instance_heartbeat_interval);
     } else {
@@ -485,6 +519,12 @@ class RoundHandler : public RendezvousHandler {
     last_round_ = round;
   }
 
+  // The other agents' beats as last counted, and when they last moved.
+  struct OthersSeen {
+    std::int64_t beats = 0;
+    Clock::time_point since;
+  };
+
   struct Joiner {
     std::int64_t heartbeat = 0;
     Clock::time_point since;
@@ -498,6 +538,7 @@ class RoundHandler : public RendezvousHandler {
   std::string instance_;
   bool started_ = false;
   std::optional<Joiner> joiner_;
+  std::optional<OthersSeen> others_seen_;
   int last_round_ = 0;
   int last_nodes_ = 0;    // nodes of the last round that formed
   int before_nodes_ = 0;  // nodes of the round before it

@@ -261,9 +261,10 @@ std::unique_ptr<PendingEnd> nothing_to_tell() { return std::make_unique<NothingT
 
 StoreRound::StoreRound(RendezvousInfo info, RendezvousHandler& handler, bool solo,
                        const char* origin, std::function<Duration()> grace,
-                       std::function<std::optional<KeepAliveView>()> keep_alive)
+                       std::function<std::optional<KeepAliveView>()> keep_alive,
+                       std::function<bool()> needed)
     : Round(std::move(info)), handler_(handler), solo_(solo), origin_(origin),
-      grace_(std::move(grace)), keep_alive_(std::move(keep_alive)) {}
+      grace_(std::move(grace)), keep_alive_(std::move(keep_alive)), needed_(std::move(needed)) {}
 
 std::unique_ptr<RoundWatch> StoreRound::watch(std::function<void()> wake) {
   if (solo_) return inert_watch();
@@ -291,6 +292,15 @@ std::optional<KeepAliveView> StoreRound::watched_keep_alive() const {
     return keep_alive_();
   } catch (const std::exception&) {
     return std::nullopt;
+  }
+}
+
+bool StoreRound::needed_by_others() {
+  if (solo_ || !needed_) return false;
+  try {
+    return needed_();
+  } catch (const std::exception&) {
+    return false;
   }
 }
 

@@ -6,12 +6,15 @@
 
 #include <chrono>
 #include <cstring>
+#include <optional>
+#include <vector>
 
 #include "ddp/common/error.h"
 #include "ddp/common/time.h"
 #include "hang_detector.h"
 #include "progress_exchange.h"
 #include "progress_page_file.h"
+#include "progress_watch.h"
 #include "straggler.h"
 
 namespace ddp::agent {
@@ -146,6 +149,58 @@ TEST(FindHang, ARankStillRunningAfterEveryOtherExitedZeroIsNotExiting) {
   // A failed rank is the failure path's business, not a hang.
   ranks[0].state = RankStatus::State::kFailed;
   EXPECT_FALSE(find_hang(ranks, seconds(1)));
+}
+
+// The watch's policy on a rank of a program without progress pages (a
+// PyTorch script) still running `after` past the other rank's exit 0, with
+// a fake clock: the verdict of one look.
+std::optional<ProgressWatch::Verdict> not_exiting_verdict(std::optional<Millis> hang_timeout,
+                                                          Millis after) {
+  FakeTime time;
+  WatchOptions options;
+  options.hang_timeout = hang_timeout;
+  ProgressWatch watch(options, "h0", "10.0.0.1", time);
+  RendezvousInfo info;
+  info.world_size = 2;
+  watch.begin_round(info, nullptr);
+  for (int local_rank = 0; local_rank < 2; ++local_rank) {
+    watch.prepare(local_rank);
+    watch.started(local_rank, local_rank, 100 + local_rank);
+  }
+  time.advance(seconds(5));
+  watch.exited(1, 0);
+  time.advance(after);
+  return watch.check();
+}
+
+// Rank 0 evaluating or uploading for 15 minutes after the others finished
+// cannot be told from a hang: the default timeout reports it and ends nothing.
+TEST(HangPolicy, UnderAutoARankThatDoesNotExitIsReportedNotEnded) {
+  EXPECT_FALSE(not_exiting_verdict(std::nullopt, HangTimeout::kAutoBeforeWarmup - seconds(1)));
+  const auto verdict = not_exiting_verdict(std::nullopt, HangTimeout::kAutoBeforeWarmup);
+  ASSERT_TRUE(verdict);
+  EXPECT_EQ(verdict->hang.kind, Hang::Kind::kNotExiting);
+  EXPECT_EQ(verdict->local_culprits, std::vector<int>{0});
+  EXPECT_TRUE(verdict->report_only);
+}
+
+TEST(HangPolicy, AnExplicitTimeoutEndsARankThatDoesNotExit) {
+  EXPECT_FALSE(not_exiting_verdict(seconds(30), seconds(29)));
+  const auto verdict = not_exiting_verdict(seconds(30), seconds(30));
+  ASSERT_TRUE(verdict);
+  EXPECT_EQ(verdict->hang.kind, Hang::Kind::kNotExiting);
+  EXPECT_FALSE(verdict->report_only);
+}
+
+TEST(HangPolicy, OnlyARankThatDoesNotExitMayBeWork) {
+  std::vector<RankStatus> behind = {rank_at(0, 8, 7, seconds(20)), rank_at(1, 7, 7)};
+  const auto hang = find_hang(behind, seconds(10));
+  ASSERT_TRUE(hang);
+  EXPECT_EQ(hang->kind, Hang::Kind::kBehind);
+  EXPECT_FALSE(may_be_work(*hang)) << "ranks waiting in a collective others never reach";
+  Hang not_exiting;
+  not_exiting.kind = Hang::Kind::kNotExiting;
+  EXPECT_TRUE(may_be_work(not_exiting));
 }
 
 TEST(FindHang, GroupsAreComparedByName) {

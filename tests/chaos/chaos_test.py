@@ -63,7 +63,7 @@ STOP_GRACE_S = 15
 POLL_S = 0.01
 SOCKET_POLL_S = 0.05
 
-PROGRESS = re.compile(r"^\[default0\]:epoch (\d+)/(\d+) step (\d+)/(\d+) ")
+PROGRESS = re.compile(r"^\[default0\]:epoch (\d+)/(\d+) step (\d+) .*: (\d+) steps an epoch\)$")
 STEPS_LINE = re.compile(r"^\[default0\]:training .* (\d+) steps/epoch\)")
 RESUMED = re.compile(r"^\[default0\]:resumed from checkpoint .* \(global step (\d+)\)")
 RESTARTING = "restarting the worker group ("
@@ -296,8 +296,7 @@ class Run:
         m = PROGRESS.match(line)
         if not m:
             return
-        epoch, _, step, per_epoch = (int(g) for g in m.groups())
-        self.last_step = (epoch - 1) * per_epoch + step
+        self.last_step = int(m.group(3))  # the global step
         if self.plan is not None and self.kill_at is None and self.last_step >= self.plan.step:
             self.kill_at = time.monotonic() + self.plan.delay_ms / 1000.0
 

@@ -244,10 +244,11 @@ start_node() {
 }
 
 # trained_steps_at_3 S: the demo's rank 0 (node 0) printed a step of epoch 1 at or after S
-# ("step S/32").
+# with 3 nodes ("epoch 1/2 step S ...; world 3: 32 steps an epoch)"; S is the global step,
+# the step of epoch 1 in a run that started with 3 nodes).
 trained_steps_at_3() {
   local s
-  s=$(sed -n 's/^\[default0\]:epoch 1\/2 step \([0-9]*\)\/32 .*/\1/p' "$tmp/node0.log" | tail -n 1)
+  s=$(sed -n 's/^\[default0\]:epoch 1\/2 step \([0-9]*\) .*; world 3: 32 steps an epoch)$/\1/p' "$tmp/node0.log" | tail -n 1)
   [[ -n $s ]] && ((s >= $1))
 }
 
@@ -258,7 +259,7 @@ trained_steps_at_3() {
 continued_from_checkpoint() {
   local g
   g=$(sed -n 's/^\[default0\]:resumed from checkpoint .* (global step \([0-9]*\))$/\1/p' "$1" | head -n 1)
-  [[ -n $g ]] && grep -q "^\[default0\]:epoch [0-9]*/[0-9]* step [0-9]*/$2 .*, global step $((g + 1)))\$" "$1"
+  [[ -n $g ]] && grep -q "^\[default0\]:epoch [0-9]*/[0-9]* step $((g + 1)) .*: $2 steps an epoch)\$" "$1"
 }
 
 # check_one_group_per_round: no two groups at once. Every round has one WORLD_SIZE, at

@@ -112,8 +112,8 @@ expect_exit node2 2 0 30
 acc=$(grep -o "final test accuracy: .*" "$tmp/node1.log" | tail -n 1 || true)
 [[ -n $acc ]] || problem "the demo did not print its final accuracy (node1.log)"
 step "${acc:-no final accuracy}"
-grep -q '^\[default0\]:epoch 2/2 step 48/48 ' "$tmp/node1.log" ||
-  problem "the 2-node group did not train to the last step (epoch 2/2 step 48/48 in node1.log)"
+grep -q '^\[default0\]:epoch 2/2 step [0-9]* .* (3072/3072 samples, 100.0%; world 2: 48 steps an epoch)$' "$tmp/node1.log" ||
+  problem "the 2-node group did not train to the last step (epoch 2/2 at 3072/3072 samples with 2 nodes in node1.log)"
 
 check_one_group_per_round
 done_test "(etcd, node 0 lost)"

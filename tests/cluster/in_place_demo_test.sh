@@ -51,7 +51,7 @@ demo=("$bin/train_fashion_mnist" --train-limit "$train_size" --test-limit 0 --ba
 
 # progress LOG: rank 0's progress lines as "EPOCH STEPS_PER_EPOCH SAMPLES GLOBAL_STEP".
 progress() {
-  sed -n 's/^\[default0\]:epoch \([0-9]*\)\/[0-9]* step [0-9]*\/\([0-9]*\) .* (\([0-9]*\)\/[0-9]* samples, global step \([0-9]*\))$/\1 \2 \3 \4/p' "$1"
+  sed -n 's/^\[default0\]:epoch \([0-9]*\)\/[0-9]* step \([0-9]*\) .* (\([0-9]*\)\/[0-9]* samples, [0-9.]*%; world [0-9]*: \([0-9]*\) steps an epoch)$/\1 \4 \3 \2/p' "$1"
 }
 
 # at_step LOG EPOCH S_PER_EPOCH N: at least N progress lines of EPOCH with S_PER_EPOCH
@@ -136,8 +136,8 @@ step "scaled up to 3 nodes in round $round_back; node 2's new worker: ${got:-not
 # What it received is where rank 0 stood: its last step before the re-form (sample 0 of an
 # epoch: the last step of the one before).
 if [[ -n ${BASH_REMATCH[3]:-} ]]; then
-  want="^\[default0\]:epoch ${BASH_REMATCH[1]}/2 step .* (${BASH_REMATCH[2]}/$train_size samples, global step ${BASH_REMATCH[3]})\$"
-  ((BASH_REMATCH[2] > 0)) || want="^\[default0\]:epoch $((BASH_REMATCH[1] - 1))/2 step .*, global step ${BASH_REMATCH[3]})\$"
+  want="^\[default0\]:epoch ${BASH_REMATCH[1]}/2 step ${BASH_REMATCH[3]} .* (${BASH_REMATCH[2]}/$train_size samples, "
+  ((BASH_REMATCH[2] > 0)) || want="^\[default0\]:epoch $((BASH_REMATCH[1] - 1))/2 step ${BASH_REMATCH[3]} "
   grep -q "$want" "$tmp/node0.log" ||
     problem "node 2's new worker received epoch ${BASH_REMATCH[1]}, sample ${BASH_REMATCH[2]}, global step ${BASH_REMATCH[3]}: not a step rank 0 trained"
 fi

@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iomanip>
 #include <iterator>
 #include <map>
 #include <sstream>
@@ -256,16 +257,20 @@ TEST(DemoCheckpoint, ResumesAfterKill) {
   resumed << "resumed from checkpoint " << ckpt.string() << " at epoch " << saved->epoch + 1
           << " step " << saved->step << " (global step " << saved->global_step << ")";
   EXPECT_NE(out.find(resumed.str()), std::string::npos) << out;
-  // The first step trained after the restart is the one after the saved position.
-  std::ostringstream next;
-  next << "epoch " << saved->epoch + 1 << "/2 step " << saved->step + 1 << "/64 ";
+  // The first step trained after the restart is the one after the saved
+  // position: the next global step, one global batch further into the epoch.
+  std::ostringstream next, where;
+  next << "epoch " << saved->epoch + 1 << "/2 step " << saved->global_step + 1 << " loss ";
+  where << "(" << (saved->step + 1) * 32 << "/2048 samples, " << std::fixed << std::setprecision(1)
+        << 100.0 * (saved->step + 1) * 32 / 2048 << "%; world 1: 64 steps an epoch)";
   const auto p = out.find("/2 step ");
   ASSERT_NE(p, std::string::npos) << out;
   const auto line_start = out.rfind('\n', p) + 1;  // npos + 1 == 0 for the first line
   const std::string line = out.substr(line_start, out.find('\n', p) - line_start);
   EXPECT_EQ(line.rfind(next.str(), 0), 0u) << line;
+  EXPECT_TRUE(line.ends_with(where.str())) << line << "\nwanted the end: " << where.str();
   if (saved->epoch == 0) {
-    EXPECT_EQ(out.find("epoch 1/2 step 1/64 "), std::string::npos) << out;
+    EXPECT_EQ(out.find("epoch 1/2 step 1 loss "), std::string::npos) << out;
   }
   EXPECT_NE(out.find("final test accuracy: "), std::string::npos) << out;
   const auto final_ckpt = ddp::examples::load_checkpoint(ckpt.string());

@@ -73,6 +73,10 @@ class ElasticTest : public ::testing::Test {
 
   std::string all_stderr() const { return stderr_of(agents_); }
 
+  // An agent of a 2-node job with --exit_barrier_timeout=1 running `script`
+  // under /bin/sh (the first one started hosts the store).
+  Child& start_scripted(const std::string& script);
+
   TempDir dir_;
   std::uint16_t port_ = free_port();
   std::string endpoint_ = "127.0.0.1:" + std::to_string(port_);
@@ -162,6 +166,51 @@ TEST_F(ElasticTest, WhenTheStoreHostDiesTheOthersExitPromptlyNamingTheStore) {
   EXPECT_NE(err.find("lost the rendezvous store"), std::string::npos) << err;
   EXPECT_NE(err.find(endpoint_), std::string::npos) << "the error names the store's address\n"
                                                     << err;
+  // Said once, and nothing else: no node stopped the job, no worker failed
+  // (before: "the agent of node -1 stopped the job (its workers failed ...)").
+  EXPECT_EQ(err.find("lost the rendezvous store"), err.rfind("lost the rendezvous store")) << err;
+  EXPECT_EQ(err.find("node -1"), std::string::npos) << err;
+  EXPECT_EQ(err.find("stopped the job"), std::string::npos) << err;
+}
+
+// Two c10d nodes with --exit_barrier_timeout=1, each running its own script.
+Child& ElasticTest::start_scripted(const std::string& script) {
+  agents_.push_back(spawn(
+      {ddprun(), "--nnodes=2", "--nproc_per_node=1", "--rdzv_backend=c10d",
+       "--rdzv_endpoint=" + endpoint_, "--rdzv_id=elastic", "--no_python",
+       "--exit_barrier_timeout=1", std::string("--rdzv_conf=") + kConf, "/bin/sh", "-c", script},
+      base_env(), dir_.path(), "agent" + std::to_string(agents_.size())));
+  return agents_.back();
+}
+
+// The store host's workers finish first: past its exit barrier's timeout it
+// keeps serving the store until the slower node is done (before: it left,
+// and the other node's healthy workers were killed, exit 1).
+TEST_F(ElasticTest, TheStoreHostStaysPastItsExitBarrierUntilTheSlowerNodeFinishes) {
+  const fs::path done = dir_.path() / "slow_done";
+  Child& host = start_scripted("exit 0");
+  ASSERT_TRUE(eventually([&] { return port_listens(port_); }, 30s)) << read_text(host.err);
+  Child& slow = start_scripted("sleep 5; echo finished > " + done.string());
+  EXPECT_EQ(wait_child(host.pid, 60s), 0) << all_stderr();
+  EXPECT_TRUE(fs::exists(done)) << "the host left before the slower node's workers finished\n"
+                                << all_stderr();
+  EXPECT_EQ(wait_child(slow.pid, 60s), 0) << all_stderr();
+  EXPECT_EQ(all_stderr().find("lost the rendezvous store"), std::string::npos) << all_stderr();
+}
+
+// The other node finishes first and leaves after its exit barrier (its
+// keep-alives stop): it is not declared lost, and the host's workers run on
+// to their end once (before: the host re-formed the group without it, and
+// its workers were stopped).
+TEST_F(ElasticTest, ANodeThatFinishedAndLeftIsNotDeclaredLost) {
+  const fs::path runs = dir_.path() / "host_runs";
+  Child& host = start_scripted("echo run >> " + runs.string() + "; sleep 6");
+  ASSERT_TRUE(eventually([&] { return port_listens(port_); }, 30s)) << read_text(host.err);
+  Child& quick = start_scripted("exit 0");
+  EXPECT_EQ(wait_child(quick.pid, 60s), 0) << all_stderr();
+  EXPECT_EQ(wait_child(host.pid, 60s), 0) << all_stderr();
+  EXPECT_EQ(read_text(runs), "run\n") << all_stderr();
+  EXPECT_EQ(all_stderr().find("was lost"), std::string::npos) << all_stderr();
 }
 
 }  // namespace

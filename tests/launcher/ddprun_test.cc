@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <deque>
 #include <fstream>
 #include <regex>
 #include <set>
@@ -17,6 +18,8 @@
 
 namespace ddp::test {
 namespace {
+
+using namespace std::chrono_literals;
 
 std::string ddprun() { return bin_dir() + "/ddprun"; }
 std::string worker() { return bin_dir() + "/ddprun_test_worker"; }
@@ -268,6 +271,61 @@ TEST_F(DdprunTest, TwoAgentsRestartTogether) {
                                 std::regex("n0 attempt 1 rdzv/none/[0-9a-f]{16}/round_1/workers")))
       << read_text(n0.out);
   EXPECT_NE(read_text(n1.out).find("n1 attempt 1"), std::string::npos);
+}
+
+// Two static nodes with --exit_barrier_timeout=1; node 0 hosts the store.
+class ExitBarrierTest : public DdprunTest {
+ protected:
+  ~ExitBarrierTest() override {
+    for (const auto& node : nodes_) kill_if_alive(node.pid);
+  }
+
+  Child& node(int rank, const std::string& script) {
+    nodes_.push_back(
+        spawn(cmd({"--nnodes=2", "--node_rank=" + std::to_string(rank), "--nproc_per_node=1",
+                   "--master_addr=127.0.0.1", "--master_port=" + port_, "--exit_barrier_timeout=1",
+                   "--no_python"},
+                  {"/bin/sh", "-c", script}),
+              base_env(), dir_.path(), "node" + std::to_string(rank)));
+    return nodes_.back();
+  }
+
+  std::string all_stderr() const { return stderr_of(nodes_); }
+
+  std::string port_ = std::to_string(free_port());
+  std::deque<Child> nodes_;
+};
+
+// Node 0's workers finish at once, node 1's run 5 s: node 0's exit barrier
+// times out after 1 s, but it keeps serving the store until node 1 is done
+// (before: it left, and node 1's healthy workers were killed, exit 1).
+TEST_F(ExitBarrierTest, TheStoreHostStaysUntilASlowerNodeFinishes) {
+  const fs::path done = dir_.path() / "node1_done";
+  Child& n0 = node(0, "exit 0");
+  Child& n1 = node(1, "sleep 5; echo finished > " + done.string());
+  EXPECT_EQ(wait_child(n0.pid, 60s), 0) << all_stderr();
+  EXPECT_TRUE(fs::exists(done)) << "node 0 left before node 1's workers finished\n" << all_stderr();
+  EXPECT_EQ(wait_child(n1.pid, 60s), 0) << all_stderr();
+  const std::string err0 = read_text(n0.err), err1 = read_text(n1.err);
+  EXPECT_NE(err0.find("serves the rendezvous store that the others still use"), std::string::npos)
+      << err0;
+  EXPECT_EQ(err1.find("lost the rendezvous store"), std::string::npos) << err1;
+}
+
+// A node that stays for the others leaves once they show no sign of life
+// (node 1 SIGKILLed: its heartbeat stops), with exit code 0: its own
+// workers succeeded.
+TEST_F(ExitBarrierTest, TheStoreHostLeavesOnceTheNodesItWaitsForAreGone) {
+  Child& n0 = node(0, "exit 0");
+  Child& n1 = node(1, "exec sleep 120");
+  ASSERT_TRUE(eventually(
+      [&] { return read_text(n0.err).find("so it stays until") != std::string::npos; }, 60s))
+      << all_stderr();
+  ::kill(n1.pid, SIGKILL);
+  EXPECT_EQ(wait_child(n1.pid), 128 + SIGKILL);
+  EXPECT_EQ(wait_child(n0.pid, 60s), 0) << all_stderr();
+  EXPECT_NE(read_text(n0.err).find("show no sign of life; leaving"), std::string::npos)
+      << all_stderr();
 }
 
 // ---------------------------------------------------------------- restarts, reports
@@ -879,6 +937,38 @@ TEST_F(DdprunTest, PythonProgramRunsUnbufferedWithPython3) {
   auto module = run(cmd({"--standalone", "-m"}, {"pkg.mod", "x"}), env, dir_.path());
   EXPECT_EQ(module.code, 0) << module.err;
   EXPECT_EQ(module.out, "[default0]:python3 -u -m pkg.mod x\n");
+}
+
+// A Python program writes no progress pages: an explicit --hang_timeout
+// says at start, once, which hangs it can and cannot see; the default says
+// nothing (it ends no rank of such a program).
+TEST_F(DdprunTest, AnExplicitHangTimeoutSaysWhatItCanSeeOfAPythonProgram) {
+  fs::create_directories(dir_.path() / "bin");
+  {
+    std::ofstream fake(dir_.path() / "bin" / "python3");
+    fake << "#!/bin/sh\nexit 0\n";
+  }
+  fs::permissions(dir_.path() / "bin" / "python3", fs::perms::owner_all);
+  std::ofstream(dir_.path() / "train.py") << "pass\n";
+  auto env = base_env();
+  env["PATH"] = dir_.str() + "/bin:" + env["PATH"];
+  const std::string script = (dir_.path() / "train.py").string();
+  const std::string note =
+      "--hang_timeout=30: Python workers write no progress pages, so the only hang ddprun can see "
+      "is a rank still running 30 s after every other rank exited 0";
+  auto given = run(cmd({"--standalone", "--nproc_per_node=2", "--hang_timeout=30"}, {script}), env,
+                   dir_.path());
+  EXPECT_EQ(given.code, 0) << given.err;
+  const auto at = given.err.find(note);
+  EXPECT_NE(at, std::string::npos) << given.err;
+  EXPECT_EQ(given.err.rfind(note), at) << "said once\n" << given.err;
+  EXPECT_NE(given.err.find("a collective that never completes and a rank stuck in its own code "
+                           "are not seen"),
+            std::string::npos)
+      << given.err;
+  auto by_default = run(cmd({"--standalone", "--nproc_per_node=2"}, {script}), env, dir_.path());
+  EXPECT_EQ(by_default.code, 0) << by_default.err;
+  EXPECT_EQ(by_default.err.find("progress pages"), std::string::npos) << by_default.err;
 }
 
 // PyTorch scripts themselves, under ddprun and torchrun side by side, are

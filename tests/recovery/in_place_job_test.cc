@@ -105,6 +105,22 @@ TEST_F(InPlaceTest, SurvivorsOfALostNodeKeepTheirWorkersAndReform) {
   const std::string log = read_text(first.err) + read_text(second.err);
   EXPECT_NE(log.find("the workers recover in place"), std::string::npos) << log;
   EXPECT_NE(log.find("in-place recovery from round"), std::string::npos) << log;
+  // The abort is expected: each survivor's worker says it once, short, at
+  // info, never at error level nor with the diagnosis of the collective it
+  // broke (before: a ~500-character error line as well).
+  for (Child* a : {&first, &second}) {
+    const std::string err = read_text(a->err);
+    int told = 0;
+    for (const auto& line : lines_of(err)) {
+      if (line.rfind("[default0]:", 0) != 0) continue;  // the worker's lines
+      EXPECT_EQ(line.find("[error]"), std::string::npos) << line;
+      if (line.find("was lost") == std::string::npos) continue;
+      ++told;
+      EXPECT_NE(line.find("[info]"), std::string::npos) << line;
+      EXPECT_LT(line.size(), 240u) << line;
+    }
+    EXPECT_EQ(told, 1) << err;
+  }
 }
 
 TEST_F(InPlaceTest, ANodeThatJoinsMeetsTheRunningWorkersInTheNextRound) {

@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -182,6 +183,56 @@ TEST(DynamicRendezvous, RoundAtMinClosesWhenLastCallIsOver) {
   ASSERT_EQ(infos.size(), 2u);
   EXPECT_EQ(infos[1].group_world_size, 2);
   EXPECT_EQ(infos[1].world_size, 4);
+}
+
+// Before its first round an elastic job waits (for min_nodes, then for the
+// last call): the join says what it waits for and for how long, once per
+// kind of wait, not at every step.
+TEST(DynamicRendezvous, AJoinSaysOnceWhatItWaitsForAndForHowLong) {
+  Cluster c({2, 3});
+  std::vector<std::string> first, second;
+  c.add_node().on_wait([&](const std::string& line) { first.push_back(line); });
+  c.node(0).begin_join();
+  c.time().advance(100s);
+  EXPECT_FALSE(c.node(0).step());
+  c.time().advance(1s);
+  EXPECT_FALSE(c.node(0).step());
+  ASSERT_EQ(first.size(), 1u);
+  EXPECT_EQ(first[0],
+            "waiting for nodes to join round 0: 1 of at least 2 (--nnodes=2:3) so far; giving up "
+            "in 500 s (join_timeout)");
+  c.add_node().on_wait([&](const std::string& line) { second.push_back(line); });
+  c.node(1).begin_join();
+  c.time().advance(2s);
+  EXPECT_TRUE(c.form({0, 1}).empty());
+  c.time().advance(20s);
+  EXPECT_TRUE(c.form({0, 1}).empty());
+  const std::string last_call =
+      "2 nodes have joined round 0 (--nnodes=2:3): waiting up to 30 s (last_call_timeout) for "
+      "more before it starts";
+  EXPECT_EQ(first, (std::vector<std::string>{first[0], last_call}));
+  EXPECT_EQ(second, (std::vector<std::string>{last_call}));
+  c.time().advance(10s);
+  EXPECT_EQ(c.form({0, 1}).size(), 2u);
+  EXPECT_EQ(first.size(), 2u);
+  EXPECT_EQ(second.size(), 1u);
+}
+
+TEST(DynamicRendezvous, ASpareSaysOnceThatItWaits) {
+  Cluster c({1, 2});
+  c.add_node().begin_join();
+  c.add_node().begin_join();
+  ASSERT_EQ(c.form({0, 1}).size(), 2u);
+  std::vector<std::string> notes;
+  c.add_node().on_wait([&](const std::string& line) { notes.push_back(line); });
+  c.node(2).begin_join();
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_FALSE(c.node(2).step());
+    c.run_liveness({0, 1, 2}, 10s);  // the round's members live on
+  }
+  EXPECT_EQ(notes, (std::vector<std::string>{
+                       "the running round has the most nodes --nnodes=1:2 allows: this node waits "
+                       "as a spare until a member leaves or the job ends"}));
 }
 
 TEST(DynamicRendezvous, TooFewNodesFailAfterTheJoinTimeoutNamingTheCounts) {

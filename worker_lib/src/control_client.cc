@@ -165,8 +165,10 @@ std::exception_ptr ControlClient::explain(std::exception_ptr error) {
     state_->cv.wait_for(lock, state_->grace, [&] { return signal->is_set(); });
   }
   if (!signal->is_set()) return error;
-  return std::make_exception_ptr(GroupChanged(
-      "ProcessGroup", signal->why() + " (a collective had failed first: " + what + ")"));
+  // Expected: the round ended (the agent said why, once, short); how the
+  // collective failed before the word came is a detail.
+  spdlog::debug("a collective failed as the round ended: {}", what);
+  return std::make_exception_ptr(GroupChanged("ProcessGroup", signal->why()));
 }
 
 void ControlClient::end_round(const std::string& why) {

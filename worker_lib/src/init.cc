@@ -420,6 +420,7 @@ Reformed reform() {
   Reformed reformed;
   reformed.previous_rank = s.rank;
   reformed.previous_world_size = s.world_size;
+  if (const auto ended = s.control->signal(); ended && ended->is_set()) reformed.why = ended->why();
   // The ended round's groups go (aborted: their destructors do not wait for
   // peers), and with them their slots of the progress page.
   s.subgroups.clear();

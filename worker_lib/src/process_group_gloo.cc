@@ -185,6 +185,17 @@ bool debug_detail_from_env() {
   return v == "DETAIL";
 }
 
+// Whether `error` says the group's round ended (GroupChanged).
+bool is_group_changed(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const GroupChanged&) {
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
+
 }  // namespace
 
 ProcessGroupGloo::ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int size,
@@ -340,7 +351,8 @@ void ProcessGroupGloo::abort(const std::string& reason) {
     dropped.swap(queue_);
     queued_.store(0, std::memory_order_release);
   }
-  spdlog::warn("ProcessGroupGloo '{}': rank {}/{} aborted: {}", options_.name, rank(), size(),
+  // Asked for (the round ended, or the program aborted the group): info.
+  spdlog::info("ProcessGroupGloo '{}': rank {}/{} aborted: {}", options_.name, rank(), size(),
                reason);
   // Wake the collective in flight wherever it waits: in the shared-memory
   // all-reduce, or on a connection (which also fails the peers' operations that
@@ -626,7 +638,12 @@ void ProcessGroupGloo::run_task(Task& task) {
     if (options_.on_failure) error = options_.on_failure(error);
     broken_what_ = what_of(error);
     broken_ = error;
-    spdlog::error("{}", broken_what_);
+    if (is_group_changed(error)) {
+      // The round ended (in-place recovery): expected, and said by abort().
+      spdlog::debug("{}", broken_what_);
+    } else {
+      spdlog::error("{}", broken_what_);
+    }
     task.work->fail(error);
   }
 }

@@ -156,6 +156,7 @@ std::unique_ptr<RendezvousHandler> create_rendezvous(const RendezvousConfig& con
     return std::make_shared<TcpStore>(liveness);
   };
   rs.keep_alive = server;
+  rs.served_here = server != nullptr;
   return backend->make(config.params, std::move(rs));
 }
 

@@ -244,7 +244,8 @@ void ProcessGroupNccl::abort(const std::string& reason) {
     // communicator, which must not be used or destroyed again.
     abort_comm();
   }
-  spdlog::warn("ProcessGroupNccl '{}': rank {}/{} aborted: {}", options_.name, rank(), size(),
+  // Asked for (the round ended, or the program aborted the group): info.
+  spdlog::info("ProcessGroupNccl '{}': rank {}/{} aborted: {}", options_.name, rank(), size(),
                reason);
   for (auto& work : pending) {
     work->fail(group_changed(work->op(), work->sequence_number(), reason));

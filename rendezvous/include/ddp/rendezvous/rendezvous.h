@@ -183,6 +183,17 @@ class Round {
   // membership or a single node. Never blocks, never throws.
   virtual std::optional<KeepAliveView> watched_keep_alive() const { return std::nullopt; }
 
+  // After this node's exit barrier timed out: whether it must stay, because
+  // it serves a store that other nodes of the round use (the agents' store it
+  // hosts, or etcd's workers' store of group rank 0) and one of them still
+  // shows a sign of life (a heartbeat or keep-alive within the time that
+  // declares a node dead, on this node's clock). Its leaving would take the
+  // store from agents and workers that are still running. Called again and
+  // again while the node stays; the first call counts everyone as alive.
+  // False for a node that serves nobody. One call to this node's own store at
+  // most; never throws (a store that fails: false).
+  virtual bool needed_by_others() { return false; }
+
  protected:
   explicit Round(RendezvousInfo info) : info_(std::move(info)) {}
 
@@ -216,6 +227,14 @@ class RendezvousHandler {
 
   // Nodes that wait to join the next round (none for a fixed membership).
   virtual int num_nodes_waiting() { return 0; }
+
+  // What join() waits for, for the user: `note` gets one line each time a
+  // join starts waiting for something new (more nodes until the last call
+  // ends, at least min_nodes until the join timeout, a place as a spare),
+  // once per round and kind of wait, never in a loop. Called on the thread
+  // that runs join(). Set before the first join(); a handler whose joins
+  // never wait long ignores it.
+  virtual void on_wait(std::function<void(const std::string&)> note) { (void)note; }
 
   // The store the agents meet in (used by the agent's thread).
   virtual std::shared_ptr<Store> store() = 0;
@@ -254,6 +273,9 @@ struct RendezvousStore {
   std::string host;
   std::uint16_t port = 0;
   std::string token;
+  // This process serves the agents' store (`keep_alive` is its server): the
+  // other nodes lose it when this node leaves (Round::needed_by_others).
+  bool served_here = false;
   // A store the agents meet in that is not built-in (etcd): its name for
   // messages ("h1:2379,h2:2379"). Then every node serves a built-in store for
   // workers on `worker_store_port`, and a round's workers use group rank 0's.

@@ -32,6 +32,8 @@
 // make them again, in the same order on every rank.
 #pragma once
 
+#include <string>
+
 namespace ddp {
 
 // Whether this worker recovers in place: it opted in and its agent offers a
@@ -45,6 +47,9 @@ struct Reformed {
   int previous_rank = 0;  // and in the round that ended
   int previous_world_size = 0;
   double seconds = 0;  // reform()'s own time: waiting for the agent, making the group
+  // Why the last round ended, as the agent said it ("node 2 (member ...) was
+  // lost: it missed its keep-alives"); empty when it gave no reason.
+  std::string why;
 };
 
 // Joins the next round: waits until the agent names it (at most
