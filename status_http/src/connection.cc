@@ -264,10 +264,9 @@ void Connection::on_deadline(const error_code& ec) {
                             "closed a connection: no complete request within idle_timeout");
   } else if (phase_ == Phase::kWriting) {
     count(state_.counters().stalled);
-    state_.log_client_event(
-        spdlog::level::debug,
-        "closed a connection: its client took no byte of the response within "
-        "write_progress_timeout");
+    state_.log_client_event(spdlog::level::debug,
+                            "closed a connection: its client took no byte of the response within "
+                            "write_progress_timeout");
   }
   close();
 }

@@ -791,15 +791,15 @@ TEST_F(DdprunTest, BadCommandLinesGetOneLineAndExitCode2) {
 // The live view beyond loopback without a store token: refused (exit 2, one
 // line, no worker started) unless --status_allow_no_token, which warns.
 TEST_F(DdprunTest, ALiveViewBeyondLoopbackWithoutATokenIsRefusedUnlessAllowedWithAWarning) {
-  const auto refused =
-      run(cmd({"--standalone", "--nproc_per_node=1", "--status_port=0", "--status_host=0.0.0.0",
-               "--no_python"},
-              {worker(), "env", dir_.str()}),
-          base_env(), dir_.path());
+  const auto refused = run(cmd({"--standalone", "--nproc_per_node=1", "--status_port=0",
+                                "--status_host=0.0.0.0", "--no_python"},
+                               {worker(), "env", dir_.str()}),
+                           base_env(), dir_.path());
   EXPECT_EQ(refused.code, 2) << refused.err;
   EXPECT_EQ(lines_of(refused.err).size(), 1u) << refused.err;
-  EXPECT_TRUE(refused.err.starts_with("ddprun: error: --status_host: '0.0.0.0' is beyond "
-                                      "loopback and the store has no token"))
+  EXPECT_TRUE(
+      refused.err.starts_with("ddprun: error: --status_host: '0.0.0.0' is beyond "
+                              "loopback and the store has no token"))
       << refused.err;
   EXPECT_NE(refused.err.find("--status_allow_no_token"), std::string::npos) << refused.err;
   EXPECT_TRUE(fs::is_empty(dir_.path())) << "a worker was started";

@@ -248,20 +248,22 @@ TEST(ParseCommandLine, ALiveViewBeyondLoopbackNeedsATokenOrTheFlagThatAllowsItWi
     EXPECT_EQ(c.agent.status.port.value_or(1), 0);
   }
   host.env["PET_STATUS_ALLOW_NO_TOKEN"] = "1";
-  EXPECT_EQ(host.config({"--status_port=0", "--status_host=0.0.0.0", "/bin/true"}).agent.status.host,
-            "0.0.0.0");
+  EXPECT_EQ(
+      host.config({"--status_port=0", "--status_host=0.0.0.0", "/bin/true"}).agent.status.host,
+      "0.0.0.0");
   host.env.erase("PET_STATUS_ALLOW_NO_TOKEN");
   host.env["DDP_STORE_TOKEN"] = "s3cret";
-  EXPECT_EQ(host.config({"--status_port=0", "--status_host=0.0.0.0", "/bin/true"}).agent.status.host,
-            "0.0.0.0");
+  EXPECT_EQ(
+      host.config({"--status_port=0", "--status_host=0.0.0.0", "/bin/true"}).agent.status.host,
+      "0.0.0.0");
   host.env["DDP_STORE_TOKEN"] = "";  // an empty token is none
   EXPECT_EQ(host.error({"--status_port=0", "--status_host=0.0.0.0", "/bin/true"}),
             "--status_host: '0.0.0.0" + refused);
   host.env.erase("DDP_STORE_TOKEN");
   for (const char* loopback : {"127.0.0.1", "127.0.0.2", "::1", "localhost"}) {
-    EXPECT_EQ(host.config({"--status_port=0", "--status_host", loopback, "/bin/true"})
-                  .agent.status.host,
-              loopback);
+    EXPECT_EQ(
+        host.config({"--status_port=0", "--status_host", loopback, "/bin/true"}).agent.status.host,
+        loopback);
   }
 }
 

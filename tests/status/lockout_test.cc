@@ -42,15 +42,16 @@ void expect_every_scrape_answered(std::uint16_t port) {
   }
   ASSERT_GE(attackers.connections(), static_cast<std::uint64_t>(kAttackers));
   std::this_thread::sleep_for(2s);  // the slots filled and the first deadlines passed
-  const auto log = attack::scrape_every(port, "/metrics", "", kScrapePeriod, kAttack,
-                                        kScrapeTimeout);
+  const auto log =
+      attack::scrape_every(port, "/metrics", "", kScrapePeriod, kAttack, kScrapeTimeout);
   attackers.stop();
   EXPECT_EQ(log.answered, log.asked) << log.failures;
   EXPECT_GE(log.asked, 20);
   // The attackers were closed and came back throughout, and sent all along.
   EXPECT_GT(attackers.closed_by_server(), static_cast<std::uint64_t>(kAttackers));
-  RecordProperty("slowest_scrape_ms", static_cast<int>(log.slowest.count()));
-  RecordProperty("attacker_connections", static_cast<int>(attackers.connections()));
+  ::testing::Test::RecordProperty("slowest_scrape_ms", static_cast<int>(log.slowest.count()));
+  ::testing::Test::RecordProperty("attacker_connections",
+                                  static_cast<int>(attackers.connections()));
   std::printf("%d of %d scrapes answered (slowest %lld ms) during %llu attacker connections\n",
               log.answered, log.asked, static_cast<long long>(log.slowest.count()),
               static_cast<unsigned long long>(attackers.connections()));

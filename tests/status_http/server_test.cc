@@ -680,11 +680,10 @@ TEST(StatusHttpServer, SeventyPipeliningNonReadersCannotLockOutAScraper) {
   options.write_progress_timeout = 300ms;
   Server server(options, big_response(256 * 1024));
   server.start();
-  test::http_attack::PipeliningNonReaders attackers(
-      server.port(), 70, "GET / HTTP/1.1\r\nHost: x\r\n\r\n", 60s);
-  ASSERT_TRUE(eventually([&] {
-    return attackers.connections() >= 70 && server.counters().requests >= 64;
-  }));
+  test::http_attack::PipeliningNonReaders attackers(server.port(), 70,
+                                                    "GET / HTTP/1.1\r\nHost: x\r\n\r\n", 60s);
+  ASSERT_TRUE(eventually(
+      [&] { return attackers.connections() >= 70 && server.counters().requests >= 64; }));
   std::this_thread::sleep_for(500ms);  // the slots are full of responses nobody takes
   const auto log =
       test::http_attack::scrape_every(server.port(), "/hello", "", 100ms, 3s, kPatience);
@@ -860,11 +859,10 @@ TEST(StatusHttpServer, SeventyPipeliningStrangersGetting401sCannotLockOutAScrape
   options.write_progress_timeout = 300ms;
   Server server(options, big_response(256 * 1024));
   server.start();
-  test::http_attack::PipeliningNonReaders without_token(
-      server.port(), 35, "GET / HTTP/1.1\r\nHost: x\r\n\r\n", 60s);
+  test::http_attack::PipeliningNonReaders without_token(server.port(), 35,
+                                                        "GET / HTTP/1.1\r\nHost: x\r\n\r\n", 60s);
   test::http_attack::PipeliningNonReaders wrong_token(
-      server.port(), 35, "GET / HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer wrong\r\n\r\n",
-      60s);
+      server.port(), 35, "GET / HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer wrong\r\n\r\n", 60s);
   ASSERT_TRUE(eventually([&] {
     return without_token.connections() >= 35 && wrong_token.connections() >= 35 &&
            server.counters().rejected_unauthorized >= 140;

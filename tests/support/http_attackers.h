@@ -6,8 +6,11 @@
 //                         fixed receive buffer, pipelining one request (GET /,
 //                         say, or one with a wrong token) as fast as the server
 //                         takes it and never reading; a client the server
-//                         closes connects again at once. One thread drives them
-//                         all, for at most `max_duration`.
+//                         closes connects again after `reconnect_delay` (as a
+//                         script's loop would: an attacker reconnecting in a
+//                         tight loop evicts its own connections before their
+//                         responses stall). One thread drives them all, for
+//                         at most `max_duration`.
 //   scrape_every          one GET on a fresh connection every `period` for
 //                         `duration`, each answered in full or not: what a
 //                         Prometheus scraping the view sees.
@@ -50,8 +53,9 @@ class PipeliningNonReaders {
   // little of a response the client never reads.
   static constexpr int kReceiveBuffer = 4096;
 
-  PipeliningNonReaders(std::uint16_t port, int count, std::string request, Millis max_duration)
-      : port_(port), clients_(static_cast<std::size_t>(count)) {
+  PipeliningNonReaders(std::uint16_t port, int count, std::string request, Millis max_duration,
+                       Millis reconnect_delay = Millis(100))
+      : port_(port), reconnect_delay_(reconnect_delay), clients_(static_cast<std::size_t>(count)) {
     // Many copies of the request per send: pipelining as fast as the server reads.
     while (burst_.size() < 16 * 1024) burst_ += request;
     const auto until = Clock::now() + max_duration;
@@ -79,7 +83,7 @@ class PipeliningNonReaders {
  private:
   struct Client {
     int fd = -1;
-    bool connected = false;       // the connection was established
+    bool connected = false;        // the connection was established
     Clock::time_point retry_at{};  // when a failed connect may be tried again
   };
 
@@ -138,13 +142,11 @@ class PipeliningNonReaders {
     ++connections_;
   }
 
-  // The server closed or reset the connection (or it never opened): again.
+  // The server closed or reset the connection (or it never opened): again,
+  // after the delay.
   void drop(Client& c) {
-    if (c.connected) {
-      ++closed_by_server_;
-    } else {
-      c.retry_at = Clock::now() + Millis(10);  // refused: do not spin
-    }
+    if (c.connected) ++closed_by_server_;
+    c.retry_at = Clock::now() + reconnect_delay_;
     close_client(c);
   }
 
@@ -156,6 +158,7 @@ class PipeliningNonReaders {
   }
 
   const std::uint16_t port_;
+  const Millis reconnect_delay_;
   std::vector<Client> clients_;
   std::string burst_;
   std::atomic<bool> stop_{false};
@@ -222,9 +225,9 @@ inline std::optional<int> get_status(std::uint16_t port, const std::string& path
 
 struct ScrapeLog {
   int asked = 0;
-  int answered = 0;        // with status 200
-  Millis slowest{0};       // of the answered ones
-  std::string failures;    // "scrape 3 at 3.0 s: no answer; ..."
+  int answered = 0;      // with status 200
+  Millis slowest{0};     // of the answered ones
+  std::string failures;  // "scrape 3 at 3.0 s: no answer; ..."
 };
 
 // One GET of `path` every `period` for `duration` (the first at once), each
@@ -235,8 +238,7 @@ inline ScrapeLog scrape_every(std::uint16_t port, const std::string& path,
                               Millis timeout) {
   ScrapeLog log;
   const auto start = Clock::now();
-  for (auto next = start; next < start + duration;
-       next = std::max(next + period, Clock::now())) {
+  for (auto next = start; next < start + duration; next = std::max(next + period, Clock::now())) {
     std::this_thread::sleep_until(next);
     const auto asked = Clock::now();
     const auto status = get_status(port, path, extra_headers, timeout);
@@ -247,10 +249,10 @@ inline ScrapeLog scrape_every(std::uint16_t port, const std::string& path,
       if (took > log.slowest) log.slowest = took;
     } else {
       const auto at = std::chrono::duration_cast<Millis>(asked - start).count();
-      log.failures += "scrape " + std::to_string(log.asked) + " at " + std::to_string(at) +
-                      " ms: " +
-                      (status ? "status " + std::to_string(*status) : std::string("no answer")) +
-                      " after " + std::to_string(took.count()) + " ms; ";
+      log.failures +=
+          "scrape " + std::to_string(log.asked) + " at " + std::to_string(at) +
+          " ms: " + (status ? "status " + std::to_string(*status) : std::string("no answer")) +
+          " after " + std::to_string(took.count()) + " ms; ";
     }
   }
   return log;
