@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <string>
 
 #include "ddp/agent/agent.h"
 #include "ddp/common/env.h"
@@ -22,6 +23,7 @@
 #include "ddp/launcher/launch_config.h"
 #include "ddp/launcher/python_check.h"
 #include "ddp/rendezvous/rendezvous_factory.h"
+#include "ddp/status_http/server.h"
 
 extern char** environ;
 
@@ -150,6 +152,17 @@ void log_slurm_options(const ddp::launcher::LaunchConfig& config) {
   ddp::log::get("ddprun")->info("from SLURM: {}", line);
 }
 
+// --status_allow_no_token let the live view listen beyond loopback without a
+// token (the parser refuses that otherwise): say so, once, as a warning.
+void warn_of_an_open_live_view(const ddp::agent::StatusOptions& status, const std::string& token) {
+  if (!status.port || !token.empty() || ddp::status_http::is_loopback(status.host)) return;
+  ddp::log::get("ddprun")->warn(
+      "the live view listens on {} beyond loopback without a token "
+      "(--status_allow_no_token): anyone who can reach its port reads this job's hosts, "
+      "addresses, pids and incidents; set DDP_STORE_TOKEN to require a token",
+      status.host);
+}
+
 int run(const ddp::launcher::LaunchConfig& config) {
   namespace fs = std::filesystem;
   log_slurm_options(config);
@@ -162,6 +175,7 @@ int run(const ddp::launcher::LaunchConfig& config) {
 
   ddp::RendezvousConfig rdzv = config.rendezvous;
   rdzv.token = ddp::env::get_or("DDP_STORE_TOKEN", "");
+  warn_of_an_open_live_view(config.agent.status, rdzv.token);
   std::unique_ptr<ddp::RendezvousHandler> handler;
   try {
     handler = ddp::create_rendezvous(rdzv);

@@ -188,7 +188,13 @@ const std::vector<OptionRow>& option_table() {
        .text = &R::status_host,
        .default_value = agent.status.host,
        .help = "Address the live view listens on. Beyond loopback, requests must carry the "
-               "store's token (Authorization: Bearer) when the store has one."},
+               "store's token (Authorization: Bearer); without a token (DDP_STORE_TOKEN) an "
+               "address beyond loopback is refused unless --status_allow_no_token is given."},
+      {.name = "status_allow_no_token",
+       .flag = &R::status_allow_no_token,
+       .help = "Serve the live view beyond loopback (--status_host) without a token: anyone who "
+               "can reach the port reads the job's hosts, addresses, pids and incidents "
+               "(logged as a warning)."},
   };
   return table;
 }

@@ -45,6 +45,7 @@ struct RawOptions {
   std::string on_hang;
   std::string status_port;
   std::string status_host;
+  bool status_allow_no_token = false;
 };
 
 struct OptionRow {

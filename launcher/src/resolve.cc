@@ -10,6 +10,7 @@
 
 #include "command.h"
 #include "ddp/rendezvous/backends.h"
+#include "ddp/status_http/server.h"
 #include "rdzv_conf.h"
 #include "values.h"
 
@@ -253,7 +254,10 @@ class Resolver {
     c.agent.hostname = host_.hostname();
   }
 
-  // --status_port and --status_host.
+  // --status_port, --status_host and --status_allow_no_token. The live view
+  // tells whoever reaches it the job's hosts, addresses, pids and incidents:
+  // beyond loopback it asks for the store's token, and without one it is
+  // served only when the user says so.
   void resolve_status(agent::StatusOptions& status) const {
     if (!raw_.status_port.empty()) {
       status.port = static_cast<std::uint16_t>(parse_int_in(
@@ -261,6 +265,15 @@ class Resolver {
     }
     if (raw_.status_host.empty()) fail(what("status_host") + ": empty address");
     status.host = raw_.status_host;
+    const bool has_token = !host_.env("DDP_STORE_TOKEN").value_or("").empty();
+    if (status.port && !has_token && !raw_.status_allow_no_token &&
+        !status_http::is_loopback(status.host)) {
+      fail(what("status_host") + ": '" + status.host +
+           "' is beyond loopback and the store has no token (DDP_STORE_TOKEN), so the live "
+           "view would show the job's hosts, addresses, pids and incidents to anyone who can "
+           "reach the port; set DDP_STORE_TOKEN (clients must then carry it), listen on "
+           "127.0.0.1, or pass --status_allow_no_token to serve it anyway");
+    }
   }
 
   // --hang_timeout, --on_hang and torch's file timer.

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 
-#include <boost/asio/write.hpp>
 #include <boost/beast/http/error.hpp>
 #include <boost/beast/http/read.hpp>
 
@@ -167,10 +166,12 @@ void Connection::answer_request() {
       state_.log_client_event(spdlog::level::debug, offered ? "refused a request: wrong token"
                                                             : "refused a request: no token");
       count(state_.counters().rejected_unauthorized);
+      // Closed after the answer: a stranger gets one answer per connection,
+      // however many requests it pipelines.
       send(unauthorized_response(offered ? "the token is wrong"
                                          : "a token is required: send Authorization: Bearer "
                                            "<token> or add ?token=<token> to the address"),
-           !keep_alive);
+           true);
       return;
     }
   }
@@ -186,19 +187,29 @@ void Connection::send(const Response& response, bool close_after) {
   state_.registry().mark_busy(*this);
   count(state_.counters().requests);
   output_ = response_text(response, is_head(), close_after);
+  written_ = 0;
   close_after_write_ = close_after;
   phase_ = Phase::kWriting;
-  arm_deadline(state_.options().idle_timeout);
-  asio::async_write(socket_, asio::buffer(output_),
-                    [self = shared_from_this()](const error_code& ec, std::size_t) {
-                      self->guarded([&] { self->on_written(ec); });
-                    });
+  write_rest();
 }
 
-void Connection::on_written(const error_code& ec) {
+void Connection::write_rest() {
+  arm_deadline(state_.options().write_progress_timeout);
+  socket_.async_write_some(asio::buffer(output_.data() + written_, output_.size() - written_),
+                           [self = shared_from_this()](const error_code& ec, std::size_t bytes) {
+                             self->guarded([&] { self->on_written(ec, bytes); });
+                           });
+}
+
+void Connection::on_written(const error_code& ec, std::size_t bytes) {
   if (closed_) return;
   if (ec) {
     close();
+    return;
+  }
+  written_ += bytes;
+  if (written_ < output_.size()) {
+    write_rest();
     return;
   }
   std::string().swap(output_);
@@ -247,13 +258,15 @@ void Connection::on_deadline(const error_code& ec) {
   if (closed_ || ec == asio::error::operation_aborted) return;
   // Re-armed after this wait had already completed: the new wait decides.
   if (deadline_.expiry() > Clock::now()) return;
-  if (phase_ != Phase::kDraining) {
+  if (phase_ == Phase::kReading) {
     count(state_.counters().timed_out);
-    state_.log_client_event(
-        spdlog::level::debug,
-        phase_ == Phase::kReading
-            ? "closed a connection: no complete request within idle_timeout"
-            : "closed a connection: its response not taken within idle_timeout");
+    state_.log_client_event(spdlog::level::debug,
+                            "closed a connection: no complete request within idle_timeout");
+  } else if (phase_ == Phase::kWriting) {
+    count(state_.counters().stalled);
+    state_.log_client_event(spdlog::level::debug,
+                            "closed a connection: its client took no byte of the response within "
+                            "write_progress_timeout");
   }
   close();
 }

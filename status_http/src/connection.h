@@ -3,11 +3,13 @@
 // the server answers itself (405, 400, 413, 431, 401), hands the others to the
 // handler and writes the responses, one request at a time, in order.
 //
-// Time: one deadline per phase, from the phase's start: idle_timeout to
-// receive a complete request (however the bytes dribble in), idle_timeout to
-// write a response, and a short drain after an error response (the rest of
-// the client's input is read and dropped, at most kMaxDrainBytes, so that the
-// response is not lost to a TCP reset) before the socket is closed.
+// Time: idle_timeout to receive a complete request, from when the wait for it
+// began (however the bytes dribble in); write_progress_timeout for each part
+// of a response, from the last byte the client took (a slow reader that keeps
+// reading is never cut off; one that stops is); and a short drain after an
+// error response or a 401 (the rest of the client's input is read and
+// dropped, at most kMaxDrainBytes, so that the response is not lost to a TCP
+// reset) before the socket is closed.
 // The registry learns of every change of phase: idle while waiting for a
 // request, busy while answering one, closing while draining.
 //
@@ -71,7 +73,9 @@ class Connection final : public std::enable_shared_from_this<Connection> {
   // Sends an answer of the server's own and closes after it.
   void refuse(Response response);
   void send(const Response& response, bool close_after);
-  void on_written(const error_code& ec);
+  // Writes what the client has not taken yet, with a fresh progress deadline.
+  void write_rest();
+  void on_written(const error_code& ec, std::size_t bytes);
   void drain_then_close();
   void drain();
   void on_drained(const error_code& ec, std::size_t bytes);
@@ -91,6 +95,7 @@ class Connection final : public std::enable_shared_from_this<Connection> {
   boost::beast::flat_buffer input_;
   std::optional<boost::beast::http::request_parser<boost::beast::http::string_body>> parser_;
   std::string output_;
+  std::size_t written_ = 0;  // of output_
   std::vector<char> drain_buffer_;
   std::size_t drained_ = 0;
   Phase phase_ = Phase::kReading;

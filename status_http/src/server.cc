@@ -56,6 +56,9 @@ void validate(const ServerOptions& options) {
   if (options.idle_timeout <= std::chrono::milliseconds(0)) {
     throw InvalidArgument(kOrigin, "idle_timeout must be positive");
   }
+  if (options.write_progress_timeout <= std::chrono::milliseconds(0)) {
+    throw InvalidArgument(kOrigin, "write_progress_timeout must be positive");
+  }
 }
 
 // "host:port", with brackets around an IPv6 address.
@@ -216,14 +219,13 @@ void Server::Impl::admit(int fd) {
     return;
   }
   ConnectionRegistry& registry = state.registry();
+  // At the cap, one gives way (connection_registry.h says which): never the
+  // newcomer, so that a scraper is served whatever holds the slots.
   if (registry.size() >= state.options().max_connections) {
-    auto idle = registry.eviction_candidate();
-    if (!idle) {
-      count(state.counters().refused_busy);
-      return;  // every connection is answering a request: `socket` closes
-    }
-    count(state.counters().evicted_idle);
-    idle->close();
+    auto oldest = registry.eviction_candidate();
+    const bool busy = oldest->registry_slot().in == ConnectionRegistry::Slot::In::kBusy;
+    count(busy ? state.counters().evicted_busy : state.counters().evicted_idle);
+    oldest->close();
   }
   auto connection = std::make_shared<Connection>(std::move(socket), state);
   registry.add(connection);

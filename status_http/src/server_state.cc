@@ -27,8 +27,9 @@ Server::Counters AtomicCounters::load() const {
   out.rejected_unauthorized = rejected_unauthorized.load(std::memory_order_relaxed);
   out.rejected_bad_request = rejected_bad_request.load(std::memory_order_relaxed);
   out.evicted_idle = evicted_idle.load(std::memory_order_relaxed);
+  out.evicted_busy = evicted_busy.load(std::memory_order_relaxed);
   out.timed_out = timed_out.load(std::memory_order_relaxed);
-  out.refused_busy = refused_busy.load(std::memory_order_relaxed);
+  out.stalled = stalled.load(std::memory_order_relaxed);
   return out;
 }
 

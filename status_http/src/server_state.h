@@ -28,8 +28,9 @@ struct AtomicCounters {
   std::atomic<std::uint64_t> rejected_unauthorized{0};
   std::atomic<std::uint64_t> rejected_bad_request{0};
   std::atomic<std::uint64_t> evicted_idle{0};
+  std::atomic<std::uint64_t> evicted_busy{0};
   std::atomic<std::uint64_t> timed_out{0};
-  std::atomic<std::uint64_t> refused_busy{0};
+  std::atomic<std::uint64_t> stalled{0};
 
   Server::Counters load() const;
 };

@@ -2,8 +2,10 @@
 //
 // The first line on stdout is the port it listens on (useful with --port 0);
 // logs go to stderr. With --status-port it also serves its live view over
-// HTTP (status_routes.h) and logs where. Exit codes: 0 after a signal, 1 when it cannot serve (the
-// port is taken), 2 for bad flags or an unusable token file.
+// HTTP (status_routes.h) and logs where; beyond loopback only with a token, or
+// with --status-allow-no-token (and a warning). Exit codes: 0 after a signal,
+// 1 when it cannot serve (the port is taken), 2 for bad flags (a live view
+// beyond loopback without a token among them) or an unusable token file.
 #include <CLI/CLI.hpp>
 #include <cerrno>
 #include <csignal>
@@ -64,6 +66,7 @@ int main(int argc, char** argv) {
   std::uint64_t max_store_mib = options.max_store_bytes >> 20;
   int status_port = -1;
   std::string status_host = "127.0.0.1";
+  bool status_allow_no_token = false;
   app.add_option("--host", options.host,
                  "Address to listen on (0.0.0.0: every IPv4 interface, :: for IPv6, "
                  "127.0.0.1: this machine only)")
@@ -94,8 +97,12 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 65535));
   app.add_option("--status-host", status_host,
                  "Address the live view listens on; beyond loopback, requests must carry the "
-                 "token (Authorization: Bearer) when --token-file is given")
+                 "token of --token-file (Authorization: Bearer), and without --token-file an "
+                 "address beyond loopback is refused unless --status-allow-no-token is given")
       ->capture_default_str();
+  app.add_flag("--status-allow-no-token", status_allow_no_token,
+               "Serve the live view beyond loopback (--status-host) without a token: anyone who "
+               "can reach the port reads the store's address and figures (logged as a warning)");
 
   try {
     app.parse(argc, argv);
@@ -107,6 +114,14 @@ int main(int argc, char** argv) {
     return 2;
   }
 
+  if (status_port >= 0 && token_file.empty() && !status_allow_no_token &&
+      !ddp::status_http::is_loopback(status_host)) {
+    std::cerr << kName << ": --status-host " << status_host
+              << ": the live view would be served beyond loopback without a token; give "
+                 "--token-file (clients must then carry the token), listen on 127.0.0.1, or "
+                 "pass --status-allow-no-token to serve it to anyone who can reach the port\n";
+    return 2;
+  }
   try {
     if (!token_file.empty()) options.token = read_token(token_file);
     options.idle_timeout =
@@ -143,6 +158,13 @@ int main(int argc, char** argv) {
             return ddp::daemon::answer(request, server, facts);
           });
       status->start();
+      if (!status->token_required() && !ddp::status_http::is_loopback(status_host)) {
+        logger->warn(
+            "{}: the live view listens on {} beyond loopback without a token "
+            "(--status-allow-no-token): anyone who can reach its port reads it; give "
+            "--token-file to require one",
+            kName, status_host);
+      }
       const bool v6 = status_host.find(':') != std::string::npos;
       logger->info("{}: live view at http://{}:{}/ (/metrics, /status, /livez, /readyz){}", kName,
                    v6 ? "[" + status_host + "]" : status_host, status->port(),

@@ -853,6 +853,43 @@ TEST_F(DdprunTest, BadCommandLinesGetOneLineAndExitCode2) {
   EXPECT_TRUE(fs::is_empty(dir_.path())) << "a worker was started";
 }
 
+// The live view beyond loopback without a store token: refused (exit 2, one
+// line, no worker started) unless --status_allow_no_token, which warns.
+TEST_F(DdprunTest, ALiveViewBeyondLoopbackWithoutATokenIsRefusedUnlessAllowedWithAWarning) {
+  const auto refused = run(cmd({"--standalone", "--nproc_per_node=1", "--status_port=0",
+                                "--status_host=0.0.0.0", "--no_python"},
+                               {worker(), "env", dir_.str()}),
+                           base_env(), dir_.path());
+  EXPECT_EQ(refused.code, 2) << refused.err;
+  EXPECT_EQ(lines_of(refused.err).size(), 1u) << refused.err;
+  EXPECT_TRUE(
+      refused.err.starts_with("ddprun: error: --status_host: '0.0.0.0' is beyond "
+                              "loopback and the store has no token"))
+      << refused.err;
+  EXPECT_NE(refused.err.find("--status_allow_no_token"), std::string::npos) << refused.err;
+  EXPECT_TRUE(fs::is_empty(dir_.path())) << "a worker was started";
+
+  const std::string warning = "the live view listens on 0.0.0.0 beyond loopback without a token";
+  const auto allowed = run(cmd({"--standalone", "--nproc_per_node=1", "--status_port=0",
+                                "--status_host=0.0.0.0", "--status_allow_no_token", "--no_python"},
+                               {worker(), "exit", "0"}),
+                           base_env(), dir_.path());
+  EXPECT_EQ(allowed.code, 0) << allowed.err;
+  EXPECT_NE(allowed.err.find(warning), std::string::npos) << allowed.err;
+  EXPECT_NE(allowed.err.find("live view at http://0.0.0.0:"), std::string::npos) << allowed.err;
+
+  auto env = base_env();
+  env["DDP_STORE_TOKEN"] = "s3cret";
+  const auto with_token = run(cmd({"--standalone", "--nproc_per_node=1", "--status_port=0",
+                                   "--status_host=0.0.0.0", "--no_python"},
+                                  {worker(), "exit", "0"}),
+                              env, dir_.path());
+  EXPECT_EQ(with_token.code, 0) << with_token.err;
+  EXPECT_EQ(with_token.err.find(warning), std::string::npos) << with_token.err;
+  EXPECT_NE(with_token.err.find("clients must carry the store's token"), std::string::npos)
+      << with_token.err;
+}
+
 TEST_F(DdprunTest, BadPetValueNamesTheVariable) {
   auto env = base_env();
   env["PET_MAX_RESTARTS"] = "many";

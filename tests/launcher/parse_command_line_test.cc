@@ -206,7 +206,8 @@ TEST(ParseCommandLine, StatusPortAndHostSetTheLiveView) {
   auto c = host.config({"--status_port=0", "/bin/true"});
   ASSERT_TRUE(c.agent.status.port.has_value());
   EXPECT_EQ(*c.agent.status.port, 0);
-  c = host.config({"--status-port", "9400", "--status_host=0.0.0.0", "/bin/true"});
+  c = host.config(
+      {"--status-port", "9400", "--status_host=0.0.0.0", "--status_allow_no_token", "/bin/true"});
   EXPECT_EQ(c.agent.status.port.value_or(1), 9400);
   EXPECT_EQ(c.agent.status.host, "0.0.0.0");
   host.env["PET_STATUS_PORT"] = "9401";
@@ -217,6 +218,53 @@ TEST(ParseCommandLine, StatusPortAndHostSetTheLiveView) {
   EXPECT_EQ(host.error({"--status_port=web", "/bin/true"}),
             "--status_port: expected a port in 0..65535 (0 picks one), got 'web'");
   EXPECT_EQ(host.error({"--status_host", "", "/bin/true"}), "--status_host: empty address");
+}
+
+TEST(ParseCommandLine, ALiveViewBeyondLoopbackNeedsATokenOrTheFlagThatAllowsItWithout) {
+  FakeHost host;
+  const std::string refused =
+      "' is beyond loopback and the store has no token (DDP_STORE_TOKEN), so the live view "
+      "would show the job's hosts, addresses, pids and incidents to anyone who can reach the "
+      "port; set DDP_STORE_TOKEN (clients must then carry it), listen on 127.0.0.1, or pass "
+      "--status_allow_no_token to serve it anyway";
+  for (const char* address : {"0.0.0.0", "::", "10.1.2.3", "node7"}) {
+    SCOPED_TRACE(address);
+    EXPECT_EQ(host.error({"--status_port=9400", "--status_host", address, "/bin/true"}),
+              "--status_host: '" + std::string(address) + refused);
+  }
+  host.env["PET_STATUS_HOST"] = "0.0.0.0";
+  EXPECT_EQ(host.error({"--status_port=0", "/bin/true"}),
+            "--status_host (from PET_STATUS_HOST): '0.0.0.0" + refused);
+  // Without a live view, the address serves nothing: no refusal.
+  EXPECT_EQ(host.config({"/bin/true"}).agent.status.host, "0.0.0.0");
+  host.env.erase("PET_STATUS_HOST");
+
+  // The ways out: the flag (either spelling, or PET_), a token, loopback.
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"--status_allow_no_token"},
+        std::vector<std::string>{"--status-allow-no-token"}}) {
+    auto c = host.config({"--status_port=0", "--status_host=0.0.0.0", args[0], "/bin/true"});
+    EXPECT_EQ(c.agent.status.host, "0.0.0.0");
+    EXPECT_EQ(c.agent.status.port.value_or(1), 0);
+  }
+  host.env["PET_STATUS_ALLOW_NO_TOKEN"] = "1";
+  EXPECT_EQ(
+      host.config({"--status_port=0", "--status_host=0.0.0.0", "/bin/true"}).agent.status.host,
+      "0.0.0.0");
+  host.env.erase("PET_STATUS_ALLOW_NO_TOKEN");
+  host.env["DDP_STORE_TOKEN"] = "s3cret";
+  EXPECT_EQ(
+      host.config({"--status_port=0", "--status_host=0.0.0.0", "/bin/true"}).agent.status.host,
+      "0.0.0.0");
+  host.env["DDP_STORE_TOKEN"] = "";  // an empty token is none
+  EXPECT_EQ(host.error({"--status_port=0", "--status_host=0.0.0.0", "/bin/true"}),
+            "--status_host: '0.0.0.0" + refused);
+  host.env.erase("DDP_STORE_TOKEN");
+  for (const char* loopback : {"127.0.0.1", "127.0.0.2", "::1", "localhost"}) {
+    EXPECT_EQ(
+        host.config({"--status_port=0", "--status_host", loopback, "/bin/true"}).agent.status.host,
+        loopback);
+  }
 }
 
 TEST(ParseCommandLine, ABadPetFlagFailsEvenTheHelpButNotTheVersion) {

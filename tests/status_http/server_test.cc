@@ -1,7 +1,10 @@
 // status_http::Server over real loopback sockets: routing to the handler,
 // the answers the server gives itself (405, 400, 431, 413, 401, 500), the
-// idle timeout against a slow client, the connection cap against a flood of
-// idle connections, keep-alive and pipelining, the token rule, stopping with
+// idle timeout against a slow client, the write-progress deadline against a
+// client that stops reading (and not against one that reads slowly), the
+// connection cap against a flood of idle connections and against clients
+// pipelining requests they never read (with and without the token),
+// keep-alive and pipelining, the token rule (a 401 closes), stopping with
 // connections open, binding; plus is_loopback and the embedded page.
 #include <dirent.h>
 #include <poll.h>
@@ -14,6 +17,7 @@
 #include <cctype>
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -32,6 +36,7 @@
 #include "ddp/common/error.h"
 #include "ddp/status_http/page.h"
 #include "ddp/status_http/server.h"
+#include "http_attackers.h"
 #include "net_util.h"
 #include "process_util.h"
 #include "sys_error.h"
@@ -518,37 +523,174 @@ TEST(StatusHttpServer, AThousandIdleConnectionsCannotLockOutAScraper) {
   EXPECT_TRUE(flood.front()->closed_within(kPatience));
 }
 
-TEST(StatusHttpServer, WhenEveryConnectionIsBusyANewOneIsClosedAtOnce) {
-  const std::string big(16 << 20, 'z');  // far more than the socket buffers hold
+// A handler whose every response has a body of `size` bytes.
+Handler big_response(std::size_t size) {
+  auto body = std::make_shared<const std::string>(size, 'z');
+  return [body](const Request& request) {
+    Response response;
+    response.body = request.path == "/hello" ? "hello\n" : *body;
+    return response;
+  };
+}
+
+TEST(StatusHttpServer, AResponseTheClientStopsTakingIsClosedAfterTheProgressTimeout) {
+  ServerOptions options = loopback_options();
+  options.idle_timeout = 120s;  // not what closes it
+  options.write_progress_timeout = 300ms;
+  Server server(options, big_response(16 << 20));  // far more than the socket buffers hold
+  server.start();
+  Client client(server.port());
+  client.limit_receive_buffer(64 * 1024);
+  const auto asked = Clock::now();
+  ASSERT_TRUE(client.send(get_request("/big")));
+  // The client reads nothing: once the buffers are full, no byte moves.
+  ASSERT_TRUE(eventually([&] { return server.counters().stalled == 1; }));
+  const auto waited = Clock::now() - asked;
+  EXPECT_GE(waited, 250ms);
+  EXPECT_EQ(server.connections(), 0u);
+  EXPECT_TRUE(client.closed_within());
+  EXPECT_LT(client.received().size(), std::size_t{16} << 20);
+  EXPECT_EQ(server.counters().timed_out, 0u);
+}
+
+TEST(StatusHttpServer, ASlowReaderThatKeepsReadingGetsAllOfABigResponse) {
+  // The client takes at most 128 KiB every 20 ms (6.4 MB/s at most), so the
+  // server writes the 16 MiB for longer than idle_timeout (the kernel's
+  // buffers hold a few MiB), but never waits write_progress_timeout for a byte.
+  ServerOptions options = loopback_options();
+  options.idle_timeout = 500ms;
+  options.write_progress_timeout = 1s;
+  const std::size_t size = 16 << 20;
+  Server server(options, big_response(size));
+  server.start();
+  const int fd = test::connect_loopback(server.port());
+  ASSERT_GE(fd, 0);
+  const int buffer = 256 * 1024;
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buffer, sizeof buffer);
+  const std::string request = get_request("/big", "Connection: close\r\n");
+  ASSERT_EQ(::send(fd, request.data(), request.size(), MSG_NOSIGNAL),
+            static_cast<ssize_t>(request.size()));
+  const auto started = Clock::now();
+  std::string head;  // the start of the response, up to its headers' end
+  std::size_t received = 0;
+  std::string failure;
+  std::vector<char> chunk(128 * 1024);
+  while (Clock::now() - started < 60s) {
+    std::this_thread::sleep_for(20ms);
+    const ssize_t n = ::recv(fd, chunk.data(), chunk.size(), MSG_DONTWAIT);
+    if (n == 0) break;  // the end, after the whole response
+    if (n < 0) {
+      if (errno == EAGAIN || errno == EINTR) continue;
+      failure = std::strerror(errno);
+      break;
+    }
+    if (head.find("\r\n\r\n") == std::string::npos) {
+      head.append(chunk.data(), std::min<std::size_t>(static_cast<std::size_t>(n), 1024));
+    }
+    received += static_cast<std::size_t>(n);
+  }
+  const auto took = Clock::now() - started;
+  ::close(fd);
+  EXPECT_EQ(failure, "");
+  ASSERT_EQ(head.rfind("HTTP/1.1 200 ", 0), 0u) << head;
+  const auto header_end = head.find("\r\n\r\n");
+  ASSERT_NE(header_end, std::string::npos);
+  EXPECT_EQ(received - (header_end + 4), size);
+  EXPECT_GT(took, options.idle_timeout);
+  EXPECT_EQ(server.counters().stalled, 0u);
+  EXPECT_EQ(server.counters().timed_out, 0u);
+}
+
+TEST(StatusHttpServer, WhenEveryConnectionIsBusyTheLongestBusyGivesWay) {
   ServerOptions options = loopback_options();
   options.max_connections = 2;
-  options.idle_timeout = 60s;
-  Server server(options, [&](const Request&) {
-    Response response;
-    response.body = big;
-    return response;
-  });
+  options.write_progress_timeout = 60s;  // nothing is closed for stalling during the test
+  Server server(options, big_response(16 << 20));
   server.start();
   // Two clients ask for the big response and do not read it: both stay busy.
   Client first(server.port());
-  Client second(server.port());
   first.limit_receive_buffer(64 * 1024);
-  second.limit_receive_buffer(64 * 1024);
   ASSERT_TRUE(first.send(get_request("/big")));
+  ASSERT_TRUE(eventually([&] { return server.counters().requests == 1; }));
+  Client second(server.port());
+  second.limit_receive_buffer(64 * 1024);
   ASSERT_TRUE(second.send(get_request("/big")));
   ASSERT_TRUE(eventually([&] { return server.counters().requests == 2; }));
 
+  // A third is served: the first, busy longest, gives way.
   Client third(server.port());
-  EXPECT_TRUE(third.closed_within(kPatience));
-  EXPECT_TRUE(third.received().empty());
-  EXPECT_EQ(server.counters().refused_busy, 1u);
-  EXPECT_EQ(server.counters().evicted_idle, 0u);
-  EXPECT_EQ(server.connections(), 2u);
-
-  // The busy ones are served in full.
-  auto response = first.read_response(false, 30s);
+  ASSERT_TRUE(third.send(get_request("/hello")));
+  auto response = third.read_response();
   ASSERT_TRUE(response);
-  EXPECT_EQ(response->body.size(), big.size());
+  EXPECT_EQ(response->body, "hello\n");
+  EXPECT_EQ(server.counters().evicted_busy, 1u);
+  EXPECT_EQ(server.counters().evicted_idle, 0u);
+  EXPECT_TRUE(first.closed_within());
+  EXPECT_LT(first.received().size(), std::size_t{16} << 20);
+  // The second is still served, in full.
+  auto rest = second.read_response(false, 30s);
+  ASSERT_TRUE(rest);
+  EXPECT_EQ(rest->body.size(), std::size_t{16} << 20);
+}
+
+TEST(StatusHttpServer, AtTheCapTheConnectionLongestInItsStateGivesWayNeverTheNewest) {
+  ServerOptions options = loopback_options();
+  options.max_connections = 2;
+  options.idle_timeout = 60s;
+  options.write_progress_timeout = 60s;
+  Server server(options, big_response(16 << 20));
+  server.start();
+  // A busy connection (never reading), then an idle one: the busy one has
+  // held its state longer, so it gives way.
+  Client busy(server.port());
+  busy.limit_receive_buffer(64 * 1024);
+  ASSERT_TRUE(busy.send(get_request("/big")));
+  ASSERT_TRUE(eventually([&] { return server.counters().requests == 1; }));
+  std::this_thread::sleep_for(20ms);
+  Client idle(server.port());
+  ASSERT_TRUE(eventually([&] { return server.connections() == 2; }));
+  std::this_thread::sleep_for(20ms);
+  {
+    Client newcomer(server.port());
+    ASSERT_TRUE(newcomer.send(get_request("/hello")));
+    auto response = newcomer.read_response();
+    ASSERT_TRUE(response);
+    EXPECT_EQ(response->status, 200);
+  }
+  EXPECT_TRUE(busy.closed_within());
+  EXPECT_EQ(server.counters().evicted_busy, 1u);
+  // Now the idle one has waited longest: the next newcomer takes its slot.
+  ASSERT_TRUE(eventually([&] { return server.connections() == 1; }));
+  std::this_thread::sleep_for(20ms);
+  Client second_busy(server.port());
+  second_busy.limit_receive_buffer(64 * 1024);
+  ASSERT_TRUE(second_busy.send(get_request("/big")));
+  ASSERT_TRUE(eventually([&] { return server.counters().requests == 3; }));
+  Client newest(server.port());
+  EXPECT_TRUE(idle.closed_within());
+  EXPECT_EQ(server.counters().evicted_idle, 1u);
+  EXPECT_EQ(server.counters().evicted_busy, 1u);
+}
+
+// Short deadlines (the endpoints' real-time tests in tests/status run the
+// users' ones for 20 s): 70 clients pipelining GET / of a large page and never
+// reading, each connecting again when closed, and a scrape every 100 ms.
+TEST(StatusHttpServer, SeventyPipeliningNonReadersCannotLockOutAScraper) {
+  ServerOptions options = loopback_options();
+  options.write_progress_timeout = 300ms;
+  Server server(options, big_response(256 * 1024));
+  server.start();
+  test::http_attack::PipeliningNonReaders attackers(server.port(), 70,
+                                                    "GET / HTTP/1.1\r\nHost: x\r\n\r\n", 60s);
+  ASSERT_TRUE(eventually(
+      [&] { return attackers.connections() >= 70 && server.counters().requests >= 64; }));
+  std::this_thread::sleep_for(500ms);  // the slots are full of responses nobody takes
+  const auto log =
+      test::http_attack::scrape_every(server.port(), "/hello", "", 100ms, 3s, kPatience);
+  attackers.stop();
+  EXPECT_EQ(log.answered, log.asked) << log.failures;
+  EXPECT_GE(log.asked, 25);
+  EXPECT_LE(server.connections(), options.max_connections);
 }
 
 TEST(StatusHttpServer, KeepAliveAndPipelining) {
@@ -683,6 +825,56 @@ TEST(StatusHttpServer, ANonLoopbackServerAsksForTheToken) {
   EXPECT_EQ(routes.calls, 5);
 }
 
+TEST(StatusHttpServer, A401ClosesTheConnection) {
+  TestRoutes routes;
+  ServerOptions options;
+  options.host = "0.0.0.0";  // reached here through 127.0.0.1
+  options.token = "s3cret-t0ken";
+  Server server(options, routes.handler());
+  server.start();
+  for (const std::string& unauthorized :
+       {get_request("/hello"), get_request("/hello", "Authorization: Bearer wrong\r\n")}) {
+    SCOPED_TRACE(unauthorized);
+    Client client(server.port());
+    // Three pipelined requests, the last with the token: one 401, then the end.
+    ASSERT_TRUE(client.send(unauthorized + unauthorized +
+                            get_request("/hello", "Authorization: Bearer s3cret-t0ken\r\n")));
+    auto response = client.read_response();
+    ASSERT_TRUE(response);
+    EXPECT_EQ(response->status, 401);
+    EXPECT_EQ(response->header("connection"), "close");
+    EXPECT_TRUE(client.closed_within());
+    EXPECT_TRUE(client.received().empty()) << client.received();
+  }
+  EXPECT_EQ(routes.calls, 0);
+  EXPECT_EQ(server.counters().rejected_unauthorized, 2u);
+}
+
+// As SeventyPipeliningNonReadersCannotLockOutAScraper, beyond loopback: the
+// attackers carry no token or a wrong one and get 401s; the scraper has it.
+TEST(StatusHttpServer, SeventyPipeliningStrangersGetting401sCannotLockOutAScraper) {
+  ServerOptions options;
+  options.host = "0.0.0.0";  // reached here through 127.0.0.1
+  options.token = "s3cret-t0ken";
+  options.write_progress_timeout = 300ms;
+  Server server(options, big_response(256 * 1024));
+  server.start();
+  test::http_attack::PipeliningNonReaders without_token(server.port(), 35,
+                                                        "GET / HTTP/1.1\r\nHost: x\r\n\r\n", 60s);
+  test::http_attack::PipeliningNonReaders wrong_token(
+      server.port(), 35, "GET / HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer wrong\r\n\r\n", 60s);
+  ASSERT_TRUE(eventually([&] {
+    return without_token.connections() >= 35 && wrong_token.connections() >= 35 &&
+           server.counters().rejected_unauthorized >= 140;
+  }));
+  const auto log = test::http_attack::scrape_every(
+      server.port(), "/hello", "Authorization: Bearer s3cret-t0ken\r\n", 100ms, 3s, kPatience);
+  without_token.stop();
+  wrong_token.stop();
+  EXPECT_EQ(log.answered, log.asked) << log.failures;
+  EXPECT_GE(log.asked, 25);
+}
+
 // ---------------------------------------------------------------------------
 // Lifetime and binding
 
@@ -767,6 +959,7 @@ TEST(StatusHttpServer, UnusableOptionsAreRefused) {
   refused([](ServerOptions& o) { o.max_connections = 0; });
   refused([](ServerOptions& o) { o.max_header_bytes = 0; });
   refused([](ServerOptions& o) { o.idle_timeout = 0ms; });
+  refused([](ServerOptions& o) { o.write_progress_timeout = 0ms; });
   EXPECT_THROW(Server server(loopback_options(), Handler()), InvalidArgument);
 }
 

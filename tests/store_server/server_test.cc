@@ -31,6 +31,7 @@
 #include "ddp/store/protocol.h"
 #include "ddp/store/tcp_store.h"
 #include "ddp/store_server/store_server.h"
+#include "http_client.h"
 #include "server_test_util.h"
 
 extern char** environ;
@@ -562,6 +563,23 @@ class Child {
     return std::nullopt;
   }
 
+  // What the child wrote to stderr until a line holding `needle` arrived (or
+  // `timeout` passed, or stderr closed); the rest is read by read_stderr().
+  std::string stderr_until(const std::string& needle, std::chrono::milliseconds timeout = 10s) {
+    std::string text;
+    const auto deadline = Clock::now() + timeout;
+    while (Clock::now() < deadline) {
+      const auto at = text.find(needle);
+      if (at != std::string::npos && text.find('\n', at) != std::string::npos) break;
+      pollfd p{err_, POLLIN, 0};
+      if (::poll(&p, 1, 50) <= 0) continue;
+      char c;
+      if (::read(err_, &c, 1) != 1) break;
+      text.push_back(c);
+    }
+    return text;
+  }
+
   std::string read_stderr() {
     std::string text;
     char buf[1024];
@@ -691,6 +709,8 @@ TEST(Daemon, BadFlagsExitTwoWithOneLine) {
       {{"--idle-timeout", "soon"}, "idle-timeout"},
       {{"--token-file", "/nonexistent/token"}, "/nonexistent/token"},
       {{"--token-file", empty.string()}, "empty"},
+      {{"--status-port", "0", "--status-host", "0.0.0.0"}, "--status-allow-no-token"},
+      {{"--status-port", "0", "--status-host", "10.1.2.3"}, "--status-host 10.1.2.3"},
   };
   for (auto& c : cases) {
     std::vector<std::string> args{daemon_path()};
@@ -702,6 +722,68 @@ TEST(Daemon, BadFlagsExitTwoWithOneLine) {
     EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
   }
   std::filesystem::remove(empty);
+}
+
+// The port of the daemon's live view, from its line "live view at
+// http://ADDRESS:PORT/" in `log`; 0 when there is none.
+std::uint16_t live_view_port(const std::string& log) {
+  const auto at = log.find("live view at http://");
+  if (at == std::string::npos) return 0;
+  const auto slash = log.find("/ ", at + 20);
+  const auto colon = log.rfind(':', slash);
+  if (slash == std::string::npos || colon == std::string::npos || colon < at) return 0;
+  return static_cast<std::uint16_t>(std::atoi(log.substr(colon + 1, slash - colon - 1).c_str()));
+}
+
+TEST(Daemon, ALiveViewBeyondLoopbackWithoutATokenIsServedOnlyWhenAllowedWithAWarning) {
+  // Refused: exit 2 with one line naming the flag and the way out (also in
+  // BadFlagsExitTwoWithOneLine); nothing listens.
+  {
+    Child daemon({daemon_path(), "--host", "127.0.0.1", "--port", "0", "--status-port", "0",
+                  "--status-host", "0.0.0.0"});
+    EXPECT_EQ(daemon.wait(), 2);
+    const std::string err = daemon.read_stderr();
+    EXPECT_EQ(err,
+              "ddp-rendezvous: --status-host 0.0.0.0: the live view would be served beyond "
+              "loopback without a token; give --token-file (clients must then carry the token), "
+              "listen on 127.0.0.1, or pass --status-allow-no-token to serve it to anyone who can "
+              "reach the port\n");
+  }
+  // Allowed: served to anyone (here through 127.0.0.1, no token), with a warning.
+  {
+    Child daemon({daemon_path(), "--host", "127.0.0.1", "--port", "0", "--status-port", "0",
+                  "--status-host", "0.0.0.0", "--status-allow-no-token"});
+    ASSERT_NE(parse_port(daemon.first_line()), 0);
+    const std::string log = daemon.stderr_until("live view at");
+    EXPECT_NE(log.find("the live view listens on 0.0.0.0 beyond loopback without a token"),
+              std::string::npos)
+        << log;
+    const std::uint16_t port = live_view_port(log);
+    ASSERT_NE(port, 0) << log;
+    const auto reply = http_request(port, "GET", "/livez", "", 5s);
+    ASSERT_TRUE(reply.has_value());
+    EXPECT_EQ(reply->rfind("HTTP/1.1 200 ", 0), 0u) << *reply;
+    daemon.signal(SIGTERM);
+    EXPECT_EQ(daemon.wait(), 0);
+  }
+  // With a token: served, the token asked of clients, no warning.
+  auto path = std::filesystem::temp_directory_path() / ("ddp-token-" + std::to_string(::getpid()));
+  { std::ofstream(path) << "tok3n\n"; }
+  {
+    Child daemon({daemon_path(), "--host", "127.0.0.1", "--port", "0", "--token-file",
+                  path.string(), "--status-port", "0", "--status-host", "0.0.0.0"});
+    ASSERT_NE(parse_port(daemon.first_line()), 0);
+    const std::string log = daemon.stderr_until("live view at");
+    EXPECT_EQ(log.find("without a token"), std::string::npos) << log;
+    const std::uint16_t port = live_view_port(log);
+    ASSERT_NE(port, 0) << log;
+    const auto reply = http_request(port, "GET", "/livez", "", 5s);
+    ASSERT_TRUE(reply.has_value());
+    EXPECT_EQ(reply->rfind("HTTP/1.1 401 ", 0), 0u) << *reply;
+    daemon.signal(SIGTERM);
+    EXPECT_EQ(daemon.wait(), 0);
+  }
+  std::filesystem::remove(path);
 }
 
 TEST(Daemon, HelpExitsZero) {

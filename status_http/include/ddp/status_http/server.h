@@ -11,8 +11,8 @@
 // HEAD gets the headers the GET would get, without the body. Every response
 // carries Content-Length, Cache-Control: no-store and X-Content-Type-Options:
 // nosniff. Keep-alive follows HTTP/1.1 (Connection: close ends it); HTTP/1.0
-// connections close after one response. Pipelined requests are answered in
-// order.
+// connections close after one response, and so does every 401. Pipelined
+// requests are answered in order.
 //
 // The token: required iff options.token is non-empty and the host is not a
 // loopback address (is_loopback). A client sends it as
@@ -23,14 +23,19 @@
 // Connections: a connection is busy from the moment its request is complete
 // until its response is written, and idle otherwise (also while a request is
 // only partly received, so that slow clients cannot hold slots). At most
-// max_connections are open; a new one arriving at the cap closes the idle
-// connection that has waited longest (counted in evicted_idle), or, when every
-// connection is busy, is itself closed at once (refused_busy). A connection
-// gets idle_timeout to deliver a complete request, counted from when the
-// server started waiting for it (a client dribbling bytes gains nothing), and
-// idle_timeout to take a response; then it is closed (timed_out). Connections
-// that close after an error response are drained briefly first, so that the
-// response is not lost to a TCP reset.
+// max_connections are open. A new one arriving at the cap closes one to make
+// room: a connection closing after an error response if there is one, else
+// the connection that has been in its state longest, idle (waiting for a
+// request: evicted_idle) or busy (its response not taken: evicted_busy), so
+// that neither idle strangers nor clients that never read can lock out a
+// scraper (a fresh connection is the last to go). A connection gets
+// idle_timeout to deliver a complete request, counted from when the server
+// started waiting for it (a client dribbling bytes gains nothing); then it is
+// closed (timed_out). A response that makes no progress (no byte taken by the
+// client) for write_progress_timeout closes its connection (stalled); a slow
+// reader that keeps taking bytes may take as long as it needs. Connections
+// that close after an error response (and a 401) are drained briefly first,
+// so that the response is not lost to a TCP reset.
 //
 // Ownership: the Server owns its socket, its thread and its connections; the
 // handler is copied in. Blocking: the constructor binds and listens (port()
@@ -97,8 +102,11 @@ struct ServerOptions {
   // A GET or HEAD body larger than this (at most 16 MiB; a body is read and
   // ignored): 413, closed.
   std::size_t max_body_bytes = 1024;
-  // For a complete request, and for taking a response (positive).
+  // For a complete request (positive).
   std::chrono::milliseconds idle_timeout = std::chrono::seconds(10);
+  // A response of which the client takes no byte for this long closes its
+  // connection (positive): a client that never reads holds a slot no longer.
+  std::chrono::milliseconds write_progress_timeout = std::chrono::milliseconds(1500);
   // Names the server in log lines ("<name> server: ...").
   std::string name = "status";
 };
@@ -129,9 +137,10 @@ class Server {
     std::uint64_t requests = 0;               // requests answered, with any status
     std::uint64_t rejected_unauthorized = 0;  // answered 401
     std::uint64_t rejected_bad_request = 0;   // answered 400, 405, 413 or 431
-    std::uint64_t evicted_idle = 0;           // idle connections closed to make room
+    std::uint64_t evicted_idle = 0;           // idle (or closing) connections closed to make room
+    std::uint64_t evicted_busy = 0;           // busy connections closed to make room
     std::uint64_t timed_out = 0;              // connections closed by idle_timeout
-    std::uint64_t refused_busy = 0;           // new connections closed at once: all were busy
+    std::uint64_t stalled = 0;                // closed by write_progress_timeout
   };
   Counters counters() const;
 
