@@ -5,7 +5,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -22,10 +21,6 @@ constexpr auto kStopGrace = std::chrono::seconds(2);
 // Descriptors kept free for everything else in the process (the agent's worker
 // pipes and log files, the server's own acceptor and timers).
 constexpr rlim_t kReservedDescriptors = 128;
-// After a failed accept (out of descriptors), the next try waits this long,
-// doubled after each failure up to the most.
-constexpr std::chrono::milliseconds kAcceptRetryFirst{50};
-constexpr std::chrono::milliseconds kAcceptRetryMax{1000};
 
 StoreHandler::Limits handler_limits(const StoreServerOptions& options) {
   StoreHandler::Limits limits;
@@ -153,47 +148,22 @@ void Server::accept() {
   // a later fcntl would inherit the connection.
   acceptor_.async_wait(asio::socket_base::wait_read, [this](const boost::system::error_code& ec) {
     if (ec == asio::error::operation_aborted || stopping_) return;
-    if (ec) {
-      accept_failed_ = true;
-      accept_error_ = ec.message();
-      retry_accept_later();
+    try {
+      if (!ec) accept_ready();
+    } catch (const std::exception& e) {
+      logger_->error("store server: cannot set up a connection: {}", e.what());
+    }
+    if (ec || accept_failed_) {
+      // Out of file descriptors and the like: back off instead of spinning.
+      logger_->warn("store server: accept failed: {}", ec ? ec.message() : accept_error_);
+      accept_failed_ = false;
+      retry_timer_.expires_after(std::chrono::milliseconds(100));
+      retry_timer_.async_wait([this](const boost::system::error_code& e) {
+        if (!e && !stopping_) accept();
+      });
       return;
     }
-    take_connections();
-  });
-}
-
-void Server::take_connections() {
-  try {
-    accept_ready();
-  } catch (const std::exception& e) {
-    logger_->error("store server: cannot set up a connection: {}", e.what());
-  }
-  if (accept_failed_) {
-    retry_accept_later();
-    return;
-  }
-  if (accept_backoff_.count() > 0) {
-    logger_->info("store server: accepting connections again");
-    accept_backoff_ = std::chrono::milliseconds(0);
-  }
-  accept();
-}
-
-void Server::retry_accept_later() {
-  // Out of file descriptors and the like: the connections stay queued. Try
-  // accept4() again on a timer (not by waiting for readiness: see
-  // take_connections()), backing off instead of spinning.
-  accept_failed_ = false;
-  if (accept_backoff_.count() == 0) {
-    logger_->warn("store server: accept failed: {}; trying again until it succeeds", accept_error_);
-    accept_backoff_ = kAcceptRetryFirst;
-  } else {
-    accept_backoff_ = std::min(accept_backoff_ * 2, kAcceptRetryMax);
-  }
-  retry_timer_.expires_after(accept_backoff_);
-  retry_timer_.async_wait([this](const boost::system::error_code& e) {
-    if (!e && !stopping_) take_connections();
+    accept();
   });
 }
 

@@ -87,14 +87,7 @@ class Server {
   bool stopping() const { return stopping_; }
 
  private:
-  // Waits until a connection arrives, then takes every queued one.
   void accept();
-  // accept4() every queued connection, then waits for the next. After a
-  // failure (out of descriptors) it tries again itself on a timer, backing
-  // off: the reactor reports arrivals as edges, so a wait would sleep through
-  // the connections already queued until yet another one came.
-  void take_connections();
-  void retry_accept_later();
   std::array<std::uint64_t, 256> op_counts_{};
   std::uint64_t connections_total_ = 0;
   std::uint64_t refused_total_ = 0;
@@ -116,7 +109,6 @@ class Server {
   std::uint16_t port_ = 0;
   bool stopping_ = false;  // io_context thread
   bool accept_failed_ = false;
-  std::chrono::milliseconds accept_backoff_{0};  // 0: the last accept succeeded
   std::uint64_t buffered_input_ = 0;
   std::uint64_t session_serials_ = 0;
   std::chrono::steady_clock::time_point client_log_window_{};

@@ -376,10 +376,11 @@ int accept_after_running_out_of_descriptors() {
 }
 
 // Out of descriptors, the server cannot accept, and connections wait in the
-// listen queue. Once descriptors free up they are accepted, though no other
-// connection arrives: the reactor reports arrivals as edges, and a server that
-// went back to waiting for readiness after the failure (as it did) slept
-// until another client came.
+// listen queue. Once descriptors free up they must be accepted though no other
+// connection arrives. The reactor reports arrivals as edges (EPOLLET), but the
+// server's retry goes through a new async_wait, and Asio (1.74) re-arms the
+// descriptor for each one (EPOLL_CTL_MOD), which reports the queued
+// connections at once: this test keeps it so (issue 28 suspected it did not).
 TEST(Hardening, QueuedConnectionsAreAcceptedOnceDescriptorsFreeUp) {
   // In a child: the lowered limit (hard too, or the server raises it) stays there.
   pid_t pid = ::fork();
