@@ -559,13 +559,31 @@ class Agent::Impl {
         .set("restart_count", restart_count_)
         .set("grace_ms", static_cast<std::int64_t>(change_grace().count()));
     control_.expect_reform(worker.local_rank);
-    if (!control_.send(worker.local_rank, round)) {
-      logger_->warn(
-          "could not tell worker rank {} (pid {}) its new round: its control channel "
-          "is closed",
-          worker.rank, worker.pid);
-    }
+    tell(worker, round);
     watch_.kept(worker.local_rank, worker.rank);
+  }
+
+  // Sends `message` to a running worker on its control channel, never waiting
+  // for it to read. A worker whose channel is full (it has not read what it
+  // was told before), or that cannot be told (refused), is a failed worker:
+  // ended with SIGKILL, its failure saying why. A closed channel is a worker
+  // on its way out: its exit says the rest.
+  control::Sent tell(Worker& worker, const control::Message& message) {
+    const control::Sent sent = control_.send(worker.local_rank, message);
+    if (sent == control::Sent::kSent) return sent;
+    if (sent == control::Sent::kClosed) {
+      logger_->warn("could not send worker rank {} (local rank {}, pid {}) its '{}' message: {}",
+                    worker.rank, worker.local_rank, worker.pid, message.type,
+                    control::describe(sent));
+      return sent;
+    }
+    worker.ended_by_agent = fmt::format(
+        "ended by ddprun: local rank {} (rank {}, pid {}) could not be sent its '{}' message on "
+        "its control channel: {}",
+        worker.local_rank, worker.rank, worker.pid, message.type, control::describe(sent));
+    std::fprintf(stderr, "ddprun: %s\n", worker.ended_by_agent.c_str());
+    launcher_.signal_group(worker.pid, SIGKILL);
+    return sent;
   }
 
   std::vector<std::string> worker_env(const Worker& worker) const {
@@ -841,7 +859,15 @@ class Agent::Impl {
     if (why.size() > 512) why.resize(512);
     control::Message abort("abort");
     abort.set("round", round_->info().round).set("why", why);
-    for (const auto& w : workers_) control_.send(w.local_rank, abort);
+    bool failed = false;
+    for (auto& w : workers_) {
+      const control::Sent sent = tell(w, abort);
+      failed = failed || sent == control::Sent::kFull || sent == control::Sent::kRefused;
+    }
+    if (failed) {
+      logger_->warn("a worker could not be told that its round ended: stopping the workers");
+      return std::nullopt;
+    }
     recovery_ = Recovery{};
     recovery_->from_round = round_->info().round;
     recovery_->why = describe(end);

@@ -20,6 +20,7 @@
 #include <cstring>
 #include <deque>
 #include <map>
+#include <string_view>
 
 #include "ddp/agent/process_launcher.h"
 #include "ddp/common/error.h"
@@ -217,6 +218,11 @@ class PosixLauncher final : public ProcessLauncher {
       // The agent may have died between fork and prctl: then nobody would
       // send the death signal, so give up now.
       if (::getppid() != parent) ::_exit(1);
+      // Under Yama's ptrace_scope=1 a process may trace only its descendants:
+      // the agent's stack collector (eu-stack or gdb, a child of the agent,
+      // not an ancestor of the worker) could not attach. Allow the agent and
+      // its descendants. Kept through exec; EINVAL without Yama, ignored.
+      ::prctl(PR_SET_PTRACER, static_cast<unsigned long>(parent), 0, 0, 0);
       auto redirect = [](int fd, int target) {
         if (fd < 0) {
           int null_fd = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
@@ -468,15 +474,19 @@ std::string resolve_program(const std::string& program, const std::string& path)
   };
   if (program.empty()) return "";
   if (program.find('/') != std::string::npos) return executable(program) ? program : "";
+  const std::string_view dirs(path);
   std::size_t start = 0;
   for (;;) {
-    std::size_t end = path.find(':', start);
-    std::string dir =
-        path.substr(start, end == std::string::npos ? std::string::npos : end - start);
+    const std::size_t end = dirs.find(':', start);
+    std::string_view dir = dirs.substr(start, end == std::string_view::npos ? end : end - start);
     if (dir.empty()) dir = ".";
-    std::string candidate = dir + "/" + program;
+    // Appended, not dir + "/" + program: GCC 12 at -O3 takes that for an
+    // overlapping copy (-Wrestrict, a false positive) and fails the build.
+    std::string candidate;
+    candidate.reserve(dir.size() + 1 + program.size());
+    candidate.append(dir).append(1, '/').append(program);
     if (executable(candidate)) return candidate;
-    if (end == std::string::npos) return "";
+    if (end == std::string_view::npos) return "";
     start = end + 1;
   }
 }

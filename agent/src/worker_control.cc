@@ -100,9 +100,9 @@ void WorkerControl::expect_reform(int local_rank) {
   it->second.synced.reset();
 }
 
-bool WorkerControl::send(int local_rank, const control::Message& message) {
+control::Sent WorkerControl::send(int local_rank, const control::Message& message) {
   auto it = channels_.find(local_rank);
-  if (it == channels_.end() || it->second.agent_fd < 0) return false;
+  if (it == channels_.end() || it->second.agent_fd < 0) return control::Sent::kClosed;
   return control::send(it->second.agent_fd, message);
 }
 

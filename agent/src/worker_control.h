@@ -6,8 +6,9 @@
 // (reformed, synced).
 //
 // Ownership: owns the agent's ends (and a worker's end until started()).
-// Blocking: never (the sockets are read without waiting; a send blocks only
-// on a full socket buffer, which a few small messages never fill).
+// Blocking: never (the sockets are read and written without waiting: a
+// worker that does not read its channel until the socket's buffer is full
+// gets kFull from send(), and the agent ends it as a failed worker).
 // Thread-safety: the agent's thread only. Errors: prepare() throws
 // InternalError when the kernel refuses a socket pair.
 #pragma once
@@ -59,8 +60,11 @@ class WorkerControl {
   // Forgets what the worker reported: its next re-form is about to start.
   void expect_reform(int local_rank);
 
-  // Sends to the worker at `local_rank`; false when its channel is gone.
-  bool send(int local_rank, const control::Message& message);
+  // Sends to the worker at `local_rank` without blocking: kSent, kFull (the
+  // worker has not read what it was sent before: a failed worker), kClosed
+  // (the worker, or its channel, is gone), kRefused (the message cannot be
+  // encoded: the agent's own error). Never throws.
+  control::Sent send(int local_rank, const control::Message& message);
 
  private:
   struct Channel {

@@ -27,8 +27,54 @@ bool valid_name(std::string_view name) {
   return true;
 }
 
-bool valid_value(std::string_view value) {
-  return value.find('\n') == std::string_view::npos && value.find('\0') == std::string_view::npos;
+// A value as it is written in a line: \\, \n and \0 for the bytes that could
+// not stand there (nor be told from an escape).
+void append_escaped(std::string& out, std::string_view value) {
+  for (char c : value) {
+    switch (c) {
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\0':
+        out += "\\0";
+        break;
+      default:
+        out += c;
+    }
+  }
+}
+
+// The value a line holds, or nullopt for a raw newline or NUL, an unknown
+// escape or a lone backslash at the end (none of which encode() writes).
+std::optional<std::string> unescape(std::string_view text) {
+  std::string value;
+  value.reserve(text.size());
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c == '\n' || c == '\0') return std::nullopt;
+    if (c != '\\') {
+      value += c;
+      continue;
+    }
+    if (++i == text.size()) return std::nullopt;
+    switch (text[i]) {
+      case '\\':
+        value += '\\';
+        break;
+      case 'n':
+        value += '\n';
+        break;
+      case '0':
+        value += '\0';
+        break;
+      default:
+        return std::nullopt;
+    }
+  }
+  return value;
 }
 
 }  // namespace
@@ -91,10 +137,10 @@ std::string encode(const Message& message) {
                                                 "'type')",
                                                 key, kMaxNameBytes));
     }
-    if (!valid_value(value)) {
-      throw InvalidArgument(origin, "the value of " + key + " holds a newline or NUL");
-    }
-    out += key + "=" + value + "\n";
+    out += key;
+    out += '=';
+    append_escaped(out, value);
+    out += '\n';
   }
   if (out.size() > kMaxMessageBytes) {
     throw InvalidArgument(origin, fmt::format("a {} message of {} bytes (at most {})", message.type,
@@ -119,15 +165,17 @@ std::optional<Message> decode(std::string_view bytes) {
     if (eq == std::string_view::npos) return std::nullopt;
     const std::string_view key = line.substr(0, eq);
     const std::string_view value = line.substr(eq + 1);
-    if (!valid_name(key) || !valid_value(value)) return std::nullopt;
-    if (!typed) {  // the first line names the type
+    if (!valid_name(key)) return std::nullopt;
+    if (!typed) {  // the first line names the type (a name: nothing escaped)
       if (key != "type" || !valid_name(value)) return std::nullopt;
       message.type = std::string(value);
       typed = true;
       continue;
     }
     if (key == "type" || message.fields.size() >= kMaxFields) return std::nullopt;
-    if (!message.fields.emplace(std::string(key), std::string(value)).second) {
+    auto text = unescape(value);
+    if (!text) return std::nullopt;
+    if (!message.fields.emplace(std::string(key), std::move(*text)).second) {
       return std::nullopt;  // a key twice
     }
   }
@@ -144,14 +192,37 @@ std::pair<int, int> make_socket_pair() {
   return {fds[0], fds[1]};
 }
 
-bool send(int fd, const Message& message) {
-  const std::string bytes = encode(message);
-  for (;;) {
-    const ssize_t n = ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
-    if (n >= 0) return true;  // SEQPACKET: the whole datagram or nothing
-    if (errno == EINTR) continue;
-    return false;  // EPIPE, ECONNRESET, EBADF: the other end is gone (or never was)
+Sent send(int fd, const Message& message) {
+  std::string bytes;
+  try {
+    bytes = encode(message);
+  } catch (const InvalidArgument&) {
+    return Sent::kRefused;
   }
+  for (;;) {
+    // MSG_DONTWAIT: a peer that does not read must not hold the sender.
+    const ssize_t n = ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n >= 0) return Sent::kSent;  // SEQPACKET: the whole datagram or nothing
+    if (errno == EINTR) continue;
+    // ENOBUFS: the kernel's own memory for the datagram; as full, for now.
+    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS) return Sent::kFull;
+    return Sent::kClosed;  // EPIPE, ECONNRESET, EBADF: the other end is gone (or never was)
+  }
+}
+
+const char* describe(Sent sent) {
+  switch (sent) {
+    case Sent::kSent:
+      return "sent";
+    case Sent::kFull:
+      return "the channel is full: the other end has not read the messages already sent";
+    case Sent::kClosed:
+      return "the channel is closed: the other end is gone";
+    case Sent::kRefused:
+      return "the message cannot be encoded (a name outside [a-z_], too many fields or over "
+             "4 KiB)";
+  }
+  return "?";
 }
 
 Received receive(int fd, Message& out, bool wait) {

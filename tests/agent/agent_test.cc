@@ -2,15 +2,21 @@
 // in-memory store (no processes, no sockets).
 #include "ddp/agent/agent.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <filesystem>
+#include <future>
 #include <mutex>
 #include <thread>
 
+#include "ddp/common/control_channel.h"
 #include "ddp/store/memory_store.h"
 #include "fake_launcher.h"
 #include "forwarding_store.h"
@@ -141,6 +147,40 @@ class ElasticLookingHandler final : public RendezvousHandler {
   std::unique_ptr<RendezvousHandler> inner_;
   std::chrono::milliseconds grace_;
 };
+
+// The agent's end of the control channel whose worker end is `worker`: the
+// SEQPACKET socket of this process whose datagram arrives at `worker` (one
+// probe sent from each candidate, read back at `worker`); -1 when none.
+int agent_end_of(int worker) {
+  struct stat own {};
+  if (::fstat(worker, &own) != 0) return -1;
+  std::vector<int> fds;
+  for (const auto& entry : fs::directory_iterator("/proc/self/fd")) {
+    fds.push_back(std::stoi(entry.path().filename().string()));
+  }
+  for (int fd : fds) {
+    struct stat st {};
+    if (::fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode) || st.st_ino == own.st_ino) continue;
+    int type = 0;
+    socklen_t len = sizeof(type);
+    if (::getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) != 0 || type != SOCK_SEQPACKET) continue;
+    if (::send(fd, "probe", 5, MSG_DONTWAIT | MSG_NOSIGNAL) != 5) continue;
+    char got[8];
+    if (::recv(worker, got, sizeof(got), MSG_DONTWAIT) == 5) return fd;
+  }
+  return -1;
+}
+
+// Fills the agent-to-worker direction of a channel until the socket's buffer
+// is full, as a worker that never reads would let it fill; returns the count.
+int fill_channel(int agent_end) {
+  control::Message filler("round");
+  filler.set("why", std::string(1000, 'x'));
+  const std::string bytes = control::encode(filler);
+  int n = 0;
+  while (::send(agent_end, bytes.data(), bytes.size(), MSG_DONTWAIT | MSG_NOSIGNAL) > 0) ++n;
+  return n;
+}
 
 class AgentTest : public ::testing::Test {
  protected:
@@ -373,6 +413,68 @@ TEST_F(AgentTest, AllNodesRestartTogether) {
   EXPECT_EQ(l1.launches()[3].env.at("RANK"), "2");
   EXPECT_EQ(l1.launches()[3].env.at("WORLD_SIZE"), "3");
   // The job ended cleanly: the last agent to leave deleted every key.
+  EXPECT_EQ(store_->num_keys(), 0);
+}
+
+// A worker kept for in-place recovery that never reads its control channel:
+// once the socket's buffer is full, the agent's abort cannot go out. The agent
+// must not block in the send (it used to, and with it the node's loop): the
+// worker is ended as failed (SIGKILL), the message names its local rank and
+// why, and the group restarts as it would without in-place recovery.
+TEST_F(AgentTest, AKeptWorkerWhoseControlChannelIsFullIsEndedAsFailed) {
+  int worker_end = -1;  // node 0's first worker's end of its channel, held by the test
+  int filled = 0;
+  FakeLauncher l0, l1;
+  l0.on_launch = [&](FakeLauncher& l, const FakeLauncher::Launch& launch) {
+    if (restart_of(launch) > 0) {
+      l.exit(launch.pid, 0);
+      return;
+    }
+    const int fd = std::stoi(launch.env.at("DDP_CONTROL_FD"));
+    worker_end = ::fcntl(fd, F_DUPFD_CLOEXEC, 3);
+    // It recovers in place, and never reads what the agent sends.
+    EXPECT_EQ(control::send(worker_end, control::Message("hello").set("in_place", 1)),
+              control::Sent::kSent);
+    const int agent_end = agent_end_of(worker_end);
+    ASSERT_GE(agent_end, 0) << "the agent's end of the channel was not found";
+    filled = fill_channel(agent_end);
+  };
+  l1.on_launch = [](FakeLauncher& l, const FakeLauncher::Launch& launch) {
+    l.exit(launch.pid, restart_of(launch) == 0 ? 5 : 0);  // node 1 asks for a restart
+  };
+  auto r0 = rendezvous(2, 0, 1);
+  auto r1 = rendezvous(2, 1, 1);
+  ::testing::internal::CaptureStderr();
+  auto c0 = std::async(std::launch::async, [&] { return Agent(options(1, 1, 0), *r0, l0).run(); });
+  auto c1 = std::async(std::launch::async, [&] { return Agent(options(1, 1, 1), *r1, l1).run(); });
+  const bool ended = c0.wait_for(std::chrono::seconds(60)) == std::future_status::ready &&
+                     c1.wait_for(std::chrono::seconds(10)) == std::future_status::ready;
+  if (!ended) {
+    // The agent is stuck in its send: let it go, then stop both.
+    control::Message m;
+    while (control::receive(worker_end, m, false) != control::Received::kNothing) {
+    }
+    l0.signal_agent(SIGTERM);
+    l1.signal_agent(SIGTERM);
+  }
+  const int code0 = c0.get();
+  const int code1 = c1.get();
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  if (worker_end >= 0) ::close(worker_end);
+  ASSERT_TRUE(ended) << "the agent blocked sending to a worker that does not read\n" << err;
+  EXPECT_GT(filled, 0);
+  EXPECT_EQ(code0, 0);
+  EXPECT_EQ(code1, 0);
+  auto launches = l0.launches();
+  ASSERT_EQ(launches.size(), 2u) << "node 0's worker was restarted, not kept";
+  const int pid = launches[0].pid;
+  auto signals = l0.signals();
+  EXPECT_NE(std::find(signals.begin(), signals.end(), std::make_pair(pid, SIGKILL)), signals.end());
+  EXPECT_NE(err.find("local rank 0 (rank 0, pid " + std::to_string(pid) +
+                     ") could not be sent its 'abort' message on its control channel: the "
+                     "channel is full"),
+            std::string::npos)
+      << err;
   EXPECT_EQ(store_->num_keys(), 0);
 }
 

@@ -4,9 +4,17 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <cstddef>
 
 #include <filesystem>
 #include <fstream>
@@ -308,6 +316,78 @@ TEST(PosixLauncher, FifoPlantedAsLogFileIsRefusedWithoutBlocking) {
   }
   error = launch_error(*launcher, logging(log.string()));
   EXPECT_NE(error.find("FIFO"), std::string::npos) << error;
+}
+
+#if defined(__x86_64__)
+constexpr __u32 kAuditArch = AUDIT_ARCH_X86_64;
+#elif defined(__aarch64__)
+constexpr __u32 kAuditArch = AUDIT_ARCH_AARCH64;
+#else
+constexpr __u32 kAuditArch = 0;  // the test skips
+#endif
+
+// A seccomp filter under which prctl(PR_SET_PTRACER, pid) kills the caller
+// (SIGSYS) and every other call goes through. Inherited by children, kept
+// through exec. False when the kernel refuses it.
+bool kill_whoever_allows_tracer(pid_t pid) {
+  // The arguments are 64-bit: the low half first (little-endian), then the high.
+  constexpr std::size_t arg0 = offsetof(seccomp_data, args[0]);
+  constexpr std::size_t arg1 = offsetof(seccomp_data, args[1]);
+  sock_filter filter[] = {
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, arch)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, kAuditArch, 1, 0),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_prctl, 1, 0),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, arg0),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, PR_SET_PTRACER, 1, 0),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, arg1),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, static_cast<__u32>(pid), 1, 0),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, arg1 + 4),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 0, 1, 0),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
+  };
+  sock_fprog program{static_cast<unsigned short>(sizeof(filter) / sizeof(filter[0])), filter};
+  return ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 &&
+         ::prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &program) == 0;
+}
+
+// The status of a worker running `script`, launched by a child process of the
+// test acting as the agent under kill_whoever_allows_tracer(<its own pid>):
+// -SIGSYS when the worker allowed exactly its agent to trace it. Exit codes
+// of that child over 100 are its own failures.
+int worker_status_under_tracer_filter(const std::string& script) {
+  const pid_t agent = ::fork();
+  if (agent < 0) return 200;
+  if (agent == 0) {
+    if (!kill_whoever_allows_tracer(::getpid())) ::_exit(101);
+    auto launcher = make_posix_launcher({});
+    const int pid = launcher->launch(shell(script));
+    const LauncherEvent e = next(*launcher, 20000);
+    if (e.kind != LauncherEvent::Kind::kExited || e.pid != pid) ::_exit(102);
+    ::_exit(e.status == -SIGSYS ? 0 : e.status >= 0 && e.status < 100 ? 1 + e.status : 103);
+  }
+  int status = 0;
+  if (::waitpid(agent, &status, 0) != agent || !WIFEXITED(status)) return 201;
+  return WEXITSTATUS(status);
+}
+
+// Under Yama's ptrace_scope=1 a process may trace only its descendants, and
+// the agent's stack collector (eu-stack or gdb) is the worker's sibling: the
+// worker must allow its agent (and so the agent's children) with
+// prctl(PR_SET_PTRACER, agent pid). This kernel may have no Yama, so the call
+// itself is caught: by a seccomp filter in a child acting as the agent.
+TEST(PosixLauncher, WorkerAllowsItsAgentToTraceIt) {
+  if (kAuditArch == 0) GTEST_SKIP() << "no seccomp architecture known for this machine";
+  const int status = worker_status_under_tracer_filter("exit 7");
+  if (status == 101) GTEST_SKIP() << "the kernel refused the seccomp filter (no seccomp here)";
+  EXPECT_EQ(status, 0) << (status == 8 ? "the worker ran without calling "
+                                         "prctl(PR_SET_PTRACER, <its agent's pid>)"
+                                       : "unexpected status " + std::to_string(status));
 }
 
 TEST(PosixLauncher, ResolveProgram) {

@@ -22,6 +22,7 @@
 #include <string>
 #include <thread>
 
+#include "ddp/agent/process_launcher.h"
 #include "process_state.h"
 #include "temp_dir.h"
 
@@ -177,6 +178,26 @@ TEST(StackDump, EuStackNamesTheBlockedFunctionInEveryThread) {
   EXPECT_EQ(count(dump.text, "ddp_test_blocks_here"), 2u) << dump.text;
   expect_running(child.pid());
   expect_no_other_child();
+}
+
+// A worker the real launcher started (which makes it allow its agent to trace
+// it: PR_SET_PTRACER, for Yama's ptrace_scope=1) still has its stacks taken.
+TEST(StackDump, AWorkerStartedByTheLauncherHasItsStacksTaken) {
+  auto launcher = make_posix_launcher({});
+  ProcessSpec spec;
+  spec.argv = {"/bin/sleep", "60"};
+  spec.env = {"PATH=/usr/bin:/bin"};
+  const int pid = launcher->launch(spec);
+  for (int i = 0; i < 1000 && thread_states(pid) != "S"; ++i) std::this_thread::sleep_for(5ms);
+  const StackDump dump = collect_native_stacks(pid, 30s);
+  EXPECT_EQ(thread_states(pid), "S") << "the worker was left stopped, or is gone";
+  launcher->signal_group(pid, SIGKILL);
+  const LauncherEvent exited = launcher->next_event(Clock::now() + 10s);
+  EXPECT_EQ(exited.kind, LauncherEvent::Kind::kExited);
+  expect_stacks(dump);
+  EXPECT_EQ(dump.tool, "eu-stack");
+  EXPECT_EQ(count(dump.text, "\nTID "), 1u) << dump.text;
+  EXPECT_NE(dump.text.find("sleep"), std::string::npos) << dump.text;
 }
 
 TEST(StackDump, FallsBackToGdbWhenEuStackShowsNoStack) {

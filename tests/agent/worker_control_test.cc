@@ -7,7 +7,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <future>
 #include <string>
+#include <utility>
 
 #include "ddp/common/control_channel.h"
 
@@ -27,7 +30,8 @@ TEST(WorkerControl, AWorkerIsInPlaceOnceItSaysHello) {
   const int worker = take_worker_end(control, 0);
   control.poll();
   EXPECT_FALSE(control.in_place(0));
-  ASSERT_TRUE(control::send(worker, control::Message("hello").set("in_place", 1)));
+  ASSERT_EQ(control::Sent::kSent,
+            control::send(worker, control::Message("hello").set("in_place", 1)));
   control.poll();
   EXPECT_TRUE(control.in_place(0));
   EXPECT_FALSE(control.in_place(1));  // no such worker
@@ -41,8 +45,8 @@ TEST(WorkerControl, ReportsAreKeptUntilTheNextReform) {
   reformed.set("round", 4).set("wait_seconds", 0.5).set("build_seconds", 0.25);
   control::Message synced("synced");
   synced.set("root", 1).set("bytes", 1048576).set("seconds", 0.125).set("received", 1);
-  ASSERT_TRUE(control::send(worker, reformed));
-  ASSERT_TRUE(control::send(worker, synced));
+  ASSERT_EQ(control::Sent::kSent, control::send(worker, reformed));
+  ASSERT_EQ(control::Sent::kSent, control::send(worker, synced));
   control.poll();
   ASSERT_TRUE(control.reformed(2));
   EXPECT_EQ(control.reformed(2)->round, 4);
@@ -60,14 +64,15 @@ TEST(WorkerControl, ReportsAreKeptUntilTheNextReform) {
 TEST(WorkerControl, TheAgentsMessagesReachTheWorker) {
   WorkerControl control;
   const int worker = take_worker_end(control, 0);
-  ASSERT_TRUE(control.send(0, control::Message("abort").set("why", "node 2 was lost")));
+  ASSERT_EQ(control.send(0, control::Message("abort").set("why", "node 2 was lost")),
+            control::Sent::kSent);
   control::Message got;
   ASSERT_EQ(control::receive(worker, got, false), control::Received::kMessage);
   EXPECT_EQ(got.type, "abort");
   EXPECT_EQ(got.text("why"), "node 2 was lost");
-  EXPECT_FALSE(control.send(7, control::Message("abort")));  // no such worker
+  EXPECT_EQ(control.send(7, control::Message("abort")), control::Sent::kClosed);  // no such worker
   ::close(worker);
-  EXPECT_FALSE(control.send(0, control::Message("abort")));  // the worker is gone
+  EXPECT_EQ(control.send(0, control::Message("abort")), control::Sent::kClosed);  // gone
 }
 
 TEST(WorkerControl, AFloodingOrGarbledWorkerCannotHoldTheAgent) {
@@ -76,9 +81,11 @@ TEST(WorkerControl, AFloodingOrGarbledWorkerCannotHoldTheAgent) {
   ::fcntl(worker, F_SETFL, O_NONBLOCK);  // the test never blocks on a full buffer
   ASSERT_EQ(::send(worker, "garbage", 7, 0), 7);
   for (int i = 0; i < 99; ++i) {
-    ASSERT_TRUE(control::send(worker, control::Message("hello").set("in_place", 1)));
+    ASSERT_EQ(control::Sent::kSent,
+              control::send(worker, control::Message("hello").set("in_place", 1)));
   }
-  ASSERT_TRUE(control::send(worker, control::Message("hello").set("in_place", 0)));
+  ASSERT_EQ(control::Sent::kSent,
+            control::send(worker, control::Message("hello").set("in_place", 0)));
   // One poll reads a bounded number (the garbage dropped): not the last hello yet.
   control.poll();
   EXPECT_TRUE(control.in_place(0));
@@ -89,10 +96,43 @@ TEST(WorkerControl, AFloodingOrGarbledWorkerCannotHoldTheAgent) {
   ::close(worker);
 }
 
+// A kept worker that never reads its channel: the agent's sends return at
+// once, and once the socket's buffer is full they say so (they used to block,
+// and the agent's loop with them).
+TEST(WorkerControl, SendingToAWorkerThatNeverReadsReturnsFullAtOnce) {
+  WorkerControl control;
+  const int worker = take_worker_end(control, 3);
+  control::Message abort("abort");
+  abort.set("round", 2).set("why", std::string(2000, 'x'));
+  auto filling = std::async(std::launch::async, [&] {
+    int sent = 0;
+    for (; sent < 100000; ++sent) {  // a few hundred fill the buffer
+      const control::Sent result = control.send(3, abort);
+      if (result != control::Sent::kSent) return std::make_pair(sent, result);
+    }
+    return std::make_pair(sent, control::Sent::kSent);
+  });
+  if (filling.wait_for(std::chrono::seconds(20)) != std::future_status::ready) {
+    ::shutdown(worker, SHUT_RDWR);  // the blocked send returns: the test ends
+    filling.wait();
+    ::close(worker);
+    FAIL() << "the agent's send blocked on a worker that never reads";
+  }
+  const auto [sent, result] = filling.get();
+  EXPECT_GT(sent, 0);
+  EXPECT_EQ(result, control::Sent::kFull);
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(control.send(3, abort), control::Sent::kFull);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1));
+  ::close(worker);
+  EXPECT_EQ(control.send(3, abort), control::Sent::kClosed);
+}
+
 TEST(WorkerControl, ANewWorkerInASlotGetsANewChannel) {
   WorkerControl control;
   const int first = take_worker_end(control, 0);
-  ASSERT_TRUE(control::send(first, control::Message("hello").set("in_place", 1)));
+  ASSERT_EQ(control::Sent::kSent,
+            control::send(first, control::Message("hello").set("in_place", 1)));
   control.poll();
   ASSERT_TRUE(control.in_place(0));
   const int second = take_worker_end(control, 0);  // the slot's next worker

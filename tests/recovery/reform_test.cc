@@ -82,8 +82,9 @@ class FakeAgent {
   }
 
   void abort(Worker& w, int round, const std::string& why) {
-    ASSERT_TRUE(
-        control::send(w.agent_fd, control::Message("abort").set("round", round).set("why", why)));
+    ASSERT_EQ(
+        control::send(w.agent_fd, control::Message("abort").set("round", round).set("why", why)),
+        control::Sent::kSent);
   }
 
   void round(Worker& w, int round, int rank, int world, const std::string& prefix) {
@@ -94,7 +95,7 @@ class FakeAgent {
         .set("store_addr", "127.0.0.1")
         .set("store_port", static_cast<int>(server_.port()))
         .set("store_prefix", prefix);
-    ASSERT_TRUE(control::send(w.agent_fd, m));
+    ASSERT_EQ(control::send(w.agent_fd, m), control::Sent::kSent);
   }
 
   // The agent's end goes, as when the agent dies.

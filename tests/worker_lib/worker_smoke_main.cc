@@ -219,7 +219,9 @@ int main(int argc, char** argv) {
       DistributedSampler sampler(103, world_size(), rank(), true, 3);
       sampler.set_epoch(1);
       std::string line;
-      for (auto i : sampler.indices()) line += " " + std::to_string(i);
+      // Appended in two steps: " " + std::to_string(i) is a false -Wrestrict
+      // of GCC 12 at -O3.
+      for (auto i : sampler.indices()) line.append(1, ' ').append(std::to_string(i));
       std::cout << "SAMPLER " << rank() << ":" << line << std::endl;
     } else {
       std::cerr << "unknown mode " << mode << std::endl;

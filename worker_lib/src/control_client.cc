@@ -87,7 +87,7 @@ ControlClient* ControlClient::open() {
   control::Message hello("hello");
   hello.set("in_place", 1).set("pid", static_cast<std::int64_t>(::getpid()));
   if (!client->send(hello)) {
-    spdlog::warn("the agent's control channel is closed: this worker will not recover in place");
+    spdlog::warn("the agent did not get this worker's hello: it will not recover in place");
   }
   // Detached: it reads as long as the process lives (the agent's end closing
   // ends it earlier).
@@ -144,7 +144,12 @@ ControlClient::NextRound ControlClient::wait_next_round(std::chrono::millisecond
 }
 
 bool ControlClient::send(const control::Message& message) {
-  return control::send(state_->fd, message);
+  const control::Sent sent = control::send(state_->fd, message);
+  if (sent == control::Sent::kFull || sent == control::Sent::kRefused) {
+    spdlog::warn("could not tell the agent '{}' on its control channel: {}", message.type,
+                 control::describe(sent));
+  }
+  return sent == control::Sent::kSent;
 }
 
 std::exception_ptr ControlClient::explain(std::exception_ptr error) {

@@ -7,7 +7,8 @@
 // takes it.
 //
 // Ownership: the channel and its reader live as long as the process (the
-// agent sees it close when the process exits). Blocking: wait_next_round() only. Thread-safety: every method
+// agent sees it close when the process exits). Blocking: wait_next_round() only
+// (send() never waits for the agent to read). Thread-safety: every method
 // may be called from any thread.
 #pragma once
 
@@ -46,7 +47,9 @@ class ControlClient {
   // TimeoutError.
   NextRound wait_next_round(std::chrono::milliseconds timeout);
 
-  // Tells the agent (false when it is gone). Never throws for a gone agent.
+  // Tells the agent; false (with a warning when the channel is full) when it
+  // could not: the agent is gone, or has not read what it was told before.
+  // Never blocks, never throws.
   bool send(const control::Message& message);
 
   // A collective of the current round failed with `error` (a peer's

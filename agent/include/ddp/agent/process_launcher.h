@@ -2,7 +2,9 @@
 // the restart logic is testable with a fake (tests/agent/fake_launcher.h).
 //
 // The real implementation (make_posix_launcher) forks and execs each worker in
-// its own process group with a parent-death signal (SIGKILL), routes its
+// its own process group with a parent-death signal (SIGKILL), allowing the
+// agent and its children (the stack collector) to ptrace it under Yama's
+// ptrace_scope=1 (prctl PR_SET_PTRACER), routes its
 // stdout/stderr through pipes to the console (line by line, prefixed, never cut
 // into each other) and to log files, and turns child exits (SIGCHLD through a
 // signalfd), handled signals and wake() calls into events: nothing polls.

@@ -11,6 +11,10 @@
 //   rank=3
 //   world_size=4
 //
+// A value may hold any bytes: a backslash, a newline and a NUL are written
+// as \\, \n and \0 (and only those escapes are read back), so that every
+// value round-trips and one line is one field.
+//
 // The messages, by sender:
 //   worker  hello     in_place=1, pid             it recovers in place
 //           reformed  round, seconds              it rebuilt its groups for `round`
@@ -19,9 +23,10 @@
 //           round     round, rank, world_size, ... the next round, for ddp::reform()
 //
 // Both sides treat what they read as untrusted: decode() refuses anything
-// malformed. Blocking: send() only while the socket's buffer is full;
-// receive() only when asked to wait. Thread-safety: none of its own (one
-// reader and one writer per descriptor at a time). Never raises SIGPIPE.
+// malformed. Blocking: send() never (a peer that does not read fills the
+// socket's buffer, and send() then says so: kFull); receive() only when asked
+// to wait. Thread-safety: none of its own (one reader and one writer per
+// descriptor at a time). Never raises SIGPIPE.
 #pragma once
 
 #include <cstddef>
@@ -56,22 +61,35 @@ struct Message {
   // is missing or is not one.
   std::optional<std::int64_t> integer(const std::string& key) const;
   std::optional<double> number(const std::string& key) const;
+
+  bool operator==(const Message&) const = default;
 };
 
-// The datagram of `message`. Throws InvalidArgument for a type or key outside
-// [a-z_] (1 to 32 characters), a value with a newline or NUL, more than
-// kMaxFields fields, or a result longer than kMaxMessageBytes.
+// The datagram of `message`, its values escaped (any bytes round-trip).
+// Throws InvalidArgument for a type or key outside [a-z_] (1 to 32
+// characters), a field named "type", more than kMaxFields fields, or a result
+// longer than kMaxMessageBytes; never for what a value holds.
 std::string encode(const Message& message);
 
-// The message in `bytes`, or nullopt when they are not one encode() makes.
+// The message in `bytes`, or nullopt when they are not one encode() makes
+// (keys in any order): decode(encode(m)) == m, and encode(*decode(b)) is as
+// long as b.
 std::optional<Message> decode(std::string_view bytes);
 
 // A connected pair (first: the agent's end, second: the worker's), both
 // close-on-exec. Throws InternalError when the kernel refuses.
 std::pair<int, int> make_socket_pair();
 
-// Sends one message; false when the other end is gone. Throws what encode() throws.
-bool send(int fd, const Message& message);
+enum class Sent {
+  kSent,     // queued for the other end whole
+  kFull,     // not sent: the other end's unread messages fill the socket's buffer
+  kClosed,   // not sent: the other end is gone (or `fd` is not a socket)
+  kRefused,  // not sent: encode() refuses the message (see there)
+};
+// Sends one message without blocking. Never throws.
+Sent send(int fd, const Message& message);
+// What `sent` means, for a log line ("the channel is full: ...").
+const char* describe(Sent sent);
 
 enum class Received {
   kMessage,    // `out` holds it
