@@ -614,10 +614,10 @@ TEST_F(DdprunTest, SigkillAfterGraceForWorkersIgnoringSigterm) {
 
 TEST_F(DdprunTest, SignalWhileWaitingForOtherNodesExitsAtOnce) {
   const std::uint16_t port = free_port();
-  Child child = spawn(cmd({"--nnodes=2", "--node_rank=0", "--master_port=" + std::to_string(port),
-                           "--no_python"},
-                          {worker(), "env", dir_.str()}),
-                      base_env(), dir_.path());
+  Child child = spawn(
+      cmd({"--nnodes=2", "--node_rank=0", "--master_port=" + std::to_string(port), "--no_python"},
+          {worker(), "env", dir_.str()}),
+      base_env(), dir_.path());
   // Node 0 serves the store once it waits in the rendezvous for node 1 (a fixed
   // sleep was not enough on a loaded machine: the signal came before the wait).
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
