@@ -162,7 +162,7 @@ std::optional<ProgressWatch::Verdict> not_exiting_verdict(std::optional<Millis> 
   ProgressWatch watch(options, "h0", "10.0.0.1", time);
   RendezvousInfo info;
   info.world_size = 2;
-  watch.begin_round(info, nullptr);
+  watch.begin_round(info, /*local_world_size=*/2, nullptr);
   for (int local_rank = 0; local_rank < 2; ++local_rank) {
     watch.prepare(local_rank);
     watch.started(local_rank, local_rank, 100 + local_rank);
