@@ -1146,9 +1146,11 @@ class Agent::Impl {
     incident.unreachable = verdict.unreachable;
     for (const auto& line : verdict.disputed) incident.notes.push_back("not ended: " + line);
     if (verdict.report_only) {
-      incident.action =
-          "none: reported only (a rank that does not exit may still be working, and the default "
-          "--hang_timeout=auto ends no such rank; give --hang_timeout=SECONDS to end it)";
+      incident.action = fmt::format(
+          "none: reported only ({} may still be working, and the default --hang_timeout=auto "
+          "ends no such rank; give --hang_timeout=SECONDS to end it)",
+          verdict.hang.kind == Hang::Kind::kNotExiting ? "a rank that does not exit"
+                                                       : "ranks that are all in their own code");
     } else if (culprits.empty()) {
       incident.action = verdict.hang.culprits.empty() ? "none: no culprit could be named"
                         : !verdict.disputed.empty()

@@ -194,6 +194,7 @@ std::optional<Hang> find_hang(const std::vector<RankStatus>& ranks, Millis timeo
           "never completes (the backend or the network between the ranks)",
           name, seconds(quiet), collective_name(g, g.completed));
     } else {
+      hang.in_own_code = true;
       hang.seq = live.front().second->completed;
       hang.summary = fmt::format(
           "no rank of group '{}' completed a collective for {}, and none is in one: every rank "
@@ -279,7 +280,11 @@ Confirmation confirm_culprit(const Hang& hang, const RankStatus& rank, Millis ti
   return {std::min(g->since_issued, g->since_completed) >= timeout ? K::kConfirmed : K::kNotYet,
           "its page shows " + done};
 }
-bool may_be_work(const Hang& hang) { return hang.kind == Hang::Kind::kNotExiting; }
+
+bool may_be_work(const Hang& hang) {
+  return hang.kind == Hang::Kind::kNotExiting ||
+         (hang.kind == Hang::Kind::kStalled && hang.in_own_code);
+}
 
 void HangTimeout::observe(const std::vector<RankStatus>& ranks) {
   if (fixed_) return;

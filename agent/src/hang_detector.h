@@ -32,7 +32,10 @@ struct Hang {
   std::uint64_t seq = 0;      // the collective the others wait in (kBehind, kStalled)
   progress::Kind collective = progress::Kind::kNone;
   Millis duration{0};  // how long the group has been stuck
-  int found_by = -1;   // the node (group rank) whose agent found it
+  // kStalled only: no rank of the group is in a collective (every rank is in
+  // its own code), as a long evaluation on every rank would look.
+  bool in_own_code = false;
+  int found_by = -1;  // the node (group rank) whose agent found it
   // One line: what is wrong and who is to blame.
   std::string summary;
   // One line per rank: where it is.
@@ -71,8 +74,9 @@ Confirmation confirm_culprit(const Hang& hang, const RankStatus& rank, Millis ti
 
 // Whether `hang` cannot be told apart from legitimate work: a rank still
 // running after every other exited 0 (not_exiting) may be rank 0 evaluating,
-// saving or uploading. The default timeout (auto) only reports such a hang;
-// an explicit --hang_timeout acts on it.
+// saving or uploading; a group none of whose ranks is in a collective
+// (kStalled, in_own_code) may be every rank evaluating. The default timeout
+// (auto) only reports such a hang; an explicit --hang_timeout acts on it.
 bool may_be_work(const Hang& hang);
 
 // Where one rank is, for reports: "rank 2 (node 1, host h, pid 42): waits in

@@ -114,6 +114,11 @@ Hang parse_hang(const nlohmann::json& item) {
   hang.collective = kind_field(item, "k");
   hang.duration = age_field(item, "d");
   hang.found_by = field<int>(item, "by");
+  // Absent from an older agent's summary: not known to be in its own code.
+  if (auto own = item.find("own"); own != item.end()) {
+    if (!own->is_boolean()) bad("field 'own' is not a boolean");
+    hang.in_own_code = own->get<bool>() && hang.kind == Hang::Kind::kStalled;
+  }
   return hang;
 }
 
@@ -240,6 +245,7 @@ std::string encode_summary(const NodeSummary& summary) {
                    {"k", static_cast<int>(hang->collective)},
                    {"d", ms(hang->duration)},
                    {"by", hang->found_by},
+                   {"own", hang->in_own_code},
                    {"summary", hang->summary},
                    {"ranks", std::move(lines)}};
   }

@@ -203,6 +203,37 @@ TEST(HangPolicy, OnlyARankThatDoesNotExitMayBeWork) {
   EXPECT_TRUE(may_be_work(not_exiting));
 }
 
+// Every rank in its own code for the timeout may be every rank evaluating:
+// under auto it is reported only. Every rank waiting in a collective that
+// never completes is no work: it is acted on.
+TEST(HangPolicy, AGroupWhoseRanksAreAllInTheirOwnCodeMayBeWork) {
+  std::vector<RankStatus> own_code;
+  std::vector<RankStatus> waiting;
+  for (int r = 0; r < 4; ++r) {
+    own_code.push_back(rank_at(r, 6, 6, Millis(0), seconds(10)));
+    waiting.push_back(rank_at(r, 6, 5, seconds(10), seconds(10)));
+  }
+  const auto evaluating = find_hang(own_code, seconds(3));
+  ASSERT_TRUE(evaluating);
+  EXPECT_EQ(evaluating->kind, Hang::Kind::kStalled);
+  EXPECT_TRUE(evaluating->in_own_code);
+  EXPECT_TRUE(may_be_work(*evaluating));
+  const auto stuck = find_hang(waiting, seconds(3));
+  ASSERT_TRUE(stuck);
+  EXPECT_EQ(stuck->kind, Hang::Kind::kStalled);
+  EXPECT_FALSE(stuck->in_own_code);
+  EXPECT_FALSE(may_be_work(*stuck));
+  // Another node learns it from the summary, so that it reports it the same way.
+  NodeSummary summary;
+  summary.node = 1;
+  summary.hang = *evaluating;
+  summary.hang->found_by = 1;
+  EXPECT_TRUE(parse_summary(encode_summary(summary)).hang->in_own_code);
+  summary.hang = *stuck;
+  summary.hang->found_by = 1;
+  EXPECT_FALSE(parse_summary(encode_summary(summary)).hang->in_own_code);
+}
+
 TEST(FindHang, GroupsAreComparedByName) {
   // Rank 1 is behind in subgroup "pg1" only; "default" is fine.
   std::vector<RankStatus> ranks = {rank_at(0, 3, 3), rank_at(1, 3, 3)};
