@@ -382,6 +382,12 @@ int accept_after_running_out_of_descriptors() {
 // descriptor for each one (EPOLL_CTL_MOD), which reports the queued
 // connections at once: this test keeps it so (issue 28 suspected it did not).
 TEST(Hardening, QueuedConnectionsAreAcceptedOnceDescriptorsFreeUp) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  // A sanitizer's runtime needs descriptors of its own: with every one taken,
+  // UBSan's check of a vptr cannot open the pipe it probes memory with and
+  // reports a false "invalid vptr" in fmt (seen in the ASan+UBSan phase).
+  GTEST_SKIP() << "takes every descriptor, which a sanitizer's runtime needs too";
+#endif
   // In a child: the lowered limit (hard too, or the server raises it) stays there.
   pid_t pid = ::fork();
   ASSERT_GE(pid, 0);
