@@ -46,7 +46,18 @@ class WatchTrustTest : public ::testing::Test {
 
   void TearDown() override {
     if (page_ != nullptr) ::munmap(page_, progress::kPageBytes);
+    const bool exchanging = store_->check({progress_key(info_.round_prefix, 0)});
     watch_.reset();
+    // The exchange's thread is abandoned, not joined, and its last task
+    // deletes node 0's key; time_ (its runtime) must outlive it, so wait for
+    // that (a summary carrying a hang is kept: then a bounded wait). ASan
+    // found the thread reading time_ after the fixture was gone.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (exchanging && store_->check({progress_key(info_.round_prefix, 0)}) &&
+           std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
 
   // Begins the round and starts rank 0 (local rank 0) with a page, then lets
