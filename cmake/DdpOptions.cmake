@@ -38,6 +38,12 @@ if(_ddp_sanitize)
   endif()
 endif()
 
+if(CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
+  # elfutils (eu-stack: the stacks of a hang report) finds a frame's line only
+  # through .debug_aranges, which clang does not write unless asked.
+  add_compile_options(-gdwarf-aranges)
+endif()
+
 option(DDP_WERROR "Treat warnings in the project's own code as errors (CI turns it on)" OFF)
 
 # The project's own targets warn (system headers do not), and with DDP_WERROR

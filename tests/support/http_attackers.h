@@ -12,15 +12,17 @@
 //                         responses stall). One thread drives them all, for
 //                         at most `max_duration`.
 //   scrape_every          one GET on a fresh connection every `period` for
-//                         `duration`, each answered in full or not: what a
-//                         Prometheus scraping the view sees.
+//                         `duration` (and at least `at_least` of them), each
+//                         answered in full or not: what a Prometheus scraping
+//                         the view sees.
 //
 // Ownership: PipeliningNonReaders owns its sockets and its thread (not
 // copyable); stop() and the destructor close every socket and join the
 // thread, which looks at its stop flag every 10 ms. Blocking: the constructor
 // starts the thread and returns at once; scrape_every blocks for `duration`
-// plus at most one request's `timeout`. Thread-safety: the counters may be
-// read from any thread; one thread starts and stops the attackers. Errors:
+// plus at most one request's `timeout`, or for `at_least` requests.
+// Thread-safety: the counters may be read from any thread; one thread starts
+// and stops the attackers. Errors:
 // the constructor throws std::system_error when it cannot start its thread;
 // what goes wrong during an attack is counted, never thrown.
 #pragma once
@@ -232,13 +234,15 @@ struct ScrapeLog {
 
 // One GET of `path` every `period` for `duration` (the first at once), each
 // on a new connection and given `timeout`; a scrape that takes longer than
-// `period` delays the next one.
+// `period` delays the next one. At least `at_least` scrapes are made, however
+// long they take (under a sanitizer each may take a second).
 inline ScrapeLog scrape_every(std::uint16_t port, const std::string& path,
                               const std::string& extra_headers, Millis period, Millis duration,
-                              Millis timeout) {
+                              Millis timeout, int at_least = 1) {
   ScrapeLog log;
   const auto start = Clock::now();
-  for (auto next = start; next < start + duration; next = std::max(next + period, Clock::now())) {
+  for (auto next = start; next < start + duration || log.asked < at_least;
+       next = std::max(next + period, Clock::now())) {
     std::this_thread::sleep_until(next);
     const auto asked = Clock::now();
     const auto status = get_status(port, path, extra_headers, timeout);

@@ -24,7 +24,10 @@ struct AlgoCase {
 class AllreduceTest : public ::testing::TestWithParam<AlgoCase> {};
 
 TEST_P(AllreduceTest, EveryDtypeAndOpMatchesReference) {
-  const auto [algorithm, world, slot] = GetParam();
+  // Named copies, not a structured binding: the lambda below captures them
+  // (clang 14, which the sanitized builds use, cannot capture a binding).
+  const AllreduceAlgorithm algorithm = GetParam().algorithm;
+  const int world = GetParam().world;
   GlooOptions options;
   options.timeout = 20s;
   options.allreduce_algorithm = algorithm;

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -42,8 +43,14 @@ __attribute__((target("avx,f16c"))) void half_to_floats_f16c(const std::uint16_t
   }
   half_to_floats_scalar(src + i, dst + i, n - i);
 }
+// F16C from CPUID leaf 1 (clang has no "f16c" for __builtin_cpu_supports);
+// "avx" also checks that the system saves the AVX registers.
+bool cpu_has_f16c() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+}
 bool has_f16c() {
-  static const bool yes = __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+  static const bool yes = __builtin_cpu_supports("avx") && cpu_has_f16c();
   return yes;
 }
 #endif

@@ -221,7 +221,6 @@ class Reducer {
   bool in_iteration_ = false;
   bool iteration_sync_ = true;
   bool sync_enabled_ = true;
-  bool first_sync_done_ = false;
   std::vector<char> ready_;               // per gradient, this iteration
   std::vector<char> used_since_sync_;     // per gradient, across no_sync iterations
   std::vector<std::size_t> ready_order_;  // this iteration
