@@ -1,4 +1,4 @@
-# Every dependency is a Debian package (DESIGN.md section 5); scripts/setup installs them.
+# Every dependency is a Debian package (docs/contributing.md: building); scripts/setup installs them.
 find_package(Threads REQUIRED)
 find_package(fmt REQUIRED)
 find_package(spdlog REQUIRED)

@@ -39,8 +39,9 @@ if(_ddp_sanitize)
 endif()
 
 if(CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
-  # elfutils (eu-stack: the stacks of a hang report) finds a frame's line only
-  # through .debug_aranges, which clang does not write unless asked.
+  # elfutils 0.188 (eu-stack: the stacks of a hang report) finds a frame's line
+  # in clang's output only through .debug_aranges, which clang does not write
+  # unless asked (and only with full debug information: see tests/agent).
   add_compile_options(-gdwarf-aranges)
 endif()
 
