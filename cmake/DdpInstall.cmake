@@ -5,7 +5,7 @@ include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
 set(_ddp_export_targets)
-foreach(pair common:ddp_common store:ddp_store store_server:ddp_store_server store_etcd:ddp_store_etcd
+foreach(pair common:ddp_common worker_contract:ddp_worker_contract store:ddp_store store_server:ddp_store_server store_etcd:ddp_store_etcd
         rendezvous:ddp_rendezvous rendezvous_factory:ddp_rendezvous_factory worker:ddp_worker
         worker_torch:ddp_worker_torch)
   string(REPLACE ":" ";" pair "${pair}")
@@ -21,7 +21,7 @@ install(TARGETS ${_ddp_export_targets} EXPORT ddpTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
   INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
-foreach(component common store store_server store_etcd rendezvous rendezvous/factory worker_lib)
+foreach(component common worker_contract store store_server store_etcd rendezvous rendezvous/factory worker_lib)
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/${component}/include/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 endforeach()
 foreach(program ddprun ddp_rendezvous_daemon)

@@ -19,7 +19,7 @@
 
 #include "ddp/agent/failure_report.h"
 #include "ddp/common/background.h"
-#include "ddp/common/env_contract.h"
+#include "ddp/worker_contract/env_names.h"
 #include "ddp/common/error.h"
 #include "ddp/common/logging.h"
 #include "file_timer.h"

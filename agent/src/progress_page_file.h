@@ -1,4 +1,4 @@
-// The agent's side of one worker's progress page (ddp/common/progress_page.h):
+// The agent's side of one worker's progress page (ddp/worker_contract/progress_page.h):
 // a sealed one-page memfd the worker inherits (ProcessSpec::inherit_fds, named
 // by DDP_PROGRESS_FD), mapped here to be read. Nothing outlives the two
 // processes: no name in /dev/shm, no file.

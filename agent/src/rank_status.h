@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "ddp/common/progress_page.h"
+#include "ddp/worker_contract/progress_page.h"
 
 namespace ddp::agent {
 

@@ -1,4 +1,4 @@
-// The agent's side of its workers' control channels (ddp/common/control_channel.h):
+// The agent's side of its workers' control channels (ddp/worker_contract/control_channel.h):
 // one socket pair per worker, the worker's end inherited (DDP_CONTROL_FD), the
 // agent's end kept here. A worker that recovers in place says hello; the
 // agent then tells it when its round ends (abort) and which round comes next
@@ -17,7 +17,7 @@
 #include <optional>
 #include <string>
 
-#include "ddp/common/control_channel.h"
+#include "ddp/worker_contract/control_channel.h"
 
 namespace ddp::agent {
 

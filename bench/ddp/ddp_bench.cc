@@ -55,8 +55,8 @@
 
 #include <CLI/CLI.hpp>
 
-#include "ddp/common/env_contract.h"
-#include "ddp/common/progress_page.h"
+#include "ddp/worker_contract/env_names.h"
+#include "ddp/worker_contract/progress_page.h"
 #include "ddp/worker/ddp.h"
 #include "ddp/worker/init.h"
 #include "mlp.h"

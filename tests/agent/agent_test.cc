@@ -16,7 +16,7 @@
 #include <mutex>
 #include <thread>
 
-#include "ddp/common/control_channel.h"
+#include "ddp/worker_contract/control_channel.h"
 #include "ddp/store/memory_store.h"
 #include "fake_launcher.h"
 #include "forwarding_store.h"

@@ -13,7 +13,7 @@
 #include <string>
 #include <thread>
 
-#include "ddp/common/progress_page.h"
+#include "ddp/worker_contract/progress_page.h"
 #include "ddp/common/time.h"
 #include "ddp/rendezvous/round.h"
 #include "ddp/store/memory_store.h"

@@ -12,7 +12,7 @@
 #include <string>
 #include <utility>
 
-#include "ddp/common/control_channel.h"
+#include "ddp/worker_contract/control_channel.h"
 
 namespace ddp::agent {
 namespace {

@@ -17,7 +17,7 @@
 #include <thread>
 #include <vector>
 
-#include "ddp/common/control_channel.h"
+#include "ddp/worker_contract/control_channel.h"
 #include "ddp/store_server/store_server.h"
 #include "process_state.h"
 #include "process_util.h"

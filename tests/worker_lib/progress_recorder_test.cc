@@ -11,7 +11,7 @@
 #include <new>
 #include <thread>
 
-#include "ddp/common/env_contract.h"
+#include "ddp/worker_contract/env_names.h"
 #include "ddp/store/memory_store.h"
 #include "ddp/worker/ddp.h"
 #include "progress_recorder.h"

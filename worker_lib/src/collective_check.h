@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "ddp/common/progress_page.h"
+#include "ddp/worker_contract/progress_page.h"
 #include "ddp/worker/process_group.h"
 
 namespace ddp::detail {

@@ -16,7 +16,7 @@
 #include <spdlog/spdlog.h>
 
 #include "ddp/common/env.h"
-#include "ddp/common/env_contract.h"
+#include "ddp/worker_contract/env_names.h"
 #include "ddp/common/error.h"
 #include "ddp/common/time.h"
 

@@ -1,4 +1,4 @@
-// The worker's side of the agent's control channel (ddp/common/control_channel.h),
+// The worker's side of the agent's control channel (ddp/worker_contract/control_channel.h),
 // for in-place recovery (ddp/worker/recovery.h): opened once by
 // init_process_group when the program opts in and the agent passed
 // DDP_CONTROL_FD. A thread of its own reads it: an `abort` (or the agent
@@ -18,7 +18,7 @@
 #include <string>
 
 #include "abortable_store.h"
-#include "ddp/common/control_channel.h"
+#include "ddp/worker_contract/control_channel.h"
 #include "ddp/worker/process_group.h"
 
 namespace ddp::detail {

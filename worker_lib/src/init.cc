@@ -13,7 +13,7 @@
 #include <fmt/ranges.h>
 
 #include "ddp/common/env.h"
-#include "ddp/common/env_contract.h"
+#include "ddp/worker_contract/env_names.h"
 #include "ddp/common/error.h"
 #include "ddp/common/logging.h"
 #include "ddp/common/time.h"

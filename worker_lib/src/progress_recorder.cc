@@ -11,7 +11,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "ddp/common/env_contract.h"
+#include "ddp/worker_contract/env_names.h"
 
 namespace ddp::detail {
 

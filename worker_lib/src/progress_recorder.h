@@ -1,4 +1,4 @@
-// The worker's side of the progress page (ddp/common/progress_page.h): maps
+// The worker's side of the progress page (ddp/worker_contract/progress_page.h): maps
 // the page the agent passed in DDP_PROGRESS_FD (once, on first use) and records
 // collectives and DDP steps into it with atomic stores only.
 //
@@ -12,7 +12,7 @@
 #include <cstdint>
 #include <string>
 
-#include "ddp/common/progress_page.h"
+#include "ddp/worker_contract/progress_page.h"
 
 namespace ddp::detail {
 

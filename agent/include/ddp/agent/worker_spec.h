@@ -64,7 +64,7 @@ struct WatchOptions {
   // --on_hang: spend a restart, or fail the job.
   OnHang on_hang = OnHang::kRestart;
   // Give every worker a progress page (DDP_PROGRESS_FD, see
-  // ddp/common/progress_page.h) that ddp::worker fills.
+  // ddp/worker_contract/progress_page.h) that ddp::worker fills.
   bool progress_pages = false;
   // How often the agent reads the pages and checks.
   std::chrono::milliseconds tick = std::chrono::milliseconds(250);

@@ -18,7 +18,7 @@
 //   }
 //
 // When it applies: under ddprun, whose agent passes each worker a control
-// channel (DDP_CONTROL_FD, ddp/common/control_channel.h). With the opt-in the
+// channel (DDP_CONTROL_FD, ddp/worker_contract/control_channel.h). With the opt-in the
 // library says so on the channel and reads it on a thread of its own; when the
 // round ends, the agent tells this worker instead of stopping it, and the
 // library aborts every group it made (ProcessGroup::abort): whatever the

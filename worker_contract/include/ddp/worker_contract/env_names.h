@@ -37,10 +37,10 @@ inline constexpr const char* kStorePrefix = "DDP_STORE_PREFIX";
 inline constexpr const char* kTimeout = "DDP_TIMEOUT";
 inline constexpr const char* kGlooSocketIfname = "GLOO_SOCKET_IFNAME";
 inline constexpr const char* kGlooHostname = "DDP_GLOO_HOSTNAME";
-// The descriptor of this worker's progress page (ddp/common/progress_page.h),
+// The descriptor of this worker's progress page (ddp/worker_contract/progress_page.h),
 // inherited from the agent; unset when the agent does not watch progress.
 inline constexpr const char* kProgressFd = "DDP_PROGRESS_FD";
-// The worker's end of its control channel (ddp/common/control_channel.h),
+// The worker's end of its control channel (ddp/worker_contract/control_channel.h),
 // inherited from the agent; unset for an agent that does not offer one.
 inline constexpr const char* kControlFd = "DDP_CONTROL_FD";
 // How long (milliseconds) a worker that recovers in place lets a failed

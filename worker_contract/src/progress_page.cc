@@ -1,4 +1,4 @@
-#include "ddp/common/progress_page.h"
+#include "ddp/worker_contract/progress_page.h"
 
 #include <time.h>
 

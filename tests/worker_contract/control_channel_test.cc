@@ -1,4 +1,4 @@
-#include "ddp/common/control_channel.h"
+#include "ddp/worker_contract/control_channel.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>

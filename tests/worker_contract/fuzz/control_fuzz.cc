@@ -1,5 +1,5 @@
 // libFuzzer target for the control channel's messages
-// (ddp/common/control_channel.h): what a worker sends its agent and the agent
+// (ddp/worker_contract/control_channel.h): what a worker sends its agent and the agent
 // its workers, each side reading the other's datagrams as untrusted (built by
 // scripts/fuzz with clang++-14 -fsanitize=fuzzer,address,undefined; not part of
 // the gcc build).
@@ -32,7 +32,7 @@
 #include <string>
 #include <string_view>
 
-#include "ddp/common/control_channel.h"
+#include "ddp/worker_contract/control_channel.h"
 #include "ddp/common/error.h"
 
 namespace {
