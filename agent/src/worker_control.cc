@@ -40,23 +40,20 @@ void WorkerControl::forget(int local_rank) {
 }
 
 void WorkerControl::take(Channel& channel, const control::Message& m) {
-  if (m.type == "hello") {
-    channel.in_place = m.integer("in_place").value_or(0) == 1;
-  } else if (m.type == "reformed") {
-    Reformed r;
-    r.round = static_cast<int>(m.integer("round").value_or(-1));
-    r.wait_seconds = m.number("wait_seconds").value_or(0);
-    r.build_seconds = m.number("build_seconds").value_or(0);
-    channel.reformed = r;
-  } else if (m.type == "synced") {
-    Synced s;
-    s.round = static_cast<int>(m.integer("round").value_or(-1));
-    s.root = static_cast<int>(m.integer("root").value_or(-1));
-    s.bytes = m.integer("bytes").value_or(0);
-    s.seconds = m.number("seconds").value_or(0);
-    s.received = m.integer("received").value_or(0) == 1;
-    channel.synced = s;
-  }
+  // A report of a round other than the one expected was sent before the
+  // worker heard of that one: stale.
+  auto current = [&](int round) {
+    return !channel.expected_round || *channel.expected_round == round;
+  };
+  if (auto hello = contract::decode_hello(m)) {
+    channel.in_place = hello->in_place;
+  } else if (auto reformed = contract::decode_reformed(m)) {
+    if (current(reformed->round)) channel.reformed = *reformed;
+  } else if (auto synced = contract::decode_synced(m)) {
+    if (current(synced->round)) channel.synced = *synced;
+  } else if (m.type == "hello" || m.type == "reformed" || m.type == "synced") {
+    log::get("ddprun")->warn("ignored a malformed '{}' control message", m.type);
+  }  // another type: one this agent does not know
 }
 
 void WorkerControl::poll() {
@@ -83,19 +80,20 @@ bool WorkerControl::in_place(int local_rank) const {
   return it != channels_.end() && it->second.in_place;
 }
 
-std::optional<WorkerControl::Reformed> WorkerControl::reformed(int local_rank) const {
+std::optional<contract::Reformed> WorkerControl::reformed(int local_rank) const {
   auto it = channels_.find(local_rank);
   return it == channels_.end() ? std::nullopt : it->second.reformed;
 }
 
-std::optional<WorkerControl::Synced> WorkerControl::synced(int local_rank) const {
+std::optional<contract::Synced> WorkerControl::synced(int local_rank) const {
   auto it = channels_.find(local_rank);
   return it == channels_.end() ? std::nullopt : it->second.synced;
 }
 
-void WorkerControl::expect_reform(int local_rank) {
+void WorkerControl::expect_reform(int local_rank, int round) {
   auto it = channels_.find(local_rank);
   if (it == channels_.end()) return;
+  it->second.expected_round = round;
   it->second.reformed.reset();
   it->second.synced.reset();
 }

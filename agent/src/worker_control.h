@@ -1,4 +1,4 @@
-// The agent's side of its workers' control channels (ddp/worker_contract/control_channel.h):
+// The agent's side of its workers' control channels (ddp/worker_contract/worker_contract.h):
 // one socket pair per worker, the worker's end inherited (DDP_CONTROL_FD), the
 // agent's end kept here. A worker that recovers in place says hello; the
 // agent then tells it when its round ends (abort) and which round comes next
@@ -18,6 +18,7 @@
 #include <string>
 
 #include "ddp/worker_contract/control_channel.h"
+#include "ddp/worker_contract/worker_contract.h"
 
 namespace ddp::agent {
 
@@ -42,23 +43,14 @@ class WorkerControl {
   // Whether the worker at `local_rank` said it recovers in place.
   bool in_place(int local_rank) const;
 
-  // What a worker reported of its last re-form and state transfer.
-  struct Reformed {
-    int round = -1;
-    double wait_seconds = 0;   // waiting for the agent to name the round
-    double build_seconds = 0;  // making the new group
-  };
-  struct Synced {
-    int round = -1;
-    int root = -1;
-    std::int64_t bytes = 0;
-    double seconds = 0;
-    bool received = false;
-  };
-  std::optional<Reformed> reformed(int local_rank) const;
-  std::optional<Synced> synced(int local_rank) const;
-  // Forgets what the worker reported: its next re-form is about to start.
-  void expect_reform(int local_rank);
+  // What a worker reported of its re-form into the round expected (see
+  // expect_reform), and of its state transfer in that round.
+  std::optional<contract::Reformed> reformed(int local_rank) const;
+  std::optional<contract::Synced> synced(int local_rank) const;
+  // Forgets what the worker reported: its re-form into `round` is about to
+  // start. From now on a report of another round (one sent before the worker
+  // heard of this one) is stale, and dropped.
+  void expect_reform(int local_rank, int round);
 
   // Sends to the worker at `local_rank` without blocking: kSent, kFull (the
   // worker has not read what it was sent before: a failed worker), kClosed
@@ -71,8 +63,9 @@ class WorkerControl {
     int agent_fd = -1;
     int worker_fd = -1;  // until started()
     bool in_place = false;
-    std::optional<Reformed> reformed;
-    std::optional<Synced> synced;
+    std::optional<int> expected_round;  // since expect_reform()
+    std::optional<contract::Reformed> reformed;
+    std::optional<contract::Synced> synced;
   };
   void close(Channel& channel);
   void take(Channel& channel, const control::Message& message);

@@ -55,10 +55,10 @@
 
 #include <CLI/CLI.hpp>
 
-#include "ddp/worker_contract/env_names.h"
-#include "ddp/worker_contract/progress_page.h"
 #include "ddp/worker/ddp.h"
 #include "ddp/worker/init.h"
+#include "ddp/worker_contract/env_names.h"
+#include "ddp/worker_contract/progress_page.h"
 #include "mlp.h"
 #include "net_util.h"
 #ifdef DDP_WITH_TORCH

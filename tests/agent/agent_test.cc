@@ -16,8 +16,8 @@
 #include <mutex>
 #include <thread>
 
-#include "ddp/worker_contract/control_channel.h"
 #include "ddp/store/memory_store.h"
+#include "ddp/worker_contract/control_channel.h"
 #include "fake_launcher.h"
 #include "forwarding_store.h"
 #include "temp_dir.h"

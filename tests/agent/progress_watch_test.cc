@@ -13,10 +13,10 @@
 #include <string>
 #include <thread>
 
-#include "ddp/worker_contract/progress_page.h"
 #include "ddp/common/time.h"
 #include "ddp/rendezvous/round.h"
 #include "ddp/store/memory_store.h"
+#include "ddp/worker_contract/progress_page.h"
 #include "progress_exchange.h"
 #include "progress_watch.h"
 

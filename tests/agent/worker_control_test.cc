@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "ddp/worker_contract/control_channel.h"
+#include "ddp/worker_contract/worker_contract.h"
 
 namespace ddp::agent {
 namespace {
@@ -41,10 +42,9 @@ TEST(WorkerControl, AWorkerIsInPlaceOnceItSaysHello) {
 TEST(WorkerControl, ReportsAreKeptUntilTheNextReform) {
   WorkerControl control;
   const int worker = take_worker_end(control, 2);
-  control::Message reformed("reformed");
-  reformed.set("round", 4).set("wait_seconds", 0.5).set("build_seconds", 0.25);
-  control::Message synced("synced");
-  synced.set("root", 1).set("bytes", 1048576).set("seconds", 0.125).set("received", 1);
+  const control::Message reformed = contract::encode(contract::Reformed{4, 0, 0.5, 0.25});
+  const control::Message synced =
+      contract::encode(contract::Synced{4, 1, /*received=*/true, false, 1048576, 0.125});
   ASSERT_EQ(control::Sent::kSent, control::send(worker, reformed));
   ASSERT_EQ(control::Sent::kSent, control::send(worker, synced));
   control.poll();
@@ -55,9 +55,47 @@ TEST(WorkerControl, ReportsAreKeptUntilTheNextReform) {
   EXPECT_EQ(control.synced(2)->root, 1);
   EXPECT_EQ(control.synced(2)->bytes, 1048576);
   EXPECT_TRUE(control.synced(2)->received);
-  control.expect_reform(2);
+  control.expect_reform(2, 5);
   EXPECT_FALSE(control.reformed(2));
   EXPECT_FALSE(control.synced(2));
+  ::close(worker);
+}
+
+// A report the worker sent before it heard of the round the agent expects now
+// (its sync of the round that ended, read after expect_reform) is not taken
+// for one of the new round: the synced report carries its round, and the
+// agent drops the stale one.
+TEST(WorkerControl, AReportOfTheRoundThatEndedIsNotTakenForTheNextOne) {
+  WorkerControl control;
+  const int worker = take_worker_end(control, 0);
+  control.expect_reform(0, 3);
+  ASSERT_EQ(control::Sent::kSent,
+            control::send(worker, contract::encode(contract::Reformed{3, 0, 0.5, 0.25})));
+  ASSERT_EQ(control::Sent::kSent,
+            control::send(worker, contract::encode(contract::Synced{3, 0, false, true, 64, 0.5})));
+  control.poll();
+  ASSERT_TRUE(control.reformed(0));
+  ASSERT_TRUE(control.synced(0));
+  EXPECT_EQ(control.synced(0)->round, 3);
+  // Round 3 ends as the worker finishes another sync in it; round 4 is expected.
+  ASSERT_EQ(control::Sent::kSent,
+            control::send(worker, contract::encode(contract::Synced{3, 0, false, true, 64, 0.5})));
+  ASSERT_EQ(control::Sent::kSent,
+            control::send(worker, contract::encode(contract::Reformed{3, 0, 0.5, 0.25})));
+  control.expect_reform(0, 4);
+  control.poll();
+  EXPECT_FALSE(control.synced(0));
+  EXPECT_FALSE(control.reformed(0));
+  ASSERT_EQ(control::Sent::kSent,
+            control::send(worker, contract::encode(contract::Reformed{4, 1, 0.5, 0.25})));
+  ASSERT_EQ(control::Sent::kSent,
+            control::send(worker, contract::encode(contract::Synced{4, 1, true, true, 64, 0.5})));
+  control.poll();
+  ASSERT_TRUE(control.reformed(0));
+  EXPECT_EQ(control.reformed(0)->rank, 1);
+  ASSERT_TRUE(control.synced(0));
+  EXPECT_EQ(control.synced(0)->round, 4);
+  EXPECT_TRUE(control.synced(0)->received);
   ::close(worker);
 }
 

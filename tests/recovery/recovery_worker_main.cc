@@ -4,6 +4,10 @@
 //   sum rank=R world=W value=V          the first all-reduce after each (re)formation
 //   changed: <what>                     a GroupChanged
 //   reformed round=N rank=R world=W     after ddp::reform()
+//   node group_rank=G group_world_size=N restart_count=C master=A:P
+//                                       after it too: the rest of the round it was told
+// After init_process_group and after each reform() it syncs a ReplicaState
+// (its count of formations), so its agent hears a `synced` for the round.
 //   shutdown: <what>                    reform() said the agent went away (exit 4)
 // Its argument is a folder whose files steer it:
 //   stop             it leaves (exit 0); every all-reduce carries each rank's
@@ -24,6 +28,7 @@
 #include "ddp/common/error.h"
 #include "ddp/worker/init.h"
 #include "ddp/worker/recovery.h"
+#include "ddp/worker/replica_state.h"
 
 namespace {
 
@@ -53,9 +58,17 @@ int main(int argc, char** argv) {
   say("ready rank=" + std::to_string(ddp::rank()) + " world=" + std::to_string(ddp::world_size()) +
       " pid=" + std::to_string(::getpid()) +
       " in_place=" + std::to_string(ddp::recovers_in_place() ? 1 : 0));
-  bool fresh = true;  // no sum said since the last (re)formation
+  bool fresh = true;    // no sum said since the last (re)formation
+  bool synced = false;  // the state synced since the last (re)formation
+  std::int64_t formations = 1;
+  ddp::ReplicaState state;
+  state.add("formations", &formations);
   for (;;) {
     try {
+      if (!synced) {
+        state.sync(*ddp::default_group());
+        synced = true;
+      }
       std::vector<std::int64_t> value = {ddp::rank() + 1,
                                          std::filesystem::exists(stop_file) ? 1 : 0};
       ddp::default_group()->allreduce(ddp::Buffer::of(value))->wait();
@@ -79,7 +92,13 @@ int main(int argc, char** argv) {
           const ddp::Reformed r = ddp::reform();
           say("reformed round=" + std::to_string(r.round) + " rank=" + std::to_string(r.rank) +
               " world=" + std::to_string(r.world_size));
+          say("node group_rank=" + std::to_string(r.group_rank) +
+              " group_world_size=" + std::to_string(r.group_world_size) +
+              " restart_count=" + std::to_string(r.restart_count) + " master=" + r.master_addr +
+              ":" + std::to_string(r.master_port));
+          ++formations;
           fresh = true;
+          synced = false;
           break;
         } catch (const ddp::GroupChanged& again) {
           say(std::string("changed: ") + again.what());

@@ -17,8 +17,9 @@
 #include <thread>
 #include <vector>
 
-#include "ddp/worker_contract/control_channel.h"
 #include "ddp/store_server/store_server.h"
+#include "ddp/worker_contract/control_channel.h"
+#include "ddp/worker_contract/worker_contract.h"
 #include "process_state.h"
 #include "process_util.h"
 #include "temp_dir.h"
@@ -88,14 +89,20 @@ class FakeAgent {
   }
 
   void round(Worker& w, int round, int rank, int world, const std::string& prefix) {
-    control::Message m("round");
-    m.set("round", round)
-        .set("rank", rank)
-        .set("world_size", world)
-        .set("store_addr", "127.0.0.1")
-        .set("store_port", static_cast<int>(server_.port()))
-        .set("store_prefix", prefix);
-    ASSERT_EQ(control::send(w.agent_fd, m), control::Sent::kSent);
+    contract::WorkerRound r;
+    r.round = round;
+    r.rank = rank;
+    r.world_size = world;
+    r.store_addr = "127.0.0.1";
+    r.store_port = static_cast<int>(server_.port());
+    r.store_prefix = prefix;
+    // One node per worker, as ddprun would form it with one worker per node.
+    r.group_rank = rank;
+    r.group_world_size = world;
+    r.restart_count = round;
+    r.master_addr = "127.0.0.1";
+    r.master_port = 29500 + round;
+    ASSERT_EQ(control::send(w.agent_fd, contract::encode(r)), control::Sent::kSent);
   }
 
   // The agent's end goes, as when the agent dies.
@@ -181,6 +188,18 @@ TEST(Reform, SurvivorsOfALostRankKeepTheirProcessesAndReformAsTheNextRound) {
   EXPECT_EQ(reformed->integer("round"), 1);
   EXPECT_TRUE(reformed->number("wait_seconds"));
   EXPECT_TRUE(reformed->number("build_seconds"));
+  // The rest of the round the agent named reaches the program.
+  EXPECT_TRUE(FakeAgent::said(
+      a, "node group_rank=0 group_world_size=2 restart_count=1 master=127.0.0.1:29501"));
+  EXPECT_TRUE(FakeAgent::said(
+      b, "node group_rank=1 group_world_size=2 restart_count=1 master=127.0.0.1:29501"));
+  // The state transfer after the re-form names the round it was in (the
+  // agent tells a report of the new round from one of the round that ended).
+  auto synced = FakeAgent::heard(a, "synced");
+  ASSERT_TRUE(synced);
+  auto sync = contract::decode_synced(*synced);
+  ASSERT_TRUE(sync);
+  EXPECT_EQ(sync->round, 1);
   // The same processes all along.
   EXPECT_FALSE(test::process_dead(pid_a));
   EXPECT_FALSE(test::process_dead(pid_b));

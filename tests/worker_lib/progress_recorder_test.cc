@@ -11,9 +11,9 @@
 #include <new>
 #include <thread>
 
-#include "ddp/worker_contract/env_names.h"
 #include "ddp/store/memory_store.h"
 #include "ddp/worker/ddp.h"
+#include "ddp/worker_contract/env_names.h"
 #include "progress_recorder.h"
 #include "test_util.h"
 #include "work_tracker.h"

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "ddp/worker_contract/progress_page.h"
 #include "ddp/worker/process_group.h"
+#include "ddp/worker_contract/progress_page.h"
 
 namespace ddp::detail {
 

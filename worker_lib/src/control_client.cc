@@ -16,13 +16,16 @@
 #include <spdlog/spdlog.h>
 
 #include "ddp/common/env.h"
-#include "ddp/worker_contract/env_names.h"
 #include "ddp/common/error.h"
 #include "ddp/common/time.h"
+#include "ddp/worker_contract/env_names.h"
 
 namespace ddp::detail {
 
 namespace {
+
+// The longest a failed collective waits for the agent's word (explain()).
+constexpr std::chrono::milliseconds kMaxGrace{600000};
 
 // The descriptor named by `text` when it is a SOCK_SEQPACKET Unix socket
 // (an agent's control channel); -1 for anything else, left alone.
@@ -57,6 +60,7 @@ struct ControlClient::State {
   std::shared_ptr<AbortSignal> current = std::make_shared<AbortSignal>();
   std::vector<std::weak_ptr<ProcessGroup>> groups;  // of the current round
   std::optional<NextRound> next;                    // named by the agent, not joined yet
+  int round = -1;                                   // the current round's number (round())
   std::string stopped;                              // why in-place recovery is over
   // How long a failed collective waits for the agent's word (explain()).
   std::chrono::milliseconds grace{0};
@@ -84,9 +88,7 @@ ControlClient* ControlClient::open() {
     return nullptr;
   }
   auto* client = new ControlClient(fd);  // never deleted: its thread may outlive main()
-  control::Message hello("hello");
-  hello.set("in_place", 1).set("pid", static_cast<std::int64_t>(::getpid()));
-  if (!client->send(hello)) {
+  if (!client->send(contract::encode(contract::Hello{true, ::getpid()}))) {
     spdlog::warn("the agent did not get this worker's hello: it will not recover in place");
   }
   // Detached: it reads as long as the process lives (the agent's end closing
@@ -103,8 +105,8 @@ ControlClient* ControlClient::get() {
 
 ControlClient::ControlClient(int fd) : state_(std::make_shared<State>()) {
   state_->fd = fd;
-  state_->grace = std::chrono::milliseconds(
-      std::clamp<std::int64_t>(env::get_int(env_names::kChangeGraceMs).value_or(0), 0, 600000));
+  state_->grace = std::chrono::milliseconds(std::clamp<std::int64_t>(
+      env::get_int(env_names::kChangeGraceMs).value_or(0), 0, kMaxGrace.count()));
 }
 
 std::shared_ptr<AbortSignal> ControlClient::signal() {
@@ -140,7 +142,13 @@ ControlClient::NextRound ControlClient::wait_next_round(std::chrono::millisecond
   state_->next.reset();
   state_->current = next.signal;
   state_->groups.clear();
+  if (next.round) state_->round = next.round->round;
   return next;
+}
+
+int ControlClient::round() {
+  std::lock_guard lock(state_->mutex);
+  return state_->round;
 }
 
 bool ControlClient::send(const control::Message& message) {
@@ -209,7 +217,9 @@ void ControlClient::read_loop() {
       return;
     }
     if (message.type == "abort") {
-      const std::string why = message.text("why").empty() ? "the round ended" : message.text("why");
+      // Even one this worker cannot read ends the round: the agent moves on.
+      const auto abort = contract::decode_abort(message);
+      const std::string why = abort && !abort->why.empty() ? abort->why : "the round ended";
       {
         std::lock_guard lock(state_->mutex);
         // A round named but not joined yet ended too: wait for the next one.
@@ -221,12 +231,12 @@ void ControlClient::read_loop() {
       end_round(why);
       state_->cv.notify_all();
     } else if (message.type == "round") {
+      // A malformed one is still the next round: reform() says what is wrong.
+      auto round = contract::decode_round(message);
       {
         std::lock_guard lock(state_->mutex);
-        if (auto grace = message.integer("grace_ms"); grace && *grace >= 0 && *grace <= 600000) {
-          state_->grace = std::chrono::milliseconds(*grace);
-        }
-        state_->next = NextRound{std::move(message), std::make_shared<AbortSignal>()};
+        if (round) state_->grace = std::min(round->change_grace, kMaxGrace);
+        state_->next = NextRound{std::move(round), std::make_shared<AbortSignal>()};
       }
       state_->cv.notify_all();
     } else {

@@ -1,4 +1,4 @@
-// The worker's side of the agent's control channel (ddp/worker_contract/control_channel.h),
+// The worker's side of the agent's control channel (ddp/worker_contract/worker_contract.h),
 // for in-place recovery (ddp/worker/recovery.h): opened once by
 // init_process_group when the program opts in and the agent passed
 // DDP_CONTROL_FD. A thread of its own reads it: an `abort` (or the agent
@@ -15,11 +15,13 @@
 #include <chrono>
 #include <exception>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "abortable_store.h"
-#include "ddp/worker_contract/control_channel.h"
 #include "ddp/worker/process_group.h"
+#include "ddp/worker_contract/control_channel.h"
+#include "ddp/worker_contract/worker_contract.h"
 
 namespace ddp::detail {
 
@@ -39,17 +41,21 @@ class ControlClient {
   void track(const std::shared_ptr<ProcessGroup>& group);
 
   struct NextRound {
-    control::Message message;             // the agent's `round`
+    // The agent's `round`; nullopt when its message was malformed.
+    std::optional<contract::WorkerRound> round;
     std::shared_ptr<AbortSignal> signal;  // ends it; now the current signal
   };
   // Waits until the agent names the next round (at most `timeout`) and makes
   // it the current one. Throws ShutdownError when the agent went away,
   // TimeoutError.
   NextRound wait_next_round(std::chrono::milliseconds timeout);
+  // The number of the round this worker is in, as the agent named it last;
+  // -1 before it named one (the worker started in its round).
+  int round();
 
-  // Tells the agent; false (with a warning when the channel is full) when it
-  // could not: the agent is gone, or has not read what it was told before.
-  // Never blocks, never throws.
+  // Tells the agent (a message of worker_contract.h, encoded); false (with a
+  // warning when the channel is full) when it could not: the agent is gone, or
+  // has not read what it was told before. Never blocks, never throws.
   bool send(const control::Message& message);
 
   // A collective of the current round failed with `error` (a peer's

@@ -13,7 +13,6 @@
 #include <fmt/ranges.h>
 
 #include "ddp/common/env.h"
-#include "ddp/worker_contract/env_names.h"
 #include "ddp/common/error.h"
 #include "ddp/common/logging.h"
 #include "ddp/common/time.h"
@@ -21,6 +20,8 @@
 #include "ddp/store/tcp_store.h"
 #include "ddp/store_server/store_server.h"
 #include "ddp/worker/process_group_nccl.h"
+#include "ddp/worker_contract/env_names.h"
+#include "ddp/worker_contract/worker_contract.h"
 
 namespace ddp {
 
@@ -136,35 +137,19 @@ std::shared_ptr<Store> connect_store(const std::string& host, int port, const st
   return std::make_shared<TcpStore>(tcp);
 }
 
-// What the agent's `round` message says of the round to join.
-struct RoundFacts {
-  int round = 0;
-  int rank = 0;
-  int world_size = 0;
-  std::string store_addr;
-  int store_port = 0;
-  std::string store_prefix;
-};
-
-RoundFacts round_facts(const control::Message& m) {
-  auto field = [&](const char* name, std::int64_t min, std::int64_t max) {
-    auto value = m.integer(name);
-    if (!value || *value < min || *value > max) {
-      throw ProtocolError(
-          "ddp::reform",
-          fmt::format("the agent's round message has no valid {} ('{}')", name, m.text(name)));
-    }
-    return static_cast<int>(*value);
-  };
-  RoundFacts f;
-  f.round = field("round", 0, 1 << 30);
-  f.world_size = field("world_size", 1, 1 << 20);
-  f.rank = field("rank", 0, f.world_size - 1);
-  f.store_port = field("store_port", 1, 65535);
-  f.store_addr = m.text("store_addr");
-  f.store_prefix = m.text("store_prefix");
-  if (f.store_addr.empty()) throw ProtocolError("ddp::reform", "the agent's round names no store");
-  return f;
+// The round the agent named (its `round` message), checked against what a
+// kept worker is: a worker keeps its node and its slot on it.
+contract::WorkerRound named_round(const detail::ControlClient::NextRound& next, int local_rank) {
+  if (!next.round) {
+    throw ProtocolError("ddp::reform",
+                        "the agent's round message is malformed (a field missing or out of range)");
+  }
+  if (next.round->local_rank != local_rank) {
+    throw ProtocolError("ddp::reform",
+                        fmt::format("the agent's round names local rank {} for local rank {}",
+                                    next.round->local_rank, local_rank));
+  }
+  return *next.round;
 }
 
 State& initialized_state(const char* what) {
@@ -261,7 +246,8 @@ void init_process_group(InitOptions options) {
       if (s.control == nullptr || !s.control->signal()->is_set()) throw;
     }
     // The round ended while this worker joined it: join the one the agent names next.
-    const RoundFacts next = round_facts(s.control->wait_next_round(options.timeout).message);
+    const contract::WorkerRound next =
+        named_round(s.control->wait_next_round(options.timeout), local_rank);
     if (next.store_addr != store_host || next.store_port != store_port) {
       store_host = next.store_addr;
       store_port = next.store_port;
@@ -429,7 +415,7 @@ Reformed reform() {
   detail::release_group_progress();
   auto next = s.control->wait_next_round(s.options.timeout);
   const auto named = std::chrono::steady_clock::now();
-  const RoundFacts facts = round_facts(next.message);
+  const contract::WorkerRound facts = named_round(next, s.local_rank);
   try {
     if (facts.store_addr != s.store_addr || facts.store_port != s.store_port) {
       // The store moved (its host was lost): the round's agents name the new one.
@@ -449,18 +435,21 @@ Reformed reform() {
   }
   s.rank = facts.rank;
   s.world_size = facts.world_size;
+  s.local_world_size = facts.local_world_size;
   s.logger = log::init(fmt::format("rank {}", s.rank), spdlog::level::info);
   reformed.round = facts.round;
   reformed.rank = facts.rank;
   reformed.world_size = facts.world_size;
+  reformed.group_rank = facts.group_rank;
+  reformed.group_world_size = facts.group_world_size;
+  reformed.restart_count = facts.restart_count;
+  reformed.master_addr = facts.master_addr;
+  reformed.master_port = facts.master_port;
   const auto built = std::chrono::steady_clock::now();
   reformed.seconds = std::chrono::duration<double>(built - started).count();
-  control::Message note("reformed");
-  note.set("round", facts.round)
-      .set("rank", facts.rank)
-      .set("wait_seconds", std::chrono::duration<double>(named - started).count())
-      .set("build_seconds", std::chrono::duration<double>(built - named).count());
-  s.control->send(note);
+  s.control->send(contract::encode(contract::Reformed{
+      facts.round, facts.rank, std::chrono::duration<double>(named - started).count(),
+      std::chrono::duration<double>(built - named).count()}));
   s.logger->info("re-formed in place: round {}, rank {}/{} (was {}/{}), {:.3f} s", facts.round,
                  facts.rank, facts.world_size, reformed.previous_rank, reformed.previous_world_size,
                  reformed.seconds);

@@ -11,6 +11,7 @@
 #include "control_client.h"
 #include "ddp/common/error.h"
 #include "ddp/worker/ddp.h"
+#include "ddp/worker_contract/worker_contract.h"
 #include "digest.h"
 
 #ifdef DDP_WITH_NCCL
@@ -322,13 +323,9 @@ SyncResult ReplicaState::sync(ProcessGroup& group) {
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   // A worker that recovers in place tells its agent, for the recovery's report.
   if (auto* control = detail::ControlClient::get()) {
-    control::Message note("synced");
-    note.set("root", root)
-        .set("received", result.received ? 1 : 0)
-        .set("from_live", result.from_live ? 1 : 0)
-        .set("bytes", static_cast<std::int64_t>(result.bytes))
-        .set("seconds", result.seconds);
-    control->send(note);
+    control->send(contract::encode(
+        contract::Synced{control->round(), root, result.received, result.from_live,
+                         static_cast<std::int64_t>(result.bytes), result.seconds}));
   }
   return result;
 }

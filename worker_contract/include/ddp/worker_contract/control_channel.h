@@ -2,7 +2,8 @@
 // SOCK_SEQPACKET socket pair made by the agent, one end kept, the other
 // inherited by the worker (named by DDP_CONTROL_FD). It carries what the
 // progress page cannot: the agent telling a worker that recovers in place
-// that its round ended and which round comes next (ddp/worker/recovery.h).
+// that its round ended and which round comes next (ddp/worker/recovery.h),
+// and the worker's reports of its re-form.
 //
 // One message per datagram, at most kMaxMessageBytes, as text:
 //
@@ -15,12 +16,9 @@
 // as \\, \n and \0 (and only those escapes are read back), so that every
 // value round-trips and one line is one field.
 //
-// The messages, by sender:
-//   worker  hello     in_place=1, pid             it recovers in place
-//           reformed  round, seconds              it rebuilt its groups for `round`
-//           synced    round, root, bytes, seconds its state is the one rank `root` had
-//   agent   abort     round, why                  `round` ended: fail its collectives now
-//           round     round, rank, world_size, ... the next round, for ddp::reform()
+// The messages, their fields and what they mean are in worker_contract.h:
+// each is a struct there with one encode and one decode. This header is the
+// wire underneath: any type, any fields.
 //
 // Both sides treat what they read as untrusted: decode() refuses anything
 // malformed. Blocking: send() never (a peer that does not read fills the

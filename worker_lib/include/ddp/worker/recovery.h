@@ -18,7 +18,7 @@
 //   }
 //
 // When it applies: under ddprun, whose agent passes each worker a control
-// channel (DDP_CONTROL_FD, ddp/worker_contract/control_channel.h). With the opt-in the
+// channel (DDP_CONTROL_FD, ddp/worker_contract/worker_contract.h). With the opt-in the
 // library says so on the channel and reads it on a thread of its own; when the
 // round ends, the agent tells this worker instead of stopping it, and the
 // library aborts every group it made (ProcessGroup::abort): whatever the
@@ -44,6 +44,13 @@ struct Reformed {
   int round = 0;  // the rendezvous round joined
   int rank = 0;   // this worker's rank in it
   int world_size = 0;
+  int group_rank = 0;  // this node's rank among the round's nodes, and their number
+  int group_world_size = 0;
+  int restart_count = 0;  // restarts the job spent so far (TORCHELASTIC_RESTART_COUNT)
+  // The round's MASTER_ADDR:MASTER_PORT, for a program that also re-forms
+  // PyTorch's own env:// group.
+  std::string master_addr;
+  int master_port = 0;
   int previous_rank = 0;  // and in the round that ended
   int previous_world_size = 0;
   double seconds = 0;  // reform()'s own time: waiting for the agent, making the group
