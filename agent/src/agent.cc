@@ -19,9 +19,10 @@
 
 #include "ddp/agent/failure_report.h"
 #include "ddp/common/background.h"
-#include "ddp/worker_contract/env_names.h"
 #include "ddp/common/error.h"
 #include "ddp/common/logging.h"
+#include "ddp/worker_contract/env_names.h"
+#include "ddp/worker_contract/worker_contract.h"
 #include "file_timer.h"
 #include "incident.h"
 #include "job_status.h"
@@ -539,27 +540,34 @@ class Agent::Impl {
         options_.announce_timeout);
   }
 
+  // What `worker` learns of the round: in its environment when it starts, in
+  // its `round` message when it is kept (ddp/worker_contract/worker_contract.h).
+  contract::WorkerRound round_of(const Worker& worker) const {
+    const RendezvousInfo& info = round_->info();
+    contract::WorkerRound round;
+    round.round = info.round;
+    round.rank = worker.rank;
+    round.world_size = info.world_size;
+    round.local_rank = worker.local_rank;
+    round.local_world_size = options_.spec.local_world_size;
+    round.group_rank = info.group_rank;
+    round.group_world_size = info.group_world_size;
+    round.restart_count = restart_count_;
+    round.master_addr = info.master_addr;
+    round.master_port = info.master_port;
+    round.store_addr = info.store_addr;
+    round.store_port = info.store_port;
+    round.store_prefix = info.worker_prefix;
+    round.change_grace = change_grace();
+    return round;
+  }
+
   // Tells a kept worker the round it is in now (ddp::reform() waits for it).
   void resume_worker(Worker& worker) {
-    const RendezvousInfo& info = round_->info();
-    worker.rank = info.base_rank + worker.local_rank;
-    control::Message round("round");
-    round.set("round", info.round)
-        .set("rank", worker.rank)
-        .set("world_size", info.world_size)
-        .set("group_rank", info.group_rank)
-        .set("group_world_size", info.group_world_size)
-        .set("local_rank", worker.local_rank)
-        .set("local_world_size", options_.spec.local_world_size)
-        .set("store_addr", info.store_addr)
-        .set("store_port", info.store_port)
-        .set("store_prefix", info.worker_prefix)
-        .set("master_addr", info.master_addr)
-        .set("master_port", info.master_port)
-        .set("restart_count", restart_count_)
-        .set("grace_ms", static_cast<std::int64_t>(change_grace().count()));
-    control_.expect_reform(worker.local_rank);
-    tell(worker, round);
+    worker.rank = round_->info().base_rank + worker.local_rank;
+    const contract::WorkerRound round = round_of(worker);
+    control_.expect_reform(worker.local_rank, round.round);
+    tell(worker, contract::encode(round));
     watch_.kept(worker.local_rank, worker.rank);
   }
 
@@ -594,18 +602,8 @@ class Agent::Impl {
       if (eq != std::string::npos) env[var.substr(0, eq)] = var.substr(eq + 1);
     }
     const RendezvousParams& params = rdzv_.params();
-    env[names::kLocalRank] = std::to_string(worker.local_rank);
-    env[names::kRank] = std::to_string(worker.rank);
-    env[names::kGroupRank] = std::to_string(round_->info().group_rank);
-    env[names::kRoleRank] = std::to_string(worker.rank);
+    for (const auto& [name, value] : contract::environment_of(round_of(worker))) env[name] = value;
     env[names::kRoleName] = spec.role;
-    env[names::kLocalWorldSize] = std::to_string(spec.local_world_size);
-    env[names::kWorldSize] = std::to_string(round_->info().world_size);
-    env[names::kGroupWorldSize] = std::to_string(round_->info().group_world_size);
-    env[names::kRoleWorldSize] = std::to_string(round_->info().world_size);
-    env[names::kMasterAddr] = round_->info().master_addr;
-    env[names::kMasterPort] = std::to_string(round_->info().master_port);
-    env[names::kRestartCount] = std::to_string(restart_count_);
     env[names::kMaxRestarts] = std::to_string(spec.max_restarts);
     env[names::kRunId] = params.run_id;
     env[names::kUseAgentStore] = "False";
@@ -615,10 +613,6 @@ class Agent::Impl {
     if (options_.set_omp_num_threads && env.find(names::kOmpNumThreads) == env.end()) {
       env[names::kOmpNumThreads] = "1";
     }
-    env[names::kChangeGraceMs] = std::to_string(change_grace().count());
-    env[names::kStoreAddr] = round_->info().store_addr;
-    env[names::kStorePort] = std::to_string(round_->info().store_port);
-    env[names::kStorePrefix] = round_->info().worker_prefix;
     if (timer_) env["TORCHELASTIC_TIMER_FILE"] = timer_->path();
     // A hung Python worker is ended with SIGABRT: faulthandler then prints
     // every thread's traceback into its log.
@@ -855,10 +849,8 @@ class Agent::Impl {
     }
     const bool restart = end.kind == RoundEnd::Kind::kRestart;
     if (restart && restart_count_ >= options_.spec.max_restarts) return std::nullopt;
-    std::string why = describe(end);
-    if (why.size() > 512) why.resize(512);
-    control::Message abort("abort");
-    abort.set("round", round_->info().round).set("why", why);
+    const control::Message abort =
+        contract::encode(contract::Abort{round_->info().round, describe(end)});
     bool failed = false;
     for (auto& w : workers_) {
       const control::Sent sent = tell(w, abort);
