@@ -20,11 +20,14 @@
 //   synced    worker -> agent  Synced       its state transfer (ddp::ReplicaState::sync)
 //
 // Each struct has one encode() and one decode_<type>(); decode(encode(x)) == x
-// (seconds to the microsecond).
-// A decode returns nullopt for a message of another type, one missing a field
-// or one whose field is malformed or out of range: both sides treat what the
-// other sends as untrusted (the worker runs user code). Fields a side does not
-// know are ignored, so either side may add one without breaking the other.
+// (seconds to the microsecond). A decode returns nullopt for a message of
+// another type, one missing a field (every field is needed but hello's pid and
+// abort's why) or one whose field is malformed or out of range: both sides
+// treat what the other sends as untrusted (the worker runs user code). Fields
+// a decode does not know are ignored, so either side may add one. What a side
+// does with a message it cannot read: the agent ignores a report (warning);
+// the worker library takes an `abort` as the end of its round all the same,
+// and a `round` makes ddp::reform() throw ProtocolError.
 //
 // The same WorkerRound is written into a new worker's environment
 // (environment_of) and into the `round` message a kept worker is sent, so the
