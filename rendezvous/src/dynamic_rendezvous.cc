@@ -1,9 +1,9 @@
 #include "dynamic_rendezvous.h"
 
 #include <algorithm>
-#include <sstream>
 
 #include "ddp/common/error.h"
+#include "ddp/common/text.h"
 #include "round_control.h"
 #include "run_claim.h"
 
@@ -12,13 +12,6 @@ namespace {
 
 // Waits on another thread are bounded so that a lost wake-up costs at most this.
 constexpr Duration kMaxWait = std::chrono::seconds(5);
-
-// "4", "0.5": seconds as the user would write them.
-std::string seconds_text(Duration d) {
-  std::ostringstream out;
-  out << static_cast<double>(d.count()) / 1000.0;
-  return out.str();
-}
 
 // Time left, up to the next tenth of a second ("600", not "599.999").
 std::string seconds_left(Duration d) {

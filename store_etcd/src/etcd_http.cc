@@ -21,7 +21,9 @@
 
 #include <boost/beast/ssl.hpp>
 #include "ddp/common/json.h"
+#include "ddp/common/host_port.h"
 #include "ddp/common/logging.h"
+#include "ddp/common/text.h"
 
 namespace ddp::etcd {
 
@@ -270,14 +272,7 @@ std::string prefix_range_end(const std::string& prefix) {
 }
 
 std::string endpoint_text(const EtcdEndpoint& endpoint) {
-  if (endpoint.host.find(':') != std::string::npos) {
-    return fmt::format("[{}]:{}", endpoint.host, endpoint.port);
-  }
-  return fmt::format("{}:{}", endpoint.host, endpoint.port);
-}
-
-std::string seconds_text(Duration duration) {
-  return fmt::format("{:g} s", static_cast<double>(duration.count()) / 1000.0);
+  return join_host_port(endpoint.host, std::to_string(endpoint.port));
 }
 
 ErrorClass classify(int code, const std::string& message) {
@@ -789,7 +784,7 @@ void Transport::give_up(const std::string& origin, Duration limit) {
                  (last_reasons_[i].empty() ? std::string("not tried") : last_reasons_[i]);
     }
   }
-  throw NetworkError(origin, fmt::format("no etcd endpoint answered within {} ({})",
+  throw NetworkError(origin, fmt::format("no etcd endpoint answered within {} s ({})",
                                          seconds_text(limit), reasons));
 }
 

@@ -66,8 +66,6 @@ std::string json_string(const Json& object, const char* field, const std::string
 std::string prefix_range_end(const std::string& prefix);
 // "host:port" ("[v6]:port").
 std::string endpoint_text(const EtcdEndpoint& endpoint);
-// "2 s", "0.25 s".
-std::string seconds_text(Duration duration);
 
 // The connection failed (refused, reset, closed, timed out): the call may be
 // retried, on this or another endpoint.
