@@ -58,7 +58,7 @@ class DynamicRendezvous : public RendezvousHandler {
   std::shared_ptr<Store> store() override;
   std::shared_ptr<Store> open_store() override;
   std::string store_name() const override;
-  std::string store_token() const override { return store_.token; }
+  std::string store_token() const override { return store_.token(); }
   std::string backend() const override { return backend_; }
   const RendezvousParams& params() const override { return params_; }
 
@@ -84,7 +84,7 @@ class DynamicRendezvous : public RendezvousHandler {
   // Takes an arrival index in `round` and writes this node's record.
   void arrive(int round);
   WorkerStores worker_stores() const {
-    return {store_.host, store_.port, store_.worker_store_port};
+    return {store_.host(), store_.port(), store_.worker_store_port()};
   }
   // --worker master port, or a free one (this node may become group rank 0).
   std::uint16_t worker_master_port() const;

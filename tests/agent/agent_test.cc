@@ -207,10 +207,8 @@ class AgentTest : public ::testing::Test {
     params.local_world_size = nproc;
     params.join_timeout = std::chrono::seconds(5);
     params.worker_master_port = 4321;
-    RendezvousStore rs;
-    rs.store = store ? store : store_;
-    rs.host = "10.1.2.3";
-    rs.port = 1234;
+    RendezvousStore rs(store ? store : store_);
+    rs.at("10.1.2.3", 1234);
     return make_static_rendezvous(params, rs);
   }
 

@@ -50,6 +50,7 @@
 #include <vector>
 
 #include "ddp/common/time.h"
+#include "ddp/rendezvous/rendezvous_store.h"
 #include "ddp/rendezvous/round.h"
 #include "ddp/store/store.h"
 
@@ -254,35 +255,6 @@ class RendezvousHandler {
   virtual const RendezvousParams& params() const = 0;
 };
 
-// Opens another handle on the agents' store (see open_store()).
-using StoreOpener = std::function<std::shared_ptr<Store>()>;
-
-// Where the agents' store is and how to reach it.
-struct RendezvousStore {
-  // Keeps an embedded server (or anything else) alive as long as the handler;
-  // declared first so it outlives the clients below.
-  std::shared_ptr<void> keep_alive;
-  // May be null when `opener` is given: the handler connects on first use.
-  std::shared_ptr<Store> store;
-  // Null: open_store() returns `store` itself.
-  StoreOpener opener;
-  // The keep-alive thread's own handle (its calls bounded by --rdzv_conf
-  // keep_alive_write_timeout); null: `opener`.
-  StoreOpener liveness_opener;
-  // Where the agents' store is (for workers, and for messages).
-  std::string host;
-  std::uint16_t port = 0;
-  std::string token;
-  // This process serves the agents' store (`keep_alive` is its server): the
-  // other nodes lose it when this node leaves (Round::needed_by_others).
-  bool served_here = false;
-  // A store the agents meet in that is not built-in (etcd): its name for
-  // messages ("h1:2379,h2:2379"). Then every node serves a built-in store for
-  // workers on `worker_store_port`, and a round's workers use group rank 0's.
-  std::string external_name;
-  std::uint16_t worker_store_port = 0;
-};
-
 // The static handler: node_rank is given, the round is complete when every
 // rank in [0, max_nodes) has joined (min_nodes must equal max_nodes). Takes a
 // store that already exists (the caller hosts or connects to it).
@@ -300,10 +272,10 @@ std::unique_ptr<RendezvousHandler> make_static_rendezvous(const RendezvousParams
 std::unique_ptr<RendezvousHandler> make_c10d_rendezvous(const RendezvousParams& params,
                                                         RendezvousStore store);
 
-// The etcd handler: the c10d protocol on an etcd cluster (store.store must
+// The etcd handler: the c10d protocol on an etcd cluster (store's client must
 // have leases and watches: store_capabilities.h); liveness by leases and
 // DELETE events, workers' store served by group rank 0's agent
-// (store.worker_store_port). Throws InvalidArgument for a store without them.
+// (RendezvousStore::external). Throws InvalidArgument for a store without them.
 std::unique_ptr<RendezvousHandler> make_etcd_rendezvous(const RendezvousParams& params,
                                                         RendezvousStore store);
 
