@@ -46,7 +46,7 @@ std::vector<std::string> round_keys(const std::string& prefix, int nodes) {
   std::vector<std::string> keys = {prefix + "/end", prefix + "/exit_barrier"};
   for (int rank = 0; rank < nodes; ++rank) {
     keys.push_back(prefix + "/node_" + std::to_string(rank));
-    keys.push_back(progress_key(prefix, rank));
+    keys.push_back(round_area_key(prefix, rank));
   }
   return keys;
 }

@@ -11,8 +11,8 @@
 
 namespace ddp {
 
-std::string progress_key(const std::string& round_prefix, int node) {
-  return round_prefix + "/progress/" + std::to_string(node);
+std::string round_area_key(const std::string& round_prefix, int node) {
+  return round_prefix + "/area/" + std::to_string(node);
 }
 
 std::string encode_round_end(const RoundEnd& end) {
