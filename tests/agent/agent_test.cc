@@ -602,7 +602,7 @@ TEST_F(AgentTest, EveryNodeReportsAHangThatEndedTheRoundHoweverLateItReads) {
     if (local_rank_of(launch) == 0) l.exit(launch.pid, 0);  // rank 3 runs until ended
   };
   auto late =
-      std::make_shared<LateSummaryStore>(store_, "/progress/1", std::chrono::milliseconds(1500));
+      std::make_shared<LateSummaryStore>(store_, "/area/1", std::chrono::milliseconds(1500));
   auto r0 = rendezvous(2, 0, 2, late);
   auto r1 = rendezvous(2, 1, 2);
   auto watched = [&](int node) {
