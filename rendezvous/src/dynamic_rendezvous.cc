@@ -48,6 +48,16 @@ DynamicRendezvous::~DynamicRendezvous() {
   if (liveness_worker_) liveness_worker_->stop(std::chrono::seconds(1));
 }
 
+void DynamicRendezvous::observe_keep_alives(const std::function<void(KeepAliveProbe)>& observer) {
+  observer([liveness = liveness_, &time = time_]() -> std::optional<KeepAliveView> {
+    try {
+      return liveness->watched(time.now());
+    } catch (const std::exception&) {
+      return std::nullopt;
+    }
+  });
+}
+
 std::string DynamicRendezvous::store_name() const { return store_.name(); }
 
 std::shared_ptr<Store> DynamicRendezvous::store() { return store_.client(); }
@@ -76,9 +86,7 @@ std::unique_ptr<Round> DynamicRendezvous::join() {
       if (serves) needed = [this] { return others_alive(); };
       return std::make_unique<StoreRound>(
           std::move(*info), *this, /*solo=*/false, kDynamicOrigin,
-          [this, nodes] { return membership_grace(nodes); },
-          [liveness = liveness_, &time = time_] { return liveness->watched(time.now()); },
-          std::move(needed));
+          [this, nodes] { return membership_grace(nodes); }, std::move(needed));
     }
     wait_for_change();
   }

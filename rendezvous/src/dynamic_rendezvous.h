@@ -55,6 +55,8 @@ class DynamicRendezvous : public RendezvousHandler {
     wait_note_ = std::move(note);
   }
 
+  // The probe reads the liveness strategy's view of the node it judges.
+  void observe_keep_alives(const std::function<void(KeepAliveProbe)>& observer) override;
   std::shared_ptr<Store> store() override;
   std::shared_ptr<Store> open_store() override;
   std::string store_name() const override;

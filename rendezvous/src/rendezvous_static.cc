@@ -163,7 +163,7 @@ class RoundHandler : public RendezvousHandler {
     std::function<bool()> needed;
     if (store_.served_here()) needed = [this] { return others_beat(); };
     return std::make_unique<rendezvous_detail::StoreRound>(std::move(info), *this, solo, origin(),
-                                                           nullptr, nullptr, std::move(needed));
+                                                           nullptr, std::move(needed));
   }
 
   // Whether another agent of the instance added to the heartbeat counter

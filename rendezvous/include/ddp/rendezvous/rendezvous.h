@@ -132,7 +132,8 @@ struct RendezvousInfo {
 };
 
 // What this node sees of the keep-alives of the node it judges in a round of
-// dynamic membership (its group rank + 1, wrapping), for status pages.
+// dynamic membership (its group rank + 1, wrapping), for whoever shows
+// liveness (RendezvousHandler::observe_keep_alives).
 struct KeepAliveView {
   int group_rank = 0;  // the node judged
   // Since its keep-alive counter last moved, on this node's clock (from the
@@ -180,10 +181,6 @@ class Round {
     return std::chrono::milliseconds(0);
   }
 
-  // The keep-alives of the node this one judges; nullopt for a fixed
-  // membership or a single node. Never blocks, never throws.
-  virtual std::optional<KeepAliveView> watched_keep_alive() const { return std::nullopt; }
-
   // After this node's exit barrier timed out: whether it must stay, because
   // it serves a store that other nodes of the round use (the agents' store it
   // hosts, or etcd's workers' store of group rank 0) and one of them still
@@ -201,6 +198,11 @@ class Round {
  private:
   RendezvousInfo info_;
 };
+
+// Tells, whenever called, what this node sees now of the keep-alives of the
+// node it judges: nullopt while it judges none (between rounds, a single node).
+// Never blocks, never throws; may be called from any thread.
+using KeepAliveProbe = std::function<std::optional<KeepAliveView>()>;
 
 class RendezvousHandler {
  public:
@@ -236,6 +238,14 @@ class RendezvousHandler {
   // that runs join(). Set before the first join(); a handler whose joins
   // never wait long ignores it.
   virtual void on_wait(std::function<void(const std::string&)> note) { (void)note; }
+
+  // For whoever shows liveness (the agent's live view): `observer` is called
+  // once, at once, on the calling thread, with the probe of the keep-alives
+  // this node judges, valid as long as the handler. A handler of fixed
+  // membership never calls it. Register before the first join().
+  virtual void observe_keep_alives(const std::function<void(KeepAliveProbe)>& observer) {
+    (void)observer;
+  }
 
   // The store the agents meet in (used by the agent's thread).
   virtual std::shared_ptr<Store> store() = 0;
