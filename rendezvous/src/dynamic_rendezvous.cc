@@ -13,6 +13,12 @@ namespace {
 // Waits on another thread are bounded so that a lost wake-up costs at most this.
 constexpr Duration kMaxWait = std::chrono::seconds(5);
 
+// Where a round's workers may reach their store: the agents' store, or (an
+// external one) the built-in one its group rank 0 serves.
+WorkerStores worker_stores(const RendezvousStore& store) {
+  return {store.host(), store.port(), store.worker_store_port()};
+}
+
 // Time left, up to the next tenth of a second ("600", not "599.999").
 std::string seconds_left(Duration d) {
   return seconds_text(Duration((std::max(Duration(0), d).count() + 99) / 100 * 100));
@@ -102,7 +108,7 @@ RendezvousInfo DynamicRendezvous::solo_round() {
   alone.store_port = store_.worker_store_port();
   const int round = ++last_round_;
   RendezvousInfo info = round_info(round, round_prefix(round) + "_" + member(), alone, Assignment{},
-                                   member(), worker_stores());
+                                   member(), worker_stores(store_));
   info.local_world_sizes = {params_.local_world_size};
   return info;
 }
@@ -272,7 +278,7 @@ std::optional<RendezvousInfo> DynamicRendezvous::on_closed(const Decision& c) {
     on_late(c.nodes);
     return std::nullopt;
   }
-  RendezvousInfo info = round_info(join_.round, r, c, a, member(), worker_stores());
+  RendezvousInfo info = round_info(join_.round, r, c, a, member(), worker_stores(store_));
   last_round_ = join_.round;
   last_nodes_ = c.nodes;
   members_key_ = RunKeys::members(r, c.decider);

@@ -85,9 +85,6 @@ class DynamicRendezvous : public RendezvousHandler {
   RendezvousInfo solo_round();
   // Takes an arrival index in `round` and writes this node's record.
   void arrive(int round);
-  WorkerStores worker_stores() const {
-    return {store_.host(), store_.port(), store_.worker_store_port()};
-  }
   // --worker master port, or a free one (this node may become group rank 0).
   std::uint16_t worker_master_port() const;
   // Reads what the decision needs and publishes it when the round is decided.
