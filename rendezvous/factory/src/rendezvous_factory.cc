@@ -43,6 +43,18 @@ class HostedStoreServer final : public HostedStore {
   std::shared_ptr<StoreServer> server_;
 };
 
+// The agents' store reached through clients of type `Client` (TcpStore,
+// EtcdStore): `first` (null: made on first use), more made with `options`,
+// and the keep-alive thread's made with `liveness`.
+template <typename Client, typename Options>
+RendezvousStore clients_of(std::shared_ptr<Store> first, const Options& options,
+                           const Options& liveness) {
+  return RendezvousStore(
+      std::move(first),
+      [options]() -> std::shared_ptr<Store> { return std::make_shared<Client>(options); },
+      [liveness]() -> std::shared_ptr<Store> { return std::make_shared<Client>(liveness); });
+}
+
 bool is_loopback(const std::string& host) {
   return host == "localhost" || host == "127.0.0.1" || host == "::1";
 }
@@ -86,10 +98,7 @@ std::unique_ptr<RendezvousHandler> create_on_etcd(const RendezvousConfig& config
   EtcdStoreOptions liveness = client;
   liveness.connect_timeout = config.keep_alive_write_timeout;
   liveness.request_timeout = config.keep_alive_write_timeout;
-  RendezvousStore rs(
-      std::move(etcd),
-      [client]() -> std::shared_ptr<Store> { return std::make_shared<EtcdStore>(client); },
-      [liveness]() -> std::shared_ptr<Store> { return std::make_shared<EtcdStore>(liveness); });
+  RendezvousStore rs = clients_of<EtcdStore>(std::move(etcd), client, liveness);
   rs.at(config.params.local_addr, worker_store->port(), config.token).external(name, worker_store);
   return backend.make(config.params, std::move(rs));
 }
@@ -154,10 +163,7 @@ std::unique_ptr<RendezvousHandler> create_rendezvous(const RendezvousConfig& con
   TcpStoreOptions liveness = client;
   liveness.timeout = config.keep_alive_write_timeout;
   liveness.reconnect_timeout = config.keep_alive_write_timeout;
-  RendezvousStore rs(
-      std::move(first),
-      [client]() -> std::shared_ptr<Store> { return std::make_shared<TcpStore>(client); },
-      [liveness]() -> std::shared_ptr<Store> { return std::make_shared<TcpStore>(liveness); });
+  RendezvousStore rs = clients_of<TcpStore>(std::move(first), client, liveness);
   rs.at(store_host, store_port, config.token);
   if (server) rs.served_by(std::make_shared<HostedStoreServer>(std::move(server)));
   return backend->make(config.params, std::move(rs));
