@@ -8,7 +8,7 @@ trap 'rm -rf "$work"' EXIT
 test -x "$work/prefix/bin/ddprun" || { echo "ddprun was not installed"; exit 1; }
 # Headers that are not the API (the libraries' internal/ folders) stay out of the prefix.
 for header in ddp/common/logging.h ddp/common/json.h ddp/store/protocol.h ddp/store/store_util.h; do
-  test -e "$work/prefix/include/$header" && { echo "$header was installed"; exit 1; }
+  if [[ -e "$work/prefix/include/$header" ]]; then echo "$header was installed"; exit 1; fi
 done
 test -e "$work/prefix/include/ddp/store/store.h" || { echo "ddp/store/store.h was not installed"; exit 1; }
 # The installed headers of these libraries expose neither spdlog nor nlohmann.
