@@ -42,7 +42,7 @@ namespace ddp::rendezvous_detail {
 class DynamicRendezvous : public RendezvousHandler {
  public:
   // `runtime` must outlive the handler; `backend` is what backend() returns.
-  // Liveness uses leases when `store.store` has leases and watches.
+  // Liveness uses leases when `store`'s client has leases and watches.
   // Throws InvalidArgument for bad params.
   DynamicRendezvous(const RendezvousParams& params, RendezvousStore store, const Runtime& runtime,
                     std::string backend = "c10d");
