@@ -604,7 +604,7 @@ SimResult run_simulated(int n, const SimSettings& s, const SimStore& target) {
     lost.member = dead->second.member;
     agents.send(fmt::format("X {}", dead_global));
     agents.collect("R", Clock::now() + 30s, nullptr, nullptr);
-    target.connect().store->compare_set(r0 + "/end", "", ddp::encode_round_end(lost));
+    target.connect().client()->compare_set(r0 + "/end", "", ddp::encode_round_end(lost));
     infos.clear();
     end = Clock::time_point::min();
     const auto restart = Clock::now();
