@@ -72,6 +72,8 @@ class Agent::Impl {
     // What a join waits for (more nodes, a spare's place): said once per wait.
     rdzv_.on_wait(
         [](const std::string& line) { std::fprintf(stderr, "ddprun: %s\n", line.c_str()); });
+    // The live view's keep-alive ages (a handler of dynamic membership only).
+    rdzv_.observe_keep_alives([this](KeepAliveProbe probe) { keep_alives_ = std::move(probe); });
   }
 
   int run() {
@@ -1256,7 +1258,7 @@ class Agent::Impl {
     self.state = "self";
     self.last_heard = Millis(0);
     members.push_back(std::move(self));
-    const auto keep_alive = round_->watched_keep_alive();
+    const auto keep_alive = keep_alives_ ? keep_alives_() : std::nullopt;
     for (const auto& seen : watch_.nodes()) {
       MemberStatus m;
       m.node = seen.node;
@@ -1386,6 +1388,7 @@ class Agent::Impl {
   std::shared_ptr<spdlog::logger> logger_;
   // The round this node runs in (null before the first).
   std::unique_ptr<Round> round_;
+  KeepAliveProbe keep_alives_;  // null: the handler shows none
   int restart_count_ = 0;
   // Rounds this agent ran workers in (attempt_<n> log directories).
   int attempt_ = 0;

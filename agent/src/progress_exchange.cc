@@ -432,7 +432,7 @@ struct ProgressExchange::State {
     refusals.version = which;
   }
 
-  std::string key(int n) const { return progress_key(prefix, n); }
+  std::string key(int n) const { return round_area_key(prefix, n); }
 
   void tick() {
     try {

@@ -1,6 +1,7 @@
 // How every node learns where every rank is: each agent publishes a compact
 // summary of its ranks (rank_status.h: states, collective counters, waits,
-// steps) once per period under "<round prefix>/progress/<group rank>" in the
+// steps) once per period in its node's key of the round's area
+// ("<round prefix>/area/<group rank>", ddp/rendezvous/round.h) in the
 // agents' store, on its own thread and store handle, and reads the other
 // nodes' summaries on the same tick. A hang check then compares all ranks
 // without asking anyone anything.
@@ -125,7 +126,8 @@ class ProgressExchange {
   static constexpr int kStaleAfter = 4;  // periods
   static constexpr std::size_t kMaxRanks = 4096;
 
-  // Node n's summary lives at progress_key(round_prefix, n) (ddp/rendezvous/round.h).
+  // Node n's summary lives in the round's area, at round_area_key(round_prefix, n)
+  // (ddp/rendezvous/round.h), which the rendezvous deletes with the round.
   // `ranks` says whose ranks each node's summary may name (refusal()); the
   // round's age counts from this call.
   ProgressExchange(std::shared_ptr<Store> store, std::string round_prefix, RoundRanks ranks,

@@ -316,7 +316,7 @@ void drive(const std::vector<Agent*>& mine, const std::string& r, int expected, 
         Agent& a = agents[j];
         a.global = globals[j];
         ddp::RendezvousStore rs = target.connect();
-        a.store = rs.store;
+        a.store = rs.client_if_made();
         a.handler = std::make_unique<DynamicRendezvous>(params, std::move(rs), ddp::real_runtime(),
                                                         backend);
       }
@@ -604,7 +604,7 @@ SimResult run_simulated(int n, const SimSettings& s, const SimStore& target) {
     lost.member = dead->second.member;
     agents.send(fmt::format("X {}", dead_global));
     agents.collect("R", Clock::now() + 30s, nullptr, nullptr);
-    target.connect().store->compare_set(r0 + "/end", "", ddp::encode_round_end(lost));
+    target.connect().client()->compare_set(r0 + "/end", "", ddp::encode_round_end(lost));
     infos.clear();
     end = Clock::time_point::min();
     const auto restart = Clock::now();
@@ -639,10 +639,8 @@ SimResult run_simulated_builtin(int n, const SimSettings& s, const std::string& 
     options.connect_timeout = 60s;
     options.reconnect_timeout = 60s;
     options.timeout = 120s;
-    ddp::RendezvousStore rs;
-    rs.store = std::make_shared<ddp::TcpStore>(options);
-    rs.host = "127.0.0.1";
-    rs.port = port;
+    ddp::RendezvousStore rs(std::make_shared<ddp::TcpStore>(options));
+    rs.at("127.0.0.1", port);
     return rs;
   };
   target.cpu_s = [&daemon] { return daemon.cpu_s(); };
@@ -677,12 +675,13 @@ SimResult run_simulated_etcd(int n, const SimSettings& s, const std::string& etc
     options.request_timeout = 60s;
     options.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(timeout_s * 1000));
     auto store = std::make_shared<ddp::EtcdStore>(options);
-    ddp::RendezvousStore rs;
-    rs.external_name = "etcd at " + store->endpoints_text();
-    rs.store = std::move(store);
-    rs.host = "127.0.0.1";
     // Group rank 0's worker store, as ddprun announces it: nobody connects to it here.
-    rs.worker_store_port = 29400;
+    struct AnnouncedWorkerStore final : ddp::HostedStore {
+      std::uint16_t port() const override { return 29400; }
+    };
+    const std::string name = "etcd at " + store->endpoints_text();
+    ddp::RendezvousStore rs(std::move(store));
+    rs.at("127.0.0.1", 0).external(name, std::make_shared<AnnouncedWorkerStore>());
     return rs;
   };
   target.cpu_s = [&etcd] { return process_cpu_seconds(etcd.pid(0)); };

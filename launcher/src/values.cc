@@ -8,6 +8,7 @@
 
 #include "ddp/common/env.h"
 #include "ddp/common/error.h"
+#include "ddp/common/host_port.h"
 
 namespace ddp::launcher {
 
@@ -46,14 +47,6 @@ std::chrono::milliseconds positive_secs(const std::string& text, const std::stri
   if (value.count() <= 0)
     fail(what + ": expected a positive number of seconds, got '" + text + "'");
   return value;
-}
-
-std::string seconds_text(std::chrono::milliseconds value) {
-  const auto ms = value.count();
-  if (ms % 1000 == 0) return std::to_string(ms / 1000);
-  std::string fraction = std::to_string(1000 + ms % 1000).substr(1);
-  fraction.erase(fraction.find_last_not_of('0') + 1);
-  return std::to_string(ms / 1000) + "." + fraction;
 }
 
 agent::StdSetting parse_std(const std::string& text, const std::string& what) {
@@ -98,33 +91,25 @@ int parse_signal(const std::string& name) {
 std::pair<std::string, std::uint16_t> parse_endpoint(const std::string& text,
                                                      std::uint16_t default_port,
                                                      const std::string& what) {
-  std::string host = text;
-  std::string port;
-  if (!text.empty() && text[0] == '[') {
-    auto close = text.find(']');
-    if (close == std::string::npos) fail(what + ": expected host[:port], got '" + text + "'");
-    host = text.substr(1, close - 1);
-    if (close + 1 < text.size()) {
-      if (text[close + 1] != ':') fail(what + ": expected host[:port], got '" + text + "'");
-      port = text.substr(close + 2);
-    }
-  } else if (auto colon = text.rfind(':'); colon != std::string::npos && text.find(':') == colon) {
-    host = text.substr(0, colon);
-    port = text.substr(colon + 1);
+  HostPort split;
+  try {
+    split = split_host_port(text, what);
+  } catch (const InvalidArgument&) {
+    fail(what + ": expected host[:port], got '" + text + "'");
   }
-  if (host.empty() || host.find_first_of(" \t/") != std::string::npos) {
+  if (split.host.empty() || split.host.find_first_of(" \t/") != std::string::npos) {
     fail(what + ": expected host[:port], got '" + text + "'");
   }
   std::uint16_t number = default_port;
-  if (!port.empty() || text.back() == ':') {
+  if (split.port) {
     number = static_cast<std::uint16_t>(
-        parse_int_in(port, 0, 65535, what, "host[:port] with a port in 0..65535"));
+        parse_int_in(*split.port, 0, 65535, what, "host[:port] with a port in 0..65535"));
   }
-  return {host, number};
+  return {split.host, number};
 }
 
 std::string join_endpoint(const std::string& host, const std::string& port) {
-  return (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + port;
+  return join_host_port(host, port);
 }
 
 }  // namespace ddp::launcher

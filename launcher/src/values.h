@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "ddp/agent/worker_spec.h"
+#include "ddp/common/text.h"
 
 namespace ddp::launcher {
 
@@ -30,8 +31,8 @@ std::chrono::milliseconds parse_secs(const std::string& text, const std::string&
 // Seconds, whole or fractional, more than zero.
 std::chrono::milliseconds positive_secs(const std::string& text, const std::string& what);
 
-// A duration as seconds ("300", "0.5"): how a default is shown.
-std::string seconds_text(std::chrono::milliseconds value);
+// A duration as seconds ("300", "0.5"), how a default is shown, is
+// ddp::seconds_text (ddp/common/text.h).
 
 // -r/--redirects, -t/--tee: 0..3, or per local rank "0:1,1:3".
 agent::StdSetting parse_std(const std::string& text, const std::string& what);

@@ -26,7 +26,8 @@ std::unique_ptr<RendezvousHandler> make_c10d_rendezvous(const RendezvousParams& 
 
 std::unique_ptr<RendezvousHandler> make_etcd_rendezvous(const RendezvousParams& params,
                                                         RendezvousStore store) {
-  if (!store.store || !store.store->leases() || !store.store->watches()) {
+  const std::shared_ptr<Store>& client = store.client_if_made();
+  if (!client || !client->leases() || !client->watches()) {
     throw InvalidArgument("etcd rendezvous",
                           "needs a store with leases and watches (an EtcdStore)");
   }

@@ -131,7 +131,7 @@ void delete_round_keys(Store& store, const std::string& r) {
     keys.push_back(RunKeys::members(r, decision->decider));
     for (int i = 0; i < decision->considered; ++i) {
       keys.push_back(RunKeys::assignment(r, decision->decider, i));
-      keys.push_back(progress_key(r, i));  // group ranks are below the arrivals considered
+      keys.push_back(round_area_key(r, i));  // group ranks are below the arrivals considered
     }
     keys.push_back(RunKeys::closed(r));
   }

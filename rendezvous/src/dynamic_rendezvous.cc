@@ -1,9 +1,9 @@
 #include "dynamic_rendezvous.h"
 
 #include <algorithm>
-#include <sstream>
 
 #include "ddp/common/error.h"
+#include "ddp/common/text.h"
 #include "round_control.h"
 #include "run_claim.h"
 
@@ -13,11 +13,10 @@ namespace {
 // Waits on another thread are bounded so that a lost wake-up costs at most this.
 constexpr Duration kMaxWait = std::chrono::seconds(5);
 
-// "4", "0.5": seconds as the user would write them.
-std::string seconds_text(Duration d) {
-  std::ostringstream out;
-  out << static_cast<double>(d.count()) / 1000.0;
-  return out.str();
+// Where a round's workers may reach their store: the agents' store, or (an
+// external one) the built-in one its group rank 0 serves.
+WorkerStores worker_stores(const RendezvousStore& store) {
+  return {store.host(), store.port(), store.worker_store_port()};
 }
 
 // Time left, up to the next tenth of a second ("600", not "599.999").
@@ -33,10 +32,10 @@ DynamicRendezvous::DynamicRendezvous(const RendezvousParams& params, RendezvousS
       keys_(params.run_id), rules_{RoundRule{params.min_nodes, params.max_nodes},
                                    params.join_timeout, params.last_call_timeout,
                                    params.keep_alive_interval * params.keep_alive_max_attempt},
-      liveness_(Liveness::create(store_.store.get(),
+      liveness_(Liveness::create(store_.client_if_made().get(),
                                  LivenessSettings{keys_.prefix(), params.keep_alive_interval,
                                                   params.keep_alive_max_attempt, &runtime})) {
-  if (!store_.store && !store_.opener) throw InvalidArgument(kDynamicOrigin, "no store given");
+  if (!store_.has_store()) throw InvalidArgument(kDynamicOrigin, "no store given");
   if (params_.min_nodes < 1 || params_.max_nodes < params_.min_nodes) {
     throw InvalidArgument(kDynamicOrigin, "bad node range " + std::to_string(params_.min_nodes) +
                                               ":" + std::to_string(params_.max_nodes));
@@ -55,19 +54,21 @@ DynamicRendezvous::~DynamicRendezvous() {
   if (liveness_worker_) liveness_worker_->stop(std::chrono::seconds(1));
 }
 
-std::string DynamicRendezvous::store_name() const {
-  if (!store_.external_name.empty()) return store_.external_name;
-  return store_.host + ":" + std::to_string(store_.port);
+void DynamicRendezvous::observe_keep_alives(const std::function<void(KeepAliveProbe)>& observer) {
+  observer([liveness = liveness_, &time = time_]() -> std::optional<KeepAliveView> {
+    try {
+      return liveness->watched(time.now());
+    } catch (const std::exception&) {
+      return std::nullopt;
+    }
+  });
 }
 
-std::shared_ptr<Store> DynamicRendezvous::store() {
-  if (!store_.store) store_.store = store_.opener();
-  return store_.store;
-}
+std::string DynamicRendezvous::store_name() const { return store_.name(); }
 
-std::shared_ptr<Store> DynamicRendezvous::open_store() {
-  return store_.opener ? store_.opener() : store();
-}
+std::shared_ptr<Store> DynamicRendezvous::store() { return store_.client(); }
+
+std::shared_ptr<Store> DynamicRendezvous::open_store() { return store_.open(); }
 
 std::uint16_t DynamicRendezvous::worker_master_port() const {
   return params_.worker_master_port != 0 ? params_.worker_master_port : find_free_port();
@@ -86,15 +87,12 @@ std::unique_ptr<Round> DynamicRendezvous::join() {
       const int nodes = info->group_world_size;
       // The agents' store this node hosts, or (etcd) the workers' store of
       // group rank 0, is used by every node of the round.
-      const bool serves =
-          store_.served_here || (!store_.external_name.empty() && info->group_rank == 0);
+      const bool serves = store_.served_here() || (store_.is_external() && info->group_rank == 0);
       std::function<bool()> needed;
       if (serves) needed = [this] { return others_alive(); };
       return std::make_unique<StoreRound>(
           std::move(*info), *this, /*solo=*/false, kDynamicOrigin,
-          [this, nodes] { return membership_grace(nodes); },
-          [liveness = liveness_, &time = time_] { return liveness->watched(time.now()); },
-          std::move(needed));
+          [this, nodes] { return membership_grace(nodes); }, std::move(needed));
     }
     wait_for_change();
   }
@@ -107,10 +105,10 @@ RendezvousInfo DynamicRendezvous::solo_round() {
   alone.considered = 1;
   alone.master_addr = params_.local_addr;
   alone.master_port = worker_master_port();
-  alone.store_port = store_.worker_store_port;
+  alone.store_port = store_.worker_store_port();
   const int round = ++last_round_;
   RendezvousInfo info = round_info(round, round_prefix(round) + "_" + member(), alone, Assignment{},
-                                   member(), worker_stores());
+                                   member(), worker_stores(store_));
   info.local_world_sizes = {params_.local_world_size};
   return info;
 }
@@ -161,7 +159,7 @@ void DynamicRendezvous::arrive(int round) {
   mine.node_rank = params_.node_rank;
   mine.local_world_size = params_.local_world_size;
   mine.master_port = worker_master_port();
-  mine.store_port = store_.worker_store_port;
+  mine.store_port = store_.worker_store_port();
   mine.addr = params_.local_addr;
   s.set(RunKeys::record(r, index), encode_arrival(mine));
   join_ = start_join(rules_, round, index, join_.deadline, time_.now());
@@ -280,7 +278,7 @@ std::optional<RendezvousInfo> DynamicRendezvous::on_closed(const Decision& c) {
     on_late(c.nodes);
     return std::nullopt;
   }
-  RendezvousInfo info = round_info(join_.round, r, c, a, member(), worker_stores());
+  RendezvousInfo info = round_info(join_.round, r, c, a, member(), worker_stores(store_));
   last_round_ = join_.round;
   last_nodes_ = c.nodes;
   members_key_ = RunKeys::members(r, c.decider);
@@ -367,7 +365,7 @@ void DynamicRendezvous::start_liveness() {
   if (liveness_worker_) return;
   // Its own store handle: a TcpStore serializes calls, and the agent's may
   // block in a rendezvous wait.
-  StoreOpener opener = store_.liveness_opener ? store_.liveness_opener : store_.opener;
+  StoreOpener opener = store_.liveness_opener();
   auto handle = std::make_shared<OwnStoreHandle>(opener ? nullptr : store(), std::move(opener));
   liveness_worker_ = std::make_unique<BackgroundWorker>(
       tick_period(params_.keep_alive_interval),
@@ -387,7 +385,7 @@ void DynamicRendezvous::forget_round(int round) {
   // Off the decider's way (2N keys are deleted one by one), on a store handle
   // of its own; nobody waits for it, and a store gone or refusing leaves
   // nothing to delete.
-  OwnStoreHandle handle(store_.opener ? nullptr : store(), store_.opener);
+  OwnStoreHandle handle(store_.opener() ? nullptr : store(), store_.opener());
   BackgroundCall forget(
       [handle, r = round_prefix(round)]() mutable { delete_round_keys(handle.get(), r); }, time_);
 }
@@ -399,7 +397,7 @@ void DynamicRendezvous::shutdown(std::chrono::milliseconds deadline) {
   // (refused, timed out) only takes its keep-alive key away.
   if (params_.max_nodes == 1) return;
   const auto left = std::chrono::duration_cast<Duration>(until - time_.now());
-  if (left <= Duration(0) || !store_.store) return;
+  if (left <= Duration(0) || !store_.client_if_made()) return;
   // On a thread of its own, which owns all it touches, so that a frozen store
   // cannot hold the exit past the deadline. It uses the handle the agent used
   // (opening another could wait for a store whose host left first), and drops
@@ -407,7 +405,7 @@ void DynamicRendezvous::shutdown(std::chrono::milliseconds deadline) {
   // time, and takes away what the client left (an EtcdStore's marker; ddprun
   // leaves through _exit, which runs none).
   auto leave = liveness_->leave();
-  std::shared_ptr<Store> store = std::move(store_.store);
+  std::shared_ptr<Store> store = store_.release_client();
   const int nodes = last_nodes_;
   BackgroundCall cleanup(
       [store, leave, keys = keys_, last = last_round_, nodes]() mutable {

@@ -42,7 +42,7 @@ namespace ddp::rendezvous_detail {
 class DynamicRendezvous : public RendezvousHandler {
  public:
   // `runtime` must outlive the handler; `backend` is what backend() returns.
-  // Liveness uses leases when `store.store` has leases and watches.
+  // Liveness uses leases when `store`'s client has leases and watches.
   // Throws InvalidArgument for bad params.
   DynamicRendezvous(const RendezvousParams& params, RendezvousStore store, const Runtime& runtime,
                     std::string backend = "c10d");
@@ -55,10 +55,12 @@ class DynamicRendezvous : public RendezvousHandler {
     wait_note_ = std::move(note);
   }
 
+  // The probe reads the liveness strategy's view of the node it judges.
+  void observe_keep_alives(const std::function<void(KeepAliveProbe)>& observer) override;
   std::shared_ptr<Store> store() override;
   std::shared_ptr<Store> open_store() override;
   std::string store_name() const override;
-  std::string store_token() const override { return store_.token; }
+  std::string store_token() const override { return store_.token(); }
   std::string backend() const override { return backend_; }
   const RendezvousParams& params() const override { return params_; }
 
@@ -83,9 +85,6 @@ class DynamicRendezvous : public RendezvousHandler {
   RendezvousInfo solo_round();
   // Takes an arrival index in `round` and writes this node's record.
   void arrive(int round);
-  WorkerStores worker_stores() const {
-    return {store_.host, store_.port, store_.worker_store_port};
-  }
   // --worker master port, or a free one (this node may become group rank 0).
   std::uint16_t worker_master_port() const;
   // Reads what the decision needs and publishes it when the round is decided.

@@ -46,7 +46,7 @@ std::vector<std::string> round_keys(const std::string& prefix, int nodes) {
   std::vector<std::string> keys = {prefix + "/end", prefix + "/exit_barrier"};
   for (int rank = 0; rank < nodes; ++rank) {
     keys.push_back(prefix + "/node_" + std::to_string(rank));
-    keys.push_back(progress_key(prefix, rank));
+    keys.push_back(round_area_key(prefix, rank));
   }
   return keys;
 }
@@ -125,7 +125,7 @@ class RoundHandler : public RendezvousHandler {
   RoundHandler(const RendezvousParams& params, RendezvousStore store, const Runtime& runtime)
       : params_(params), store_(std::move(store)), runtime_(runtime) {
     const char* origin = this->origin();
-    if (!store_.store && !store_.opener) throw InvalidArgument(origin, "no store given");
+    if (!store_.has_store()) throw InvalidArgument(origin, "no store given");
     if (params_.min_nodes < 1 || params_.max_nodes < params_.min_nodes) {
       throw InvalidArgument(origin, "bad node range " + std::to_string(params_.min_nodes) + ":" +
                                         std::to_string(params_.max_nodes));
@@ -161,9 +161,9 @@ class RoundHandler : public RendezvousHandler {
     RendezvousInfo info = next_rendezvous();
     const bool solo = info.group_world_size <= 1;
     std::function<bool()> needed;
-    if (store_.served_here) needed = [this] { return others_beat(); };
+    if (store_.served_here()) needed = [this] { return others_beat(); };
     return std::make_unique<rendezvous_detail::StoreRound>(std::move(info), *this, solo, origin(),
-                                                           nullptr, nullptr, std::move(needed));
+                                                           nullptr, std::move(needed));
   }
 
   // Whether another agent of the instance added to the heartbeat counter
@@ -234,8 +234,8 @@ class RoundHandler : public RendezvousHandler {
                            const std::vector<StaticNode>& records) const {
     RendezvousInfo info;
     info.round = round;
-    info.store_addr = store_.host;
-    info.store_port = store_.port;
+    info.store_addr = store_.host();
+    info.store_port = store_.port();
     info.group_rank = group_rank;
     info.group_world_size = static_cast<int>(records.size());
     info.round_prefix = prefix;
@@ -254,9 +254,7 @@ class RoundHandler : public RendezvousHandler {
     return info;
   }
 
-  std::string store_name() const override {
-    return store_.host + ":" + std::to_string(store_.port);
-  }
+  std::string store_name() const override { return store_.name(); }
 
   std::uint16_t worker_master_port() const {
     return params_.worker_master_port != 0 ? params_.worker_master_port : find_free_port();
@@ -264,12 +262,9 @@ class RoundHandler : public RendezvousHandler {
 
   // Connected on first use when only an opener was given (a single node
   // never needs its own client).
-  std::shared_ptr<Store> store() override {
-    if (!store_.store) store_.store = store_.opener();
-    return store_.store;
-  }
-  std::shared_ptr<Store> open_store() override { return store_.opener ? store_.opener() : store(); }
-  std::string store_token() const override { return store_.token; }
+  std::shared_ptr<Store> store() override { return store_.client(); }
+  std::shared_ptr<Store> open_store() override { return store_.open(); }
+  std::string store_token() const override { return store_.token(); }
   std::string backend() const override { return "static"; }
   const RendezvousParams& params() const override { return params_; }
 
@@ -389,7 +384,7 @@ class RoundHandler : public RendezvousHandler {
 
   void start_keeper(std::chrono::milliseconds period) {
     if (keeper_) keeper_->stop(std::chrono::milliseconds(0));
-    keeper_ = std::make_unique<Keeper>(store_.store, store_.opener,
+    keeper_ = std::make_unique<Keeper>(store_.client_if_made(), store_.opener(),
                                        instance_prefix(instance_) + "/heartbeat",
                                        std::max(std::chrono::milliseconds(1), period), runtime_);
   }

@@ -11,8 +11,8 @@
 
 namespace ddp {
 
-std::string progress_key(const std::string& round_prefix, int node) {
-  return round_prefix + "/progress/" + std::to_string(node);
+std::string round_area_key(const std::string& round_prefix, int node) {
+  return round_prefix + "/area/" + std::to_string(node);
 }
 
 std::string encode_round_end(const RoundEnd& end) {
@@ -261,10 +261,9 @@ std::unique_ptr<PendingEnd> nothing_to_tell() { return std::make_unique<NothingT
 
 StoreRound::StoreRound(RendezvousInfo info, RendezvousHandler& handler, bool solo,
                        const char* origin, std::function<Duration()> grace,
-                       std::function<std::optional<KeepAliveView>()> keep_alive,
                        std::function<bool()> needed)
     : Round(std::move(info)), handler_(handler), solo_(solo), origin_(origin),
-      grace_(std::move(grace)), keep_alive_(std::move(keep_alive)), needed_(std::move(needed)) {}
+      grace_(std::move(grace)), needed_(std::move(needed)) {}
 
 std::unique_ptr<RoundWatch> StoreRound::watch(std::function<void()> wake) {
   if (solo_) return inert_watch();
@@ -284,15 +283,6 @@ void StoreRound::arrive_at_exit_barrier(Clock::time_point deadline) {
 
 std::chrono::milliseconds StoreRound::grace_for_membership_change() {
   return grace_ ? grace_() : Duration(0);
-}
-
-std::optional<KeepAliveView> StoreRound::watched_keep_alive() const {
-  if (!keep_alive_) return std::nullopt;
-  try {
-    return keep_alive_();
-  } catch (const std::exception&) {
-    return std::nullopt;
-  }
 }
 
 bool StoreRound::needed_by_others() {

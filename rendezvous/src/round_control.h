@@ -54,21 +54,17 @@ class OwnStoreHandle {
 // The round both handlers' join() returns: its end lives at
 // "<round prefix>/end" in the agents' store. A `solo` round (a single node)
 // has nobody else to end it and touches no store. `grace` answers
-// grace_for_membership_change (null: zero, a fixed membership), `keep_alive`
-// watched_keep_alive (null: none), `needed` needed_by_others (null: false, a
+// grace_for_membership_change (null: zero, a fixed membership), `needed` needed_by_others (null: false, a
 // node that serves nobody; what it throws counts as false). Holds a
 // reference to `handler`, which must outlive it.
 class StoreRound final : public Round {
  public:
   StoreRound(RendezvousInfo info, RendezvousHandler& handler, bool solo, const char* origin,
-             std::function<Duration()> grace = nullptr,
-             std::function<std::optional<KeepAliveView>()> keep_alive = nullptr,
-             std::function<bool()> needed = nullptr);
+             std::function<Duration()> grace = nullptr, std::function<bool()> needed = nullptr);
   std::unique_ptr<RoundWatch> watch(std::function<void()> wake) override;
   std::unique_ptr<PendingEnd> end(const RoundEnd& end) override;
   void arrive_at_exit_barrier(Clock::time_point deadline) override;
   std::chrono::milliseconds grace_for_membership_change() override;
-  std::optional<KeepAliveView> watched_keep_alive() const override;
   bool needed_by_others() override;
 
  private:
@@ -76,7 +72,6 @@ class StoreRound final : public Round {
   bool solo_;
   const char* origin_;
   std::function<Duration()> grace_;
-  std::function<std::optional<KeepAliveView>()> keep_alive_;
   std::function<bool()> needed_;
 };
 

@@ -16,7 +16,7 @@ class PrefixStore::Leases final : public StoreLeases {
   std::int64_t lease_time_left(LeaseId lease) override { return base_.lease_time_left(lease); }
   void revoke_lease(LeaseId lease) override { base_.revoke_lease(lease); }
   void set_with_lease(const std::string& key, const std::string& value, LeaseId lease) override {
-    base_.set_with_lease(store_.key(key), value, lease);
+    base_.set_with_lease(store_.base_key(key), value, lease);
   }
 
  private:
@@ -36,7 +36,7 @@ class PrefixStore::Watches final : public StoreWatches {
     // relative to this store, as the caller named it.
     const std::size_t strip = store_.prefix_.size() + 1;
     return base_.watch_prefix(
-        store_.key(key_prefix), from_revision,
+        store_.base_key(key_prefix), from_revision,
         [strip, on_event = std::move(on_event)](const StoreEvent& event) {
           StoreEvent relative = event;
           relative.key = event.key.substr(std::min(strip, event.key.size()));
@@ -54,12 +54,14 @@ class PrefixStore::Tickets final : public StoreTickets {
  public:
   Tickets(const PrefixStore& store, StoreTickets& base) : store_(store), base_(base) {}
   std::int64_t take_ticket(const std::string& key) override {
-    return base_.take_ticket(store_.key(key));
+    return base_.take_ticket(store_.base_key(key));
   }
   std::int64_t tickets_taken(const std::string& key) override {
-    return base_.tickets_taken(store_.key(key));
+    return base_.tickets_taken(store_.base_key(key));
   }
-  void delete_tickets(const std::string& key) override { base_.delete_tickets(store_.key(key)); }
+  void delete_tickets(const std::string& key) override {
+    base_.delete_tickets(store_.base_key(key));
+  }
 
  private:
   const PrefixStore& store_;
@@ -71,7 +73,7 @@ class PrefixStore::Prefixes final : public StorePrefixes {
   Prefixes(const PrefixStore& store, StorePrefixes& base) : store_(store), base_(base) {}
   bool take_over(const std::string& key, const std::string& expected, const std::string& desired,
                  const std::string& prefix) override {
-    return base_.take_over(store_.key(key), expected, desired, store_.key(prefix));
+    return base_.take_over(store_.base_key(key), expected, desired, store_.base_key(prefix));
   }
 
  private:
@@ -80,13 +82,14 @@ class PrefixStore::Prefixes final : public StorePrefixes {
 };
 
 PrefixStore::PrefixStore(std::string prefix, std::shared_ptr<Store> base)
-    : prefix_(std::move(prefix)), base_(std::move(base)) {
-  if (!base_) throw InvalidArgument("PrefixStore", "base store is null");
-  set_timeout(base_->timeout());
-  if (auto* leases = base_->leases()) leases_ = std::make_unique<Leases>(*this, *leases);
-  if (auto* watches = base_->watches()) watches_ = std::make_unique<Watches>(*this, *watches);
-  if (auto* tickets = base_->tickets()) tickets_ = std::make_unique<Tickets>(*this, *tickets);
-  if (auto* prefixes = base_->prefixes()) prefixes_ = std::make_unique<Prefixes>(*this, *prefixes);
+    : ForwardingStore(std::move(base), "PrefixStore"), prefix_(std::move(prefix)) {
+  Store& base_store = *this->base();
+  if (auto* leases = base_store.leases()) leases_ = std::make_unique<Leases>(*this, *leases);
+  if (auto* watches = base_store.watches()) watches_ = std::make_unique<Watches>(*this, *watches);
+  if (auto* tickets = base_store.tickets()) tickets_ = std::make_unique<Tickets>(*this, *tickets);
+  if (auto* prefixes = base_store.prefixes()) {
+    prefixes_ = std::make_unique<Prefixes>(*this, *prefixes);
+  }
 }
 
 PrefixStore::~PrefixStore() = default;
@@ -95,51 +98,5 @@ StoreLeases* PrefixStore::leases() { return leases_.get(); }
 StoreWatches* PrefixStore::watches() { return watches_.get(); }
 StoreTickets* PrefixStore::tickets() { return tickets_.get(); }
 StorePrefixes* PrefixStore::prefixes() { return prefixes_.get(); }
-
-std::vector<std::string> PrefixStore::keys(const std::vector<std::string>& keys) const {
-  std::vector<std::string> prefixed;
-  prefixed.reserve(keys.size());
-  for (const auto& k : keys) prefixed.push_back(key(k));
-  return prefixed;
-}
-
-void PrefixStore::set(const std::string& k, const std::string& value) { base_->set(key(k), value); }
-
-std::string PrefixStore::get(const std::string& k, Duration timeout) {
-  return base_->get(key(k), timeout);
-}
-
-std::int64_t PrefixStore::add(const std::string& k, std::int64_t delta) {
-  return base_->add(key(k), delta);
-}
-
-std::string PrefixStore::compare_set(const std::string& k, const std::string& expected,
-                                     const std::string& desired) {
-  return base_->compare_set(key(k), expected, desired);
-}
-
-void PrefixStore::wait(const std::vector<std::string>& ks, Duration timeout) {
-  base_->wait(keys(ks), timeout);
-}
-
-bool PrefixStore::check(const std::vector<std::string>& ks) { return base_->check(keys(ks)); }
-
-bool PrefixStore::delete_key(const std::string& k) { return base_->delete_key(key(k)); }
-
-std::int64_t PrefixStore::num_keys() { return base_->num_keys(); }
-
-std::vector<std::string> PrefixStore::multi_get(const std::vector<std::string>& ks,
-                                                Duration timeout) {
-  return base_->multi_get(keys(ks), timeout);
-}
-
-void PrefixStore::multi_set(const std::vector<std::string>& ks,
-                            const std::vector<std::string>& values) {
-  base_->multi_set(keys(ks), values);
-}
-
-void PrefixStore::append(const std::string& k, const std::string& value) {
-  base_->append(key(k), value);
-}
 
 }  // namespace ddp

@@ -1,10 +1,7 @@
-// The transport under EtcdStore: HTTP/1.1 (Boost.Beast) to etcd's v3 JSON
-// gateway, plain or TLS, with endpoint rotation, retries and authentication.
+// The calls of EtcdStore to etcd's v3 JSON gateway: Transport, with endpoint
+// rotation, retries and authentication, over one HTTP connection for unary
+// calls (etcd_connection.h) and replies read as etcd_gateway.h reads them.
 //
-//   Connection  one HTTP connection to one endpoint, owned by one thread at a
-//               time; every network operation runs on the connection's own
-//               io_context for at most the given deadline, and cancel() (from
-//               any thread) aborts whatever it is doing.
 //   Transport   the shared state of one EtcdStore: options, TLS context, the
 //               endpoint currently in use, the auth token, and the connection
 //               for unary calls (one, serialized). call() retries "try again"
@@ -22,196 +19,19 @@
 // on it.
 #pragma once
 
-#include <atomic>
-#include <condition_variable>
-#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
-#include <string_view>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "ddp/common/error.h"
 #include "ddp/common/time.h"
 #include "ddp/store_etcd/etcd_store.h"
-
-namespace boost::asio::ssl {
-class context;
-}
+#include "etcd_connection.h"
+#include "etcd_gateway.h"
 
 namespace ddp::etcd {
-
-using Json = nlohmann::json;
-
-std::string base64_encode(std::string_view bytes);
-// Whether `text` is base64 with its padding (length a multiple of 4, "=" only
-// as the last one or two characters), as etcd writes it.
-bool is_padded_base64(std::string_view text);
-// Throws ProtocolError when `text` is not valid padded base64; never reads or
-// writes past either string.
-std::string base64_decode(std::string_view text);
-// An int64 field of etcd's JSON ("123" or 123); 0 when missing.
-std::int64_t json_int(const Json& object, const char* field);
-// A bytes field (base64) decoded; "" when missing.
-std::string json_bytes(const Json& object, const char* field);
-// A boolean field; false when missing or not a boolean (never throws).
-bool json_flag(const Json& object, const char* field);
-// A string field; `otherwise` when missing or not a string (never throws).
-std::string json_string(const Json& object, const char* field, const std::string& otherwise = "");
-// etcd's GetPrefixRangeEnd: the prefix with its last byte below 0xff
-// incremented ("\0" for an empty prefix or all 0xff: every key).
-std::string prefix_range_end(const std::string& prefix);
-// "host:port" ("[v6]:port").
-std::string endpoint_text(const EtcdEndpoint& endpoint);
-// "2 s", "0.25 s".
-std::string seconds_text(Duration duration);
-
-// The connection failed (refused, reset, closed, timed out): the call may be
-// retried, on this or another endpoint.
-class ConnectionFailed : public NetworkError {
- public:
-  ConnectionFailed(std::string reason, bool stale)
-      : NetworkError("", reason), reason_(std::move(reason)), stale_(stale) {}
-  const std::string& reason() const { return reason_; }
-  // A reused keep-alive connection failed before any byte of a reply came
-  // back: most likely the server had closed it while it was idle.
-  bool stale() const { return stale_; }
-
- private:
-  std::string reason_;
-  bool stale_;
-};
-
-// A reply that is not etcd's: over the size limit, not HTTP, not JSON (or too
-// deeply nested), a bytes field that is not base64, a reply from another
-// cluster. The call moves to the next endpoint.
-class BadReply : public ProtocolError {
- public:
-  BadReply(const std::string& where, std::string reason)
-      : ProtocolError("", where + " " + reason), reason_(std::move(reason)) {}
-  // What was wrong, without the endpoint ("sent a reply body over 64 MiB").
-  const std::string& reason() const { return reason_; }
-
- private:
-  std::string reason_;
-};
-
-// What etcd said in an error reply ({"error","message","code"}) that is not
-// "try again". Errors thrown for such replies are ReplyError<Base>: catch
-// the ddp error (InvalidArgument, AuthError, ProtocolError) and
-// dynamic_cast to ReplyInfo for the details.
-class ReplyInfo {
- public:
-  ReplyInfo(int code, std::string etcd_message)
-      : code_(code), etcd_message_(std::move(etcd_message)) {}
-  virtual ~ReplyInfo() = default;
-  // The gRPC status code.
-  int code() const { return code_; }
-  const std::string& etcd_message() const { return etcd_message_; }
-
- private:
-  int code_;
-  std::string etcd_message_;
-};
-
-template <typename Base>
-class ReplyError : public Base, public ReplyInfo {
- public:
-  ReplyError(std::string origin, const std::string& message, int code, std::string etcd_message)
-      : Base(std::move(origin), message), ReplyInfo(code, std::move(etcd_message)) {}
-};
-
-// The ReplyInfo of `error`, if it came from an etcd error reply.
-inline const ReplyInfo* reply_info(const Error& error) {
-  return dynamic_cast<const ReplyInfo*>(&error);
-}
-
-struct HttpReply {
-  int status = 0;
-  std::string body;
-};
-
-// The JSON of a unary reply from `where` to POST `path`: a parsed object whose
-// bytes fields are valid base64. Throws BadReply for a reply that is not
-// etcd's, ReplyError<...> for etcd's final errors, and (internal) classes
-// that make Transport retry or re-authenticate.
-Json decode_reply(const std::string& origin, const std::string& where, const std::string& path,
-                  const HttpReply& reply);
-// One message of a watch stream, checked as decode_reply checks a reply.
-// Throws BadReply.
-Json decode_stream_message(const std::string& where, const std::string& line);
-
-class Connection {
- public:
-  // Replies and stream messages larger than `max_reply_bytes` are BadReply.
-  Connection(EtcdEndpoint endpoint, boost::asio::ssl::context* tls, std::size_t max_reply_bytes);
-  ~Connection();
-  // A connection over an already connected plain socket `fd` (taken over),
-  // named `endpoint`: for tests and fuzzing.
-  static std::unique_ptr<Connection> adopt(int fd, EtcdEndpoint endpoint,
-                                           std::size_t max_reply_bytes);
-  Connection(const Connection&) = delete;
-  Connection& operator=(const Connection&) = delete;
-
-  const EtcdEndpoint& endpoint() const { return endpoint_; }
-  const std::string& where() const { return where_; }
-  bool is_open() const;
-
-  // Connects (and does the TLS handshake). Throws ConnectionFailed, or
-  // AuthError when the server's certificate does not verify.
-  void open(const Deadline& deadline);
-  // POSTs `body` to `target` and reads the whole reply; the reply must start
-  // by `first_byte` (etcd answers once it has applied the request) and end
-  // by `deadline`.
-  HttpReply post(const std::string& target, const std::string& body, const std::string& token,
-                 const Deadline& first_byte, const Deadline& deadline);
-  // POSTs and reads the reply's header only (a streaming reply follows, or
-  // the rest of a unary one: stream_rest); returns the HTTP status. The
-  // header must start by `first_byte` (default: `deadline`).
-  // `endless`: a watch, whose chunked body has no end (bounded per message
-  // instead of in all).
-  int post_stream(const std::string& target, const std::string& body, const std::string& token,
-                  const Deadline& deadline, const Deadline* first_byte = nullptr,
-                  bool endless = false);
-  // The next newline-terminated message of a streaming reply; std::nullopt
-  // when the deadline passed first (the stream stays usable). Throws
-  // ConnectionFailed when the stream broke or ended, BadReply when a message
-  // grows past max_reply_bytes or the stream is not HTTP.
-  std::optional<std::string> next_line(const Deadline& deadline);
-  // The rest of a streaming reply whose status was not 200.
-  std::string stream_rest(const Deadline& deadline);
-
-  // Aborts the current and every later operation. Any thread.
-  void cancel();
-  void close();
-
- private:
-  struct Impl;
-  EtcdEndpoint endpoint_;
-  std::string where_;
-  std::unique_ptr<Impl> impl_;
-};
-
-// Lets another thread stop a streaming call: it cancels the connection
-// attached to it and cuts short backoff sleeps.
-class Interrupt {
- public:
-  void attach(Connection* connection);
-  void detach();
-  void stop();
-  bool stopped() const { return stopped_.load(); }
-  // Sleeps `duration`; false when stopped meanwhile.
-  bool sleep_for(Duration duration);
-
- private:
-  std::mutex mutex_;
-  std::condition_variable woken_;
-  Connection* attached_ = nullptr;
-  std::atomic<bool> stopped_{false};
-};
 
 class Transport {
  public:
@@ -315,16 +135,5 @@ class Transport {
   std::mutex unary_mutex_;  // one unary call at a time
   std::unique_ptr<Connection> unary_;
 };
-
-// Maps etcd's error reply (gRPC `code`, `message`) from `where` to a ddp
-// error; `retry` is set instead when the call should be retried elsewhere,
-// `reauth` when the token expired.
-struct ErrorClass {
-  bool retry = false;
-  bool reauth = false;
-};
-ErrorClass classify(int code, const std::string& message);
-[[noreturn]] void throw_reply_error(const std::string& origin, const std::string& where, int code,
-                                    const std::string& message);
 
 }  // namespace ddp::etcd

@@ -14,6 +14,7 @@
 #include <random>
 
 #include "ddp/common/error.h"
+#include "ddp/common/host_port.h"
 #include "ddp/store/store_util.h"
 #include "etcd_http.h"
 #include "etcd_watch.h"
@@ -627,35 +628,16 @@ EtcdEndpoint parse_endpoint(const std::string& item) {
         "parse_etcd_endpoints",
         fmt::format("'{}': give host[:port] without a scheme (TLS is an option)", item));
   }
-  EtcdEndpoint endpoint;
-  std::string port;
-  if (!item.empty() && item.front() == '[') {
-    auto close = item.find(']');
-    if (close == std::string::npos) {
-      throw InvalidArgument("parse_etcd_endpoints", fmt::format("unclosed '[' in '{}'", item));
-    }
-    endpoint.host = item.substr(1, close - 1);
-    std::string rest = item.substr(close + 1);
-    if (!rest.empty()) {
-      if (rest.front() != ':')
-        throw InvalidArgument("parse_etcd_endpoints", fmt::format("bad endpoint '{}'", item));
-      port = rest.substr(1);
-      if (port.empty())
-        throw InvalidArgument("parse_etcd_endpoints", fmt::format("bad port in '{}'", item));
-    }
-  } else if (std::count(item.begin(), item.end(), ':') == 1) {
-    auto colon = item.find(':');
-    endpoint.host = item.substr(0, colon);
-    port = item.substr(colon + 1);
-    if (port.empty())
-      throw InvalidArgument("parse_etcd_endpoints", fmt::format("bad port in '{}'", item));
-  } else {
-    endpoint.host = item;  // a host name, or a bare IPv6 address
+  HostPort split = split_host_port(item, "parse_etcd_endpoints");
+  if (split.port && split.port->empty()) {
+    throw InvalidArgument("parse_etcd_endpoints", fmt::format("bad port in '{}'", item));
   }
+  EtcdEndpoint endpoint;
+  endpoint.host = std::move(split.host);
   if (endpoint.host.empty()) {
     throw InvalidArgument("parse_etcd_endpoints", fmt::format("empty host in '{}'", item));
   }
-  if (!port.empty()) endpoint.port = parse_port(port, item);
+  if (split.port) endpoint.port = parse_port(*split.port, item);
   return endpoint;
 }
 

@@ -37,11 +37,11 @@ class StoreHandler {
 
   struct Limits {
     // Keys plus values plus kEntryOverhead per key, over the whole store.
-    std::uint64_t max_store_bytes = 1ull << 30;
+    std::uint64_t max_store_bytes = store_limits::kMaxStoreBytes;
     // The largest value append may grow a key to.
-    std::uint64_t max_value_size = 256ull << 20;
+    std::uint64_t max_value_size = store_limits::kMaxValueSize;
     // The largest reply frame payload (a multi_get of many large values).
-    std::uint64_t max_reply_size = 512ull << 20;
+    std::uint64_t max_reply_size = store_limits::kMaxFrameSize;
     // The keys held by every parked request together.
     std::uint64_t max_parked_bytes = 64ull << 20;
   };

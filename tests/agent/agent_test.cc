@@ -207,10 +207,8 @@ class AgentTest : public ::testing::Test {
     params.local_world_size = nproc;
     params.join_timeout = std::chrono::seconds(5);
     params.worker_master_port = 4321;
-    RendezvousStore rs;
-    rs.store = store ? store : store_;
-    rs.host = "10.1.2.3";
-    rs.port = 1234;
+    RendezvousStore rs(store ? store : store_);
+    rs.at("10.1.2.3", 1234);
     return make_static_rendezvous(params, rs);
   }
 
@@ -604,7 +602,7 @@ TEST_F(AgentTest, EveryNodeReportsAHangThatEndedTheRoundHoweverLateItReads) {
     if (local_rank_of(launch) == 0) l.exit(launch.pid, 0);  // rank 3 runs until ended
   };
   auto late =
-      std::make_shared<LateSummaryStore>(store_, "/progress/1", std::chrono::milliseconds(1500));
+      std::make_shared<LateSummaryStore>(store_, "/area/1", std::chrono::milliseconds(1500));
   auto r0 = rendezvous(2, 0, 2, late);
   auto r1 = rendezvous(2, 1, 2);
   auto watched = [&](int node) {

@@ -53,10 +53,8 @@ TEST(AgentLiveView, RestartsExitsAndEventsAreServedWhileTheAgentRuns) {
   params.run_id = "live";
   params.local_world_size = 2;
   params.worker_master_port = 4321;
-  RendezvousStore rs;
-  rs.store = std::make_shared<MemoryStore>();
-  rs.host = "10.1.2.3";
-  rs.port = 1234;
+  RendezvousStore rs(std::make_shared<MemoryStore>());
+  rs.at("10.1.2.3", 1234);
   auto rdzv = make_static_rendezvous(params, rs);
 
   AgentOptions options;
@@ -142,8 +140,7 @@ TEST(AgentLiveView, APortInUseIsAClearErrorAndNothingStarts) {
   socklen_t len = sizeof(addr);
   ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
   RendezvousParams params;
-  RendezvousStore rs;
-  rs.store = std::make_shared<MemoryStore>();
+  RendezvousStore rs(std::make_shared<MemoryStore>());
   auto rdzv = make_static_rendezvous(params, rs);
   AgentOptions options;
   options.spec.argv = {"/bin/worker"};

@@ -1,6 +1,6 @@
 // What one node's ProgressWatch does with the other nodes' summaries: the real
 // watch and exchange, a fake clock, a MemoryStore holding node 1's summary
-// written the way a node writes it (encode_summary under progress_key), and
+// written the way a node writes it (encode_summary under round_area_key), and
 // this node's rank 0 with a real progress page written here as a worker would.
 #include <gtest/gtest.h>
 
@@ -46,14 +46,14 @@ class WatchTrustTest : public ::testing::Test {
 
   void TearDown() override {
     if (page_ != nullptr) ::munmap(page_, progress::kPageBytes);
-    const bool exchanging = store_->check({progress_key(info_.round_prefix, 0)});
+    const bool exchanging = store_->check({round_area_key(info_.round_prefix, 0)});
     watch_.reset();
     // The exchange's thread is abandoned, not joined, and its last task
     // deletes node 0's key; time_ (its runtime) must outlive it, so wait for
     // that (a summary carrying a hang is kept: then a bounded wait). ASan
     // found the thread reading time_ after the fixture was gone.
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-    while (exchanging && store_->check({progress_key(info_.round_prefix, 0)}) &&
+    while (exchanging && store_->check({round_area_key(info_.round_prefix, 0)}) &&
            std::chrono::steady_clock::now() < deadline) {
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
@@ -133,7 +133,7 @@ class WatchTrustTest : public ::testing::Test {
   }
 
   void write_node1(const NodeSummary& summary) {
-    store_->set(progress_key(info_.round_prefix, 1), encode_summary(summary));
+    store_->set(round_area_key(info_.round_prefix, 1), encode_summary(summary));
   }
 
   // Looks (check()) until node 1's summary was read or refused, and once more;

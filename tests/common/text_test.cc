@@ -18,5 +18,17 @@ TEST(Printable, KeepsPrintableAsciiAndReplacesEveryOtherByte) {
   }
 }
 
+TEST(SecondsText, WritesExactSecondsWithoutTrailingZeros) {
+  using std::chrono::milliseconds;
+  EXPECT_EQ(seconds_text(milliseconds(0)), "0");
+  EXPECT_EQ(seconds_text(milliseconds(300000)), "300");
+  EXPECT_EQ(seconds_text(milliseconds(500)), "0.5");
+  EXPECT_EQ(seconds_text(milliseconds(1250)), "1.25");
+  EXPECT_EQ(seconds_text(milliseconds(1001)), "1.001");
+  EXPECT_EQ(seconds_text(milliseconds(1234567)), "1234.567");
+  EXPECT_EQ(seconds_text(milliseconds(-1250)), "-1.25");
+  EXPECT_EQ(seconds_text(milliseconds(-3000)), "-3");
+}
+
 }  // namespace
 }  // namespace ddp

@@ -6,6 +6,17 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 "$cmake" --install "$build_dir" --prefix "$work/prefix" > "$work/install.log"
 test -x "$work/prefix/bin/ddprun" || { echo "ddprun was not installed"; exit 1; }
+# Headers that are not the API (the libraries' internal/ folders) stay out of the prefix.
+for header in ddp/common/logging.h ddp/common/json.h ddp/store/protocol.h ddp/store/store_util.h; do
+  if [[ -e "$work/prefix/include/$header" ]]; then echo "$header was installed"; exit 1; fi
+done
+test -e "$work/prefix/include/ddp/store/store.h" || { echo "ddp/store/store.h was not installed"; exit 1; }
+# The installed headers of these libraries expose neither spdlog nor nlohmann.
+if exposed=$(grep -rlE '#include <(spdlog|nlohmann)/' "$work/prefix/include/ddp/common" \
+               "$work/prefix/include/ddp/store" "$work/prefix/include/ddp/store_server" \
+               "$work/prefix/include/ddp/store_etcd" "$work/prefix/include/ddp/rendezvous"); then
+  echo "installed headers that include spdlog or nlohmann: $exposed"; exit 1
+fi
 "$cmake" -S "$consumer" -B "$work/build" -DCMAKE_PREFIX_PATH="$work/prefix" > "$work/configure.log" \
   || { cat "$work/configure.log"; exit 1; }
 "$cmake" --build "$work/build" -j 2 > "$work/build.log" || { cat "$work/build.log"; exit 1; }

@@ -44,8 +44,7 @@ class Cluster {
     p.last_call_timeout = 30s;
     p.keep_alive_interval = 5s;
     p.keep_alive_max_attempt = 3;
-    RendezvousStore rs;
-    rs.store = store_;
+    RendezvousStore rs(store_);
     nodes_.push_back(std::make_unique<DynamicRendezvous>(p, rs, time_));
     return *nodes_.back();
   }

@@ -27,10 +27,8 @@ RendezvousParams params(int nodes, int node_rank, int nproc) {
 }
 
 RendezvousStore with(std::shared_ptr<Store> store) {
-  RendezvousStore rs;
-  rs.store = std::move(store);
-  rs.host = "h";
-  rs.port = 1;
+  RendezvousStore rs(std::move(store));
+  rs.at("h", 1);
   return rs;
 }
 

@@ -27,6 +27,16 @@ using namespace std::chrono_literals;
 
 using ::ddp::test::FakeLeaseStore;
 
+// A node's workers' store, which nobody connects to here: only its port is announced.
+class FakeWorkerStore final : public HostedStore {
+ public:
+  explicit FakeWorkerStore(std::uint16_t port) : port_(port) {}
+  std::uint16_t port() const override { return port_; }
+
+ private:
+  std::uint16_t port_;
+};
+
 class LeaseCluster {
  public:
   LeaseCluster(int min_nodes, int max_nodes) : min_(min_nodes), max_(max_nodes) {}
@@ -45,10 +55,9 @@ class LeaseCluster {
     p.last_call_timeout = 30s;
     p.keep_alive_interval = 5s;
     p.keep_alive_max_attempt = 3;  // a 15 s lease
-    RendezvousStore rs;
-    rs.store = store_;
-    rs.worker_store_port = static_cast<std::uint16_t>(4000 + nodes_.size());
-    rs.external_name = "fake etcd";
+    RendezvousStore rs(store_);
+    rs.external("fake etcd", std::make_shared<FakeWorkerStore>(
+                                 static_cast<std::uint16_t>(4000 + nodes_.size())));
     nodes_.push_back(std::make_unique<DynamicRendezvous>(p, rs, time_, "etcd"));
     return *nodes_.back();
   }

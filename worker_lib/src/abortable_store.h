@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "ddp/store/store.h"
+#include "ddp/store/forwarding_store.h"
 
 namespace ddp::detail {
 
@@ -42,39 +42,19 @@ class AbortSignal {
   std::string why_;
 };
 
-class AbortableStore final : public Store {
+class AbortableStore final : public ForwardingStore {
  public:
   // How long one slice of a blocking call waits in the base store.
   static constexpr Duration kSlice = std::chrono::milliseconds(200);
 
   AbortableStore(std::shared_ptr<Store> base, std::shared_ptr<const AbortSignal> signal);
 
-  void set(const std::string& key, const std::string& value) override;
-  using Store::get;
-  std::string get(const std::string& key, Duration timeout) override;
-  std::int64_t add(const std::string& key, std::int64_t delta) override;
-  std::string compare_set(const std::string& key, const std::string& expected,
-                          const std::string& desired) override;
-  using Store::wait;
-  void wait(const std::vector<std::string>& keys, Duration timeout) override;
-  bool check(const std::vector<std::string>& keys) override;
-  bool delete_key(const std::string& key) override;
-  std::int64_t num_keys() override;
-  using Store::multi_get;
-  std::vector<std::string> multi_get(const std::vector<std::string>& keys,
-                                     Duration timeout) override;
-  void multi_set(const std::vector<std::string>& keys,
-                 const std::vector<std::string>& values) override;
-  void append(const std::string& key, const std::string& value) override;
-
  private:
   // Throws GroupChanged once the signal is set.
-  void throw_if_aborted(const char* op) const;
+  void before_call(const char* op) override;
   // Runs `call(slice)` until it returns, the signal is set or `timeout` passed.
-  template <typename Call>
-  auto in_slices(const char* op, Duration timeout, Call&& call);
+  void run_blocking(const char* op, Duration timeout, const BlockingCall& call) override;
 
-  std::shared_ptr<Store> base_;
   std::shared_ptr<const AbortSignal> signal_;
 };
 

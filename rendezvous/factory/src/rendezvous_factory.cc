@@ -33,6 +33,28 @@ bool is_local_address(const std::string& host) {
   return local;
 }
 
+// A StoreServer this process runs for the job, as the rendezvous holds it.
+class HostedStoreServer final : public HostedStore {
+ public:
+  explicit HostedStoreServer(std::shared_ptr<StoreServer> server) : server_(std::move(server)) {}
+  std::uint16_t port() const override { return server_->port(); }
+
+ private:
+  std::shared_ptr<StoreServer> server_;
+};
+
+// The agents' store reached through clients of type `Client` (TcpStore,
+// EtcdStore): `first` (null: made on first use), more made with `options`,
+// and the keep-alive thread's made with `liveness`.
+template <typename Client, typename Options>
+RendezvousStore clients_of(std::shared_ptr<Store> first, const Options& options,
+                           const Options& liveness) {
+  return RendezvousStore(
+      std::move(first),
+      [options]() -> std::shared_ptr<Store> { return std::make_shared<Client>(options); },
+      [liveness]() -> std::shared_ptr<Store> { return std::make_shared<Client>(liveness); });
+}
+
 bool is_loopback(const std::string& host) {
   return host == "localhost" || host == "127.0.0.1" || host == "::1";
 }
@@ -69,24 +91,15 @@ EtcdStoreOptions etcd_options(const RendezvousConfig& config) {
 std::unique_ptr<RendezvousHandler> create_on_etcd(const RendezvousConfig& config,
                                                   const RendezvousBackend& backend) {
   const EtcdStoreOptions client = etcd_options(config);
-  auto worker_store = serve_worker_store(config);
-  RendezvousStore rs;
-  rs.keep_alive = worker_store;
+  auto worker_store = std::make_shared<HostedStoreServer>(serve_worker_store(config));
   auto etcd = std::make_shared<EtcdStore>(client);
-  rs.external_name = etcd->endpoints_text();
-  rs.store = std::move(etcd);
-  rs.opener = [client]() -> std::shared_ptr<Store> { return std::make_shared<EtcdStore>(client); };
+  const std::string name = etcd->endpoints_text();
   // The lease refreshes: a call that cannot be made within keep_alive_write_timeout is a missed one.
   EtcdStoreOptions liveness = client;
   liveness.connect_timeout = config.keep_alive_write_timeout;
   liveness.request_timeout = config.keep_alive_write_timeout;
-  rs.liveness_opener = [liveness]() -> std::shared_ptr<Store> {
-    return std::make_shared<EtcdStore>(liveness);
-  };
-  rs.host = config.params.local_addr;
-  rs.port = worker_store->port();
-  rs.token = config.token;
-  rs.worker_store_port = worker_store->port();
+  RendezvousStore rs = clients_of<EtcdStore>(std::move(etcd), client, liveness);
+  rs.at(config.params.local_addr, worker_store->port(), config.token).external(name, worker_store);
   return backend.make(config.params, std::move(rs));
 }
 
@@ -103,10 +116,8 @@ std::unique_ptr<RendezvousHandler> create_rendezvous(const RendezvousConfig& con
   bool host_store = config.is_host;
   if (config.host_auto) host_store = config.port == 0 || is_local_address(config.host);
 
-  RendezvousStore rs;
-  rs.host = config.host;
-  rs.port = config.port;
-  rs.token = config.token;
+  std::string store_host = config.host;
+  std::uint16_t store_port = config.port;
   std::shared_ptr<StoreServer> server;
   if (host_store) {
     StoreServerOptions options;
@@ -132,31 +143,29 @@ std::unique_ptr<RendezvousHandler> create_rendezvous(const RendezvousConfig& con
     }
     if (server) {
       server->start();
-      rs.port = server->port();
-      if (is_loopback(config.host) || config.host == "0.0.0.0") rs.host = "127.0.0.1";
+      store_port = server->port();
+      if (is_loopback(config.host) || config.host == "0.0.0.0") store_host = "127.0.0.1";
     }
   }
   TcpStoreOptions client;
   client.host = server ? "127.0.0.1" : config.host;
-  client.port = rs.port;
+  client.port = store_port;
   client.token = config.token;
   client.connect_timeout = server ? std::chrono::milliseconds(10000) : config.connect_timeout;
   client.timeout = config.params.join_timeout;
   client.reconnect_timeout = config.read_timeout;
   // A single node never needs the agents' store itself (only its workers
   // do): connect lazily, sparing the handshake at startup.
-  if (config.params.max_nodes > 1 || !server) rs.store = std::make_shared<TcpStore>(client);
-  rs.opener = [client]() -> std::shared_ptr<Store> { return std::make_shared<TcpStore>(client); };
+  std::shared_ptr<Store> first;
+  if (config.params.max_nodes > 1 || !server) first = std::make_shared<TcpStore>(client);
   // Keep-alives: a write that takes longer than keep_alive_write_timeout is a missed
   // one, and a lost connection is retried for no longer than that either.
   TcpStoreOptions liveness = client;
   liveness.timeout = config.keep_alive_write_timeout;
   liveness.reconnect_timeout = config.keep_alive_write_timeout;
-  rs.liveness_opener = [liveness]() -> std::shared_ptr<Store> {
-    return std::make_shared<TcpStore>(liveness);
-  };
-  rs.keep_alive = server;
-  rs.served_here = server != nullptr;
+  RendezvousStore rs = clients_of<TcpStore>(std::move(first), client, liveness);
+  rs.at(store_host, store_port, config.token);
+  if (server) rs.served_by(std::make_shared<HostedStoreServer>(std::move(server)));
   return backend->make(config.params, std::move(rs));
 }
 

@@ -3,6 +3,7 @@
 // a report. The one place that decides what of it may be shown.
 #pragma once
 
+#include <chrono>
 #include <string>
 #include <string_view>
 
@@ -18,5 +19,9 @@ std::string printable(std::string_view text);
 constexpr bool is_printable(char c) {
   return static_cast<unsigned char>(c) >= 0x20 && static_cast<unsigned char>(c) < 0x7f;
 }
+
+// A duration as seconds the way a user writes them: "300", "0.5", "-1.25"
+// (exact to the millisecond, no trailing zeros, no unit).
+std::string seconds_text(std::chrono::milliseconds duration);
 
 }  // namespace ddp

@@ -50,6 +50,7 @@
 #include <vector>
 
 #include "ddp/common/time.h"
+#include "ddp/rendezvous/rendezvous_store.h"
 #include "ddp/rendezvous/round.h"
 #include "ddp/store/store.h"
 
@@ -131,7 +132,8 @@ struct RendezvousInfo {
 };
 
 // What this node sees of the keep-alives of the node it judges in a round of
-// dynamic membership (its group rank + 1, wrapping), for status pages.
+// dynamic membership (its group rank + 1, wrapping), for whoever shows
+// liveness (RendezvousHandler::observe_keep_alives).
 struct KeepAliveView {
   int group_rank = 0;  // the node judged
   // Since its keep-alive counter last moved, on this node's clock (from the
@@ -179,10 +181,6 @@ class Round {
     return std::chrono::milliseconds(0);
   }
 
-  // The keep-alives of the node this one judges; nullopt for a fixed
-  // membership or a single node. Never blocks, never throws.
-  virtual std::optional<KeepAliveView> watched_keep_alive() const { return std::nullopt; }
-
   // After this node's exit barrier timed out: whether it must stay, because
   // it serves a store that other nodes of the round use (the agents' store it
   // hosts, or etcd's workers' store of group rank 0) and one of them still
@@ -200,6 +198,11 @@ class Round {
  private:
   RendezvousInfo info_;
 };
+
+// Tells, whenever called, what this node sees now of the keep-alives of the
+// node it judges: nullopt while it judges none (between rounds, a single node).
+// Never blocks, never throws; may be called from any thread.
+using KeepAliveProbe = std::function<std::optional<KeepAliveView>()>;
 
 class RendezvousHandler {
  public:
@@ -236,6 +239,14 @@ class RendezvousHandler {
   // never wait long ignores it.
   virtual void on_wait(std::function<void(const std::string&)> note) { (void)note; }
 
+  // For whoever shows liveness (the agent's live view): `observer` is called
+  // once, at once, on the calling thread, with the probe of the keep-alives
+  // this node judges, valid as long as the handler. A handler of fixed
+  // membership never calls it. Register before the first join().
+  virtual void observe_keep_alives(const std::function<void(KeepAliveProbe)>& observer) {
+    (void)observer;
+  }
+
   // The store the agents meet in (used by the agent's thread).
   virtual std::shared_ptr<Store> store() = 0;
 
@@ -252,35 +263,6 @@ class RendezvousHandler {
   // "static", "c10d" or "etcd".
   virtual std::string backend() const = 0;
   virtual const RendezvousParams& params() const = 0;
-};
-
-// Opens another handle on the agents' store (see open_store()).
-using StoreOpener = std::function<std::shared_ptr<Store>()>;
-
-// Where the agents' store is and how to reach it.
-struct RendezvousStore {
-  // Keeps an embedded server (or anything else) alive as long as the handler;
-  // declared first so it outlives the clients below.
-  std::shared_ptr<void> keep_alive;
-  // May be null when `opener` is given: the handler connects on first use.
-  std::shared_ptr<Store> store;
-  // Null: open_store() returns `store` itself.
-  StoreOpener opener;
-  // The keep-alive thread's own handle (its calls bounded by --rdzv_conf
-  // keep_alive_write_timeout); null: `opener`.
-  StoreOpener liveness_opener;
-  // Where the agents' store is (for workers, and for messages).
-  std::string host;
-  std::uint16_t port = 0;
-  std::string token;
-  // This process serves the agents' store (`keep_alive` is its server): the
-  // other nodes lose it when this node leaves (Round::needed_by_others).
-  bool served_here = false;
-  // A store the agents meet in that is not built-in (etcd): its name for
-  // messages ("h1:2379,h2:2379"). Then every node serves a built-in store for
-  // workers on `worker_store_port`, and a round's workers use group rank 0's.
-  std::string external_name;
-  std::uint16_t worker_store_port = 0;
 };
 
 // The static handler: node_rank is given, the round is complete when every
@@ -300,10 +282,10 @@ std::unique_ptr<RendezvousHandler> make_static_rendezvous(const RendezvousParams
 std::unique_ptr<RendezvousHandler> make_c10d_rendezvous(const RendezvousParams& params,
                                                         RendezvousStore store);
 
-// The etcd handler: the c10d protocol on an etcd cluster (store.store must
+// The etcd handler: the c10d protocol on an etcd cluster (store's client must
 // have leases and watches: store_capabilities.h); liveness by leases and
 // DELETE events, workers' store served by group rank 0's agent
-// (store.worker_store_port). Throws InvalidArgument for a store without them.
+// (RendezvousStore::external). Throws InvalidArgument for a store without them.
 std::unique_ptr<RendezvousHandler> make_etcd_rendezvous(const RendezvousParams& params,
                                                         RendezvousStore store);
 

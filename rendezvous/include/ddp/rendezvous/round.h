@@ -47,11 +47,13 @@ std::optional<RoundEnd> parse_round_end(const std::string& text);
 // A one-line description for logs and reports ("node 2 was lost (...)").
 std::string describe(const RoundEnd& end);
 
-// Where the agent of group rank `node` keeps its progress summary while a
-// round runs ("<round prefix>/progress/<node>", see agent/src/progress_exchange.h).
-// Not a rendezvous record, but the round's keys: the handlers delete it with
-// the round's other keys, so a node that died keeps none in the store.
-std::string progress_key(const std::string& round_prefix, int node);
+// The round's area of the store for its agents' own use: one key per group
+// rank, "<round prefix>/area/<node>", which the agent of that node may write
+// while the round runs (and read the others'). What it holds is the agent's
+// business, not a rendezvous record; the handlers delete every node's key
+// with the round's other keys, without knowing what it holds, so a node that
+// died leaves none in the store.
+std::string round_area_key(const std::string& round_prefix, int node);
 
 // Watches one round for its end (Round::watch). Destroying
 // it stops watching; a watch still blocked in the store is left to finish on

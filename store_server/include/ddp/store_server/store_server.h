@@ -14,6 +14,8 @@
 #include <memory>
 #include <string>
 
+#include "ddp/store/store_limits.h"
+
 namespace ddp {
 
 struct StoreServerOptions {
@@ -31,14 +33,14 @@ struct StoreServerOptions {
   // (a client blocked in get/wait is not idle). Zero disables the idle timeout.
   std::chrono::milliseconds idle_timeout = std::chrono::minutes(30);
   // Limits enforced on every request.
-  std::uint32_t max_key_size = 64 * 1024;
-  std::uint32_t max_value_size = 256 * 1024 * 1024;
+  std::uint32_t max_key_size = store_limits::kMaxKeySize;
+  std::uint32_t max_value_size = store_limits::kMaxValueSize;
   // Also the largest reply (a multi_get over large values gets `reply too large`).
-  std::uint32_t max_frame_size = 512 * 1024 * 1024;
+  std::uint32_t max_frame_size = store_limits::kMaxFrameSize;
   // Keys plus values (plus 64 bytes per key) the store may hold in all; a write
   // that would pass it gets `store full` and changes nothing. A value grown by
   // append is bounded by max_value_size.
-  std::uint64_t max_store_bytes = 1ull << 30;
+  std::uint64_t max_store_bytes = store_limits::kMaxStoreBytes;
   // A client that sends requests without reading its replies is paused (its
   // requests are neither processed nor read) once this much output waits for
   // it, and served again as it reads; one reply may overshoot the bound.

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "ddp/common/error.h"
+#include "ddp/store/store_limits.h"
 
 namespace ddp::protocol {
 
@@ -105,9 +106,9 @@ ErrorKind error_kind(Status status);
 bool closes_connection(Status status);
 
 struct Limits {
-  std::uint32_t max_key_size = 64 * 1024;
-  std::uint32_t max_value_size = 256 * 1024 * 1024;
-  std::uint32_t max_frame_size = 512 * 1024 * 1024;
+  std::uint32_t max_key_size = store_limits::kMaxKeySize;
+  std::uint32_t max_value_size = store_limits::kMaxValueSize;
+  std::uint32_t max_frame_size = store_limits::kMaxFrameSize;
 };
 
 struct Request {
