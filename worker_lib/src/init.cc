@@ -4,10 +4,10 @@
 #include <mutex>
 #include <thread>
 
-#include "abortable_store.h"
-#include "control_client.h"
 #include "ddp/worker/recovery.h"
 #include "progress_recorder.h"
+#include "recovery/abortable_store.h"
+#include "recovery/control_client.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>

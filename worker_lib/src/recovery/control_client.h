@@ -17,9 +17,9 @@
 #include <memory>
 #include <string>
 
-#include "abortable_store.h"
 #include "ddp/common/control_channel.h"
 #include "ddp/worker/process_group.h"
+#include "recovery/abortable_store.h"
 
 namespace ddp::detail {
 

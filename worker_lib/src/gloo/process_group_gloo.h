@@ -14,11 +14,11 @@
 #include <gloo/transport/unbound_buffer.h>
 
 #include "arrival_tracker.h"
-#include "collective_check.h"
 #include "ddp/worker/process_group_gloo.h"
+#include "gloo/collective_check.h"
 #include "progress_recorder.h"
 #include "reduce_functions.h"
-#include "shm_allreduce.h"
+#include "shm/shm_allreduce.h"
 #include "work_impl.h"
 
 namespace gloo::transport::tcp {

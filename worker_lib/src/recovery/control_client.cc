@@ -1,4 +1,4 @@
-#include "control_client.h"
+#include "recovery/control_client.h"
 
 #include <fcntl.h>
 #include <sys/socket.h>

@@ -1,4 +1,4 @@
-#include "process_group_gloo.h"
+#include "gloo/process_group_gloo.h"
 
 #include <sys/socket.h>
 
@@ -17,7 +17,7 @@
 #include <gloo/reduce.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/transport/tcp/device.h>
-#include <gloo/transport/tcp/pair.h>  // needs gloo/common/memory.h, see src/gloo/common/
+#include <gloo/transport/tcp/pair.h>  // needs gloo/common/memory.h, see src/gloo_compat/
 #include <gloo/transport/tcp/unbound_buffer.h>
 #include <spdlog/spdlog.h>
 
@@ -25,7 +25,7 @@
 #include "ddp/common/error.h"
 #include "ddp/common/time.h"
 #include "ddp/store/store.h"
-#include "gloo_store.h"
+#include "gloo/gloo_store.h"
 #include "reduce_functions.h"
 
 namespace ddp {
