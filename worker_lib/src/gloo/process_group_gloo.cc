@@ -265,9 +265,9 @@ ProcessGroupGloo::ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int s
     }
   }
   start_tracking();
-  worker_ = std::thread([this] { worker_loop(); });
-  p2p_worker_ = std::thread([this] { p2p_loop(); });
-  if (size > 1) watcher_ = std::thread([this] { watch_loop(); });
+  worker_ = JoinedThread([this] { worker_loop(); });
+  p2p_worker_ = JoinedThread([this] { p2p_loop(); });
+  if (size > 1) watcher_ = JoinedThread([this] { watch_loop(); });
   spdlog::debug(
       "ProcessGroupGloo '{}': rank {}/{} connected ({}, shared memory {}, debug_detail={})",
       options_.name, rank, size, device_->str(), shm_ ? shm_->segment_name() : "off",
@@ -297,7 +297,7 @@ ProcessGroupGloo::~ProcessGroupGloo() {
     watch_stop_ = true;
   }
   watch_cv_.notify_all();
-  if (watcher_.joinable()) watcher_.join();
+  watcher_.join();  // none for a group of one rank
   std::deque<PendingP2p> unfinished;
   {
     std::lock_guard lock(p2p_mutex_);

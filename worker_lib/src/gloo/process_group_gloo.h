@@ -7,7 +7,6 @@
 #include <functional>
 #include <mutex>
 #include <optional>
-#include <thread>
 
 #include <gloo/context.h>
 #include <gloo/transport/device.h>
@@ -15,6 +14,7 @@
 
 #include "ddp/worker/process_group_gloo.h"
 #include "gloo/collective_check.h"
+#include "joined_thread.h"
 #include "process_group_base.h"
 #include "reduce_functions.h"
 #include "shm/shm_allreduce.h"
@@ -121,9 +121,9 @@ class ProcessGroupGloo final : public ProcessGroupBase<GlooOptions> {
   bool watch_stop_ = false;
   std::mutex fail_mutex_;  // one fail_connections() at a time
 
-  std::thread worker_;
-  std::thread p2p_worker_;
-  std::thread watcher_;  // only for groups of more than one rank
+  JoinedThread worker_;
+  JoinedThread p2p_worker_;
+  JoinedThread watcher_;  // only for groups of more than one rank
 };
 
 }  // namespace ddp::detail
