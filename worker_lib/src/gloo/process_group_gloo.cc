@@ -185,6 +185,19 @@ bool debug_detail_from_env() {
   return v == "DETAIL";
 }
 
+// InvalidArgument (origin ProcessGroupGloo::`what`) unless `buffer` is a valid CPU buffer.
+void check_cpu(const Buffer& buffer, const char* what) {
+  if (buffer.device.is_cuda()) {
+    throw InvalidArgument(
+        fmt::format("ProcessGroupGloo::{}", what),
+        fmt::format("buffer is on {}; the Gloo backend takes CPU buffers", buffer.device.str()));
+  }
+  if (buffer.data == nullptr && buffer.count > 0) {
+    throw InvalidArgument(fmt::format("ProcessGroupGloo::{}", what), "buffer data is null");
+  }
+  (void)element_size(buffer.dtype);  // throws for an unknown dtype
+}
+
 // Whether `error` says the group's round ended (GroupChanged).
 bool is_group_changed(const std::exception_ptr& error) {
   try {
@@ -480,18 +493,6 @@ bool ProcessGroupGloo::check_connections(std::vector<char>& inspected) {
     return true;
   }
   return false;
-}
-
-void ProcessGroupGloo::check_cpu(const Buffer& buffer, const char* what) const {
-  if (buffer.device.is_cuda()) {
-    throw InvalidArgument(
-        fmt::format("ProcessGroupGloo::{}", what),
-        fmt::format("buffer is on {}; the Gloo backend takes CPU buffers", buffer.device.str()));
-  }
-  if (buffer.data == nullptr && buffer.count > 0) {
-    throw InvalidArgument(fmt::format("ProcessGroupGloo::{}", what), "buffer data is null");
-  }
-  (void)element_size(buffer.dtype);  // throws for an unknown dtype
 }
 
 WorkPtr ProcessGroupGloo::enqueue_collective(CollectiveDescriptor desc,

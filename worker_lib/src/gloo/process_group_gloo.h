@@ -71,7 +71,6 @@ class ProcessGroupGloo final : public ProcessGroupBase<GlooOptions> {
   void allreduce_in_place(void* data, std::size_t count, DType dtype, ReduceOp op, ReduceFn fn,
                           std::uint32_t tag);
   void allreduce_direct(void* data, std::size_t count, DType dtype, ReduceOp op, std::uint32_t tag);
-  void check_cpu(const Buffer& buffer, const char* what) const;
   bool use_direct(std::size_t nbytes) const;
   // Completes `work` (it succeeded) unless the group was aborted meanwhile: then
   // it fails with GroupChanged.

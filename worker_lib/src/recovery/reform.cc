@@ -55,26 +55,17 @@ RoundFacts round_facts(const control::Message& m) {
 
 }  // namespace detail
 
-using detail::connect_store;
-using detail::init_state;
-using detail::initialized_state;
-using detail::make_group;
-using detail::round_facts;
-using detail::round_group;
-using detail::round_store;
-using detail::RoundFacts;
-
 bool recovers_in_place() {
-  auto& s = init_state();
+  auto& s = detail::init_state();
   std::lock_guard lock(s.mutex);
   return s.initialized && s.control != nullptr;
 }
 
 Reformed reform() {
-  auto& s = init_state();
+  auto& s = detail::init_state();
   std::lock_guard lock(s.mutex);
   const char* origin = "ddp::reform";
-  initialized_state(origin);
+  detail::initialized_state(origin);
   if (s.control == nullptr) {
     throw InvalidArgument(origin,
                           "this worker does not recover in place (it needs "
@@ -93,19 +84,20 @@ Reformed reform() {
   detail::release_group_progress();
   auto next = s.control->wait_next_round(s.options.timeout);
   const auto named = std::chrono::steady_clock::now();
-  const RoundFacts facts = round_facts(next.message);
+  const detail::RoundFacts facts = detail::round_facts(next.message);
   try {
     if (facts.store_addr != s.store_addr || facts.store_port != s.store_port) {
       // The store moved (its host was lost): the round's agents name the new one.
-      s.base_store =
-          connect_store(facts.store_addr, facts.store_port, s.store_token, s.options.timeout);
+      s.base_store = detail::connect_store(facts.store_addr, facts.store_port, s.store_token,
+                                           s.options.timeout);
       s.store_addr = facts.store_addr;
       s.store_port = facts.store_port;
     }
-    s.store = round_store(s, s.base_store, facts.store_prefix);
-    s.group = round_group(
-        s, make_group(s.options.backend, std::make_shared<PrefixStore>("pg/default", s.store),
-                      facts.rank, facts.world_size, s.options, s.local_rank, "default"));
+    s.store = detail::round_store(s, s.base_store, facts.store_prefix);
+    s.group = detail::round_group(
+        s,
+        detail::make_group(s.options.backend, std::make_shared<PrefixStore>("pg/default", s.store),
+                           facts.rank, facts.world_size, s.options, s.local_rank, "default"));
   } catch (const std::exception& e) {
     if (!next.signal->is_set()) throw;
     throw GroupChanged(origin, fmt::format("round {} ended while this worker joined it ({}): {}",
