@@ -17,10 +17,10 @@
 #include <thread>
 #include <vector>
 
-#include "collective_check.h"
 #include "ddp/common/error.h"
-#include "gloo_store.h"
-#include "shm_allreduce.h"
+#include "gloo/collective_check.h"
+#include "gloo/gloo_store.h"
+#include "shm/shm_allreduce.h"
 #include "test_util.h"
 
 namespace ddp::test {

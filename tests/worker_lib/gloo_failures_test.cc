@@ -6,8 +6,8 @@
 #include <chrono>
 
 #include "arrival_tracker.h"
-#include "collective_check.h"
 #include "ddp/common/error.h"
+#include "gloo/collective_check.h"
 #include "test_util.h"
 
 namespace ddp::test {

@@ -20,7 +20,7 @@
 
 #include "ddp/common/error.h"
 #include "ddp/common/time.h"
-#include "shm_allreduce.h"
+#include "shm/shm_allreduce.h"
 #include "test_util.h"
 
 namespace ddp::test {

@@ -12,7 +12,7 @@ namespace ddp::detail {
 ArrivalTracker::ArrivalTracker(std::shared_ptr<Store> store, int rank, int size,
                                std::chrono::milliseconds quiet)
     : store_(std::move(store)), rank_(rank), size_(size), quiet_(quiet) {
-  thread_ = std::thread([this] { publish_loop(); });
+  thread_ = JoinedThread([this] { publish_loop(); });
 }
 
 ArrivalTracker::~ArrivalTracker() {

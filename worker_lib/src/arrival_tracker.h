@@ -13,10 +13,10 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
-#include <thread>
 #include <vector>
 
 #include "ddp/store/store.h"
+#include "joined_thread.h"
 
 namespace ddp::detail {
 
@@ -51,7 +51,7 @@ class ArrivalTracker {
   std::uint64_t published_ = 0;  // last count written to the store
   bool stop_ = false;
   bool idle_ = false;  // the publisher waits for a change (not timing a quiet period)
-  std::thread thread_;
+  JoinedThread thread_;
 };
 
 }  // namespace ddp::detail

@@ -4,10 +4,9 @@
 #include <mutex>
 #include <thread>
 
-#include "abortable_store.h"
-#include "control_client.h"
-#include "ddp/worker/recovery.h"
-#include "progress_recorder.h"
+#include "init_state.h"
+#include "recovery/control_client.h"
+#include "recovery/reform.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -28,35 +27,6 @@ namespace ddp {
 namespace {
 
 namespace names = env_names;
-
-struct State {
-  std::mutex mutex;
-  bool initialized = false;
-  InitOptions options;
-  int rank = 0;
-  int world_size = 1;
-  int local_rank = 0;
-  int local_world_size = 1;
-  std::unique_ptr<StoreServer> server;  // env:// on rank 0
-  std::shared_ptr<Store> store;         // the job's store, prefixed
-  // ddprun's store before the round's prefix, and where it is (a round of an
-  // in-place recovery may name another one).
-  std::shared_ptr<Store> base_store;
-  std::string store_addr;
-  int store_port = 0;
-  std::string store_token;
-  // The agent's control channel when this worker recovers in place.
-  detail::ControlClient* control = nullptr;
-  std::shared_ptr<ProcessGroup> group;
-  std::vector<std::shared_ptr<ProcessGroup>> subgroups;
-  int next_group = 0;
-  std::shared_ptr<spdlog::logger> logger;
-};
-
-State& state() {
-  static State s;
-  return s;
-}
 
 int require_int(const char* name, std::int64_t min, std::int64_t max) {
   auto value = env::get_int(name);
@@ -87,6 +57,23 @@ bool is_loopback(const std::string& host) {
   return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
 }
 
+}  // namespace
+
+namespace detail {
+
+InitState& init_state() {
+  static InitState s;
+  return s;
+}
+
+InitState& initialized_state(const char* what) {
+  auto& s = init_state();
+  if (!s.initialized) {
+    throw InvalidArgument(what, "the process group is not initialized (call init_process_group)");
+  }
+  return s;
+}
+
 std::shared_ptr<ProcessGroup> make_group(const std::string& backend, std::shared_ptr<Store> store,
                                          int rank, int size, const InitOptions& options,
                                          int local_rank, const std::string& name) {
@@ -110,22 +97,6 @@ std::shared_ptr<ProcessGroup> make_group(const std::string& backend, std::shared
                         fmt::format("unknown backend '{}' (expected gloo or nccl)", backend));
 }
 
-// A group of the current round: with in-place recovery, aborted when the round ends.
-std::shared_ptr<ProcessGroup> round_group(State& s, std::shared_ptr<ProcessGroup> group) {
-  if (s.control != nullptr && group) s.control->track(group);
-  return group;
-}
-
-// The round's store: `base` inside `prefix`, its waits ended by the round's
-// abort when this worker recovers in place.
-std::shared_ptr<Store> round_store(const State& s, std::shared_ptr<Store> base,
-                                   const std::string& prefix) {
-  if (s.control != nullptr) {
-    base = std::make_shared<detail::AbortableStore>(std::move(base), s.control->signal());
-  }
-  return prefix.empty() ? base : std::make_shared<PrefixStore>(prefix, std::move(base));
-}
-
 std::shared_ptr<Store> connect_store(const std::string& host, int port, const std::string& token,
                                      std::chrono::milliseconds timeout) {
   TcpStoreOptions tcp;
@@ -137,33 +108,18 @@ std::shared_ptr<Store> connect_store(const std::string& host, int port, const st
   return std::make_shared<TcpStore>(tcp);
 }
 
-// The round the agent named (its `round` message), checked against what a
-// kept worker is: a worker keeps its node and its slot on it.
-contract::WorkerRound named_round(const detail::ControlClient::NextRound& next, int local_rank) {
-  if (!next.round) {
-    throw ProtocolError("ddp::reform",
-                        "the agent's round message is malformed (a field missing or out of range)");
-  }
-  if (next.round->local_rank != local_rank) {
-    throw ProtocolError("ddp::reform",
-                        fmt::format("the agent's round names local rank {} for local rank {}",
-                                    next.round->local_rank, local_rank));
-  }
-  return *next.round;
-}
+}  // namespace detail
 
-State& initialized_state(const char* what) {
-  auto& s = state();
-  if (!s.initialized) {
-    throw InvalidArgument(what, "the process group is not initialized (call init_process_group)");
-  }
-  return s;
-}
-
-}  // namespace
+using detail::connect_store;
+using detail::init_state;
+using detail::initialized_state;
+using detail::make_group;
+using detail::named_round;
+using detail::round_group;
+using detail::round_store;
 
 void init_process_group(InitOptions options) {
-  auto& s = state();
+  auto& s = init_state();
   std::lock_guard lock(s.mutex);
   const char* origin = "init_process_group";
   if (s.initialized) throw InvalidArgument(origin, "the process group is already initialized");
@@ -278,7 +234,7 @@ void init_process_group(InitOptions options) {
 }
 
 void destroy_process_group() {
-  auto& s = state();
+  auto& s = init_state();
   std::lock_guard lock(s.mutex);
   if (!s.initialized) return;
   s.subgroups.clear();
@@ -309,49 +265,49 @@ void destroy_process_group() {
 }
 
 bool is_initialized() {
-  auto& s = state();
+  auto& s = init_state();
   std::lock_guard lock(s.mutex);
   return s.initialized;
 }
 
 int rank() {
-  auto& s = state();
+  auto& s = init_state();
   std::lock_guard lock(s.mutex);
   return initialized_state("ddp::rank").rank;
 }
 
 int world_size() {
-  auto& s = state();
+  auto& s = init_state();
   std::lock_guard lock(s.mutex);
   return initialized_state("ddp::world_size").world_size;
 }
 
 int local_rank() {
-  auto& s = state();
+  auto& s = init_state();
   std::lock_guard lock(s.mutex);
   return initialized_state("ddp::local_rank").local_rank;
 }
 
 int local_world_size() {
-  auto& s = state();
+  auto& s = init_state();
   std::lock_guard lock(s.mutex);
   return initialized_state("ddp::local_world_size").local_world_size;
 }
 
 std::shared_ptr<ProcessGroup> default_group() {
-  auto& s = state();
+  auto& s = init_state();
   std::lock_guard lock(s.mutex);
   return initialized_state("ddp::default_group").group;
 }
 
 std::shared_ptr<Store> job_store() {
-  auto& s = state();
+  auto& s = init_state();
   std::lock_guard lock(s.mutex);
   return initialized_state("ddp::job_store").store;
 }
 
 std::shared_ptr<ProcessGroup> new_group(const std::vector<int>& ranks, const std::string& backend) {
-  auto& s = state();
+  auto& s = init_state();
   std::lock_guard lock(s.mutex);
   initialized_state("ddp::new_group");
   std::vector<int> members = ranks;
@@ -380,80 +336,10 @@ std::shared_ptr<ProcessGroup> new_group(const std::vector<int>& ranks, const std
 }
 
 std::shared_ptr<spdlog::logger> logger() {
-  auto& s = state();
+  auto& s = init_state();
   std::lock_guard lock(s.mutex);
   if (s.logger) return s.logger;
   return log::get("ddp");
-}
-
-bool recovers_in_place() {
-  auto& s = state();
-  std::lock_guard lock(s.mutex);
-  return s.initialized && s.control != nullptr;
-}
-
-Reformed reform() {
-  auto& s = state();
-  std::lock_guard lock(s.mutex);
-  const char* origin = "ddp::reform";
-  initialized_state(origin);
-  if (s.control == nullptr) {
-    throw InvalidArgument(origin,
-                          "this worker does not recover in place (it needs "
-                          "InitOptions::recover_in_place and an agent's control channel: ddprun)");
-  }
-  const auto started = std::chrono::steady_clock::now();
-  Reformed reformed;
-  reformed.previous_rank = s.rank;
-  reformed.previous_world_size = s.world_size;
-  if (const auto ended = s.control->signal(); ended && ended->is_set()) reformed.why = ended->why();
-  // The ended round's groups go (aborted: their destructors do not wait for
-  // peers), and with them their slots of the progress page.
-  s.subgroups.clear();
-  s.group.reset();
-  s.next_group = 0;
-  detail::release_group_progress();
-  auto next = s.control->wait_next_round(s.options.timeout);
-  const auto named = std::chrono::steady_clock::now();
-  const contract::WorkerRound facts = named_round(next, s.local_rank);
-  try {
-    if (facts.store_addr != s.store_addr || facts.store_port != s.store_port) {
-      // The store moved (its host was lost): the round's agents name the new one.
-      s.base_store =
-          connect_store(facts.store_addr, facts.store_port, s.store_token, s.options.timeout);
-      s.store_addr = facts.store_addr;
-      s.store_port = facts.store_port;
-    }
-    s.store = round_store(s, s.base_store, facts.store_prefix);
-    s.group = round_group(
-        s, make_group(s.options.backend, std::make_shared<PrefixStore>("pg/default", s.store),
-                      facts.rank, facts.world_size, s.options, s.local_rank, "default"));
-  } catch (const std::exception& e) {
-    if (!next.signal->is_set()) throw;
-    throw GroupChanged(origin, fmt::format("round {} ended while this worker joined it ({}): {}",
-                                           facts.round, next.signal->why(), e.what()));
-  }
-  s.rank = facts.rank;
-  s.world_size = facts.world_size;
-  s.local_world_size = facts.local_world_size;
-  s.logger = log::init(fmt::format("rank {}", s.rank), spdlog::level::info);
-  reformed.round = facts.round;
-  reformed.rank = facts.rank;
-  reformed.world_size = facts.world_size;
-  reformed.group_rank = facts.group_rank;
-  reformed.group_world_size = facts.group_world_size;
-  reformed.restart_count = facts.restart_count;
-  reformed.master_addr = facts.master_addr;
-  reformed.master_port = facts.master_port;
-  const auto built = std::chrono::steady_clock::now();
-  reformed.seconds = std::chrono::duration<double>(built - started).count();
-  s.control->send(contract::encode(contract::Reformed{
-      facts.round, facts.rank, std::chrono::duration<double>(named - started).count(),
-      std::chrono::duration<double>(built - named).count()}));
-  s.logger->info("re-formed in place: round {}, rank {}/{} (was {}/{}), {:.3f} s", facts.round,
-                 facts.rank, facts.world_size, reformed.previous_rank, reformed.previous_world_size,
-                 reformed.seconds);
-  return reformed;
 }
 
 }  // namespace ddp

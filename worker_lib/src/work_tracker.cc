@@ -19,7 +19,7 @@ WorkTracker::~WorkTracker() {
     stop_ = true;
   }
   stop_cv_.notify_all();
-  if (watchdog_.joinable()) watchdog_.join();
+  watchdog_.join();
 }
 
 void WorkTracker::add(std::shared_ptr<WorkImpl> work, std::optional<std::uint64_t> collective_seq,
@@ -96,7 +96,7 @@ std::optional<std::string> WorkTracker::poll(Clock::time_point now) {
 }
 
 void WorkTracker::start_watchdog(std::chrono::milliseconds interval) {
-  watchdog_ = std::thread([this, interval] {
+  watchdog_ = JoinedThread([this, interval] {
     std::unique_lock lock(mutex_);
     while (!stop_) {
       stop_cv_.wait_for(lock, interval, [&] { return stop_; });

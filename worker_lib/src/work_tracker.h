@@ -15,10 +15,10 @@
 #include <mutex>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "arrival_tracker.h"
+#include "joined_thread.h"
 #include "work_impl.h"
 
 namespace ddp::detail {
@@ -86,7 +86,7 @@ class WorkTracker {
   std::string broken_;
   bool stop_ = false;
   std::condition_variable stop_cv_;
-  std::thread watchdog_;
+  JoinedThread watchdog_;  // none until start_watchdog()
 };
 
 // The NCCL unique-id handshake: rank 0 calls `generate` and publishes the bytes

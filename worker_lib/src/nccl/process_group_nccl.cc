@@ -78,31 +78,23 @@ ncclRedOp_t nccl_op(ReduceOp op) {
                         fmt::format("unknown reduce op {}", static_cast<int>(op)));
 }
 
-std::exception_ptr group_changed(const std::string& op, std::uint64_t seq,
-                                 const std::string& reason) {
-  return std::make_exception_ptr(
-      GroupChanged(fmt::format("ProcessGroupNccl::{}", op),
-                   fmt::format("{} #{} failed: the group was aborted: {}", op, seq, reason)));
-}
-
 }  // namespace
 
 // A Work whose completion is a CUDA event: wait() polls the event itself (so it
 // does not depend on the watchdog's interval) and the watchdog polls it too.
+// Once the group is aborted it fails with GroupChanged instead of trusting its
+// event (the event of an aborted kernel fires too).
 class NcclWork final : public WorkImpl {
  public:
   NcclWork(std::uint64_t seq, std::string op, std::chrono::milliseconds timeout, cudaEvent_t event,
-           std::shared_ptr<const NcclAbortState> abort_state)
-      : WorkImpl(seq, std::move(op), timeout), event_(event), abort_state_(std::move(abort_state)) {
-  }
+           std::shared_ptr<const GroupAbort> abort)
+      : WorkImpl(seq, std::move(op), timeout), event_(event), abort_(std::move(abort)) {}
   ~NcclWork() override { cudaEventDestroy(event_); }
 
   // true once the event fired; throws GroupChanged once the group was aborted
   // and BackendError when CUDA reports a failure.
   bool query() {
-    if (abort_state_->aborted.load(std::memory_order_acquire)) {
-      std::rethrow_exception(group_changed(op(), sequence_number(), abort_state_->reason));
-    }
+    if (abort_->is_set()) std::rethrow_exception(abort_->error(op(), sequence_number()));
     return event_fired();
   }
 
@@ -134,17 +126,13 @@ class NcclWork final : public WorkImpl {
  private:
   std::chrono::milliseconds wait_limit() const { return std::chrono::hours(24); }
   cudaEvent_t event_;
-  std::shared_ptr<const NcclAbortState> abort_state_;
+  std::shared_ptr<const GroupAbort> abort_;
 };
 
 ProcessGroupNccl::ProcessGroupNccl(std::shared_ptr<Store> store, int rank, int size,
                                    NcclOptions options)
-    : ProcessGroup(rank, size), store_(std::move(store)), options_(std::move(options)) {
+    : ProcessGroupBase("ProcessGroupNccl", std::move(store), rank, size, std::move(options)) {
   const std::string origin = "ProcessGroupNccl";
-  if (!store_) throw InvalidArgument(origin, "store is null");
-  if (size < 1 || rank < 0 || rank >= size) {
-    throw InvalidArgument(origin, fmt::format("rank {} is outside [0, {})", rank, size));
-  }
   int devices = 0;
   check_cuda(cudaGetDeviceCount(&devices), origin, "cudaGetDeviceCount");
   if (options_.device < 0 || options_.device >= devices) {
@@ -170,7 +158,7 @@ ProcessGroupNccl::ProcessGroupNccl(std::shared_ptr<Store> store, int rank, int s
   check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), origin,
              "cudaStreamCreate");
   check_cuda(cudaMalloc(&barrier_scratch_, sizeof(float)), origin, "cudaMalloc");
-  arrivals_ = std::make_shared<ArrivalTracker>(store_, rank, size);
+  start_tracking();
   WorkTracker::Hooks hooks;
   hooks.async_error = [this]() -> std::optional<std::string> {
     std::lock_guard lock(comm_mutex_);  // not mutex_: see the lock order in the header
@@ -181,7 +169,6 @@ ProcessGroupNccl::ProcessGroupNccl(std::shared_ptr<Store> store, int rank, int s
     return fmt::format("{} ({})", ncclGetErrorString(async), static_cast<int>(async));
   };
   hooks.abort = [this] { abort_comm(); };
-  progress_ = GroupProgress(options_.name, rank, size);
   // Completion as the work's CUDA event tells it, seen by the watchdog.
   hooks.completed = [this](std::uint64_t seq) { progress_.completed(seq); };
   tracker_ = std::make_unique<WorkTracker>(
@@ -220,7 +207,7 @@ void ProcessGroupNccl::abort(const std::string& reason) {
   std::vector<std::shared_ptr<NcclWork>> pending;
   {
     std::lock_guard lock(mutex_);  // no operation is being issued meanwhile
-    if (abort_state_->aborted.load(std::memory_order_relaxed)) return;
+    if (abort_->is_set()) return;
     // Works whose kernels finished before the abort complete as they did; the
     // others fail (after ncclCommAbort an aborted kernel's event fires too).
     for (auto& weak : issued_) {
@@ -238,8 +225,7 @@ void ProcessGroupNccl::abort(const std::string& reason) {
       }
     }
     issued_.clear();
-    abort_state_->reason = reason;
-    abort_state_->aborted.store(true, std::memory_order_release);
+    abort_->set(reason);
     // Safe while kernels are pending: NCCL stops them and frees the
     // communicator, which must not be used or destroyed again.
     abort_comm();
@@ -248,7 +234,7 @@ void ProcessGroupNccl::abort(const std::string& reason) {
   spdlog::info("ProcessGroupNccl '{}': rank {}/{} aborted: {}", options_.name, rank(), size(),
                reason);
   for (auto& work : pending) {
-    work->fail(group_changed(work->op(), work->sequence_number(), reason));
+    work->fail(abort_->error(work->op(), work->sequence_number()));
   }
 }
 
@@ -266,12 +252,7 @@ WorkPtr ProcessGroupNccl::enqueue(const char* op, progress::Kind kind, std::uint
   const std::string origin = fmt::format("ProcessGroupNccl::{}", op);
   const auto wait_bound = options_.timeout + std::chrono::seconds(10);
   std::lock_guard lock(mutex_);
-  if (abort_state_->aborted.load(std::memory_order_acquire)) {
-    const std::uint64_t seq = collective ? next_seq_++ : next_p2p_seq_++;
-    auto failed = std::make_shared<WorkImpl>(seq, op, wait_bound);
-    failed->fail(group_changed(op, seq, abort_state_->reason));
-    return failed;
-  }
+  if (abort_->is_set()) return failed_work(collective ? next_seq_++ : next_p2p_seq_++, op);
   tracker_->throw_if_broken();
   std::uint64_t seq = 0;
   cudaEvent_t event;
@@ -290,7 +271,7 @@ WorkPtr ProcessGroupNccl::enqueue(const char* op, progress::Kind kind, std::uint
     if (status != cudaSuccess) cudaEventDestroy(event);
     check_cuda(status, origin, "cudaEventRecord");
   }
-  auto work = std::make_shared<NcclWork>(seq, op, wait_bound, event, abort_state_);
+  auto work = std::make_shared<NcclWork>(seq, op, wait_bound, event, abort_);
   std::optional<std::uint64_t> collective_seq;
   if (collective) collective_seq = seq;
   tracker_->add(work, collective_seq, [work] { return work->query(); });

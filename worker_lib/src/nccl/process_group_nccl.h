@@ -10,24 +10,15 @@
 #include <string>
 #include <vector>
 
-#include "arrival_tracker.h"
 #include "ddp/worker/process_group_nccl.h"
-#include "progress_recorder.h"
+#include "process_group_base.h"
 #include "work_tracker.h"
 
 namespace ddp::detail {
 
 class NcclWork;  // process_group_nccl.cc
 
-// Set once by ProcessGroupNccl::abort; shared with the group's Works, which fail
-// with GroupChanged once it is set instead of trusting their CUDA event (the
-// event of an aborted kernel fires too).
-struct NcclAbortState {
-  std::atomic<bool> aborted{false};
-  std::string reason;  // written before `aborted` is set (release), read after (acquire)
-};
-
-class ProcessGroupNccl final : public ProcessGroup {
+class ProcessGroupNccl final : public ProcessGroupBase<NcclOptions> {
  public:
   ProcessGroupNccl(std::shared_ptr<Store> store, int rank, int size, NcclOptions options);
   ~ProcessGroupNccl() override;
@@ -53,17 +44,12 @@ class ProcessGroupNccl final : public ProcessGroup {
   void check_device(const Buffer& buffer, const char* what) const;
   void abort_comm();
 
-  std::shared_ptr<Store> store_;
-  NcclOptions options_;
-  std::shared_ptr<ArrivalTracker> arrivals_;
-  GroupProgress progress_;  // this group's slot of the progress page
   // Lock order: mutex_, then the tracker's lock or comm_mutex_; the watchdog
   // takes comm_mutex_ (the async_error hook) while it holds the tracker's lock,
   // so comm_mutex_ is never held while taking the tracker's.
   std::mutex mutex_;       // issue order; issued_, next_*_seq_
   std::mutex comm_mutex_;  // comm_'s lifetime and every NCCL call on it
   ncclComm_t comm_ = nullptr;
-  std::shared_ptr<NcclAbortState> abort_state_ = std::make_shared<NcclAbortState>();
   std::vector<std::weak_ptr<NcclWork>> issued_;  // not yet seen completed
   cudaStream_t stream_ = nullptr;
   void* barrier_scratch_ = nullptr;

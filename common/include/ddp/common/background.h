@@ -6,7 +6,8 @@
 // The owner waits for it at most until a deadline of its choosing; when the
 // work is late the owner abandons it, and the thread finishes on its own (or
 // dies with the process) without touching the owner again. This is the only
-// place in the project that detaches a thread.
+// place in the project that detaches a thread (scripts/lint keeps detach() and
+// raw std::thread out of agent/src, rendezvous/src and worker_lib/src).
 //
 // BackgroundCall runs one call; BackgroundWorker runs a periodic tick and
 // posted tasks, in order, on one thread.

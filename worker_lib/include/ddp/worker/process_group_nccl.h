@@ -19,7 +19,7 @@
 // Abort (ProcessGroup::abort, from any thread): a Work whose CUDA event already
 // fired completes; every other outstanding Work, and every later operation
 // (returned as a Work that failed already), fails with GroupChanged naming the
-// reason. The communicator is aborted with ncclCommAbort, which stops the
+// group, its rank and the reason. The communicator is aborted with ncclCommAbort, which stops the
 // kernels still pending; the peers' kernels waiting on this rank are left to
 // their own abort or to their watchdog's timeout.
 #pragma once
@@ -47,8 +47,9 @@ struct NcclOptions {
 bool nccl_available();
 
 // Throws BackendError when built without NCCL or when CUDA/NCCL fail,
-// InvalidArgument for a bad rank/size/device, TimeoutError when rank 0's unique
-// id does not appear in time.
+// InvalidArgument for a null store, a bad rank/size/device or a timeout that is
+// not positive (checked before any call to CUDA or NCCL), TimeoutError when rank
+// 0's unique id does not appear in time.
 std::shared_ptr<ProcessGroup> make_nccl_process_group(std::shared_ptr<Store> store, int rank,
                                                       int size, NcclOptions options = {});
 

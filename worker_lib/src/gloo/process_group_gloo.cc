@@ -1,4 +1,4 @@
-#include "process_group_gloo.h"
+#include "gloo/process_group_gloo.h"
 
 #include <sys/socket.h>
 
@@ -17,7 +17,7 @@
 #include <gloo/reduce.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/transport/tcp/device.h>
-#include <gloo/transport/tcp/pair.h>  // needs gloo/common/memory.h, see src/gloo/common/
+#include <gloo/transport/tcp/pair.h>  // needs gloo/common/memory.h, see src/gloo_compat/
 #include <gloo/transport/tcp/unbound_buffer.h>
 #include <spdlog/spdlog.h>
 
@@ -25,7 +25,7 @@
 #include "ddp/common/error.h"
 #include "ddp/common/time.h"
 #include "ddp/store/store.h"
-#include "gloo_store.h"
+#include "gloo/gloo_store.h"
 #include "reduce_functions.h"
 
 namespace ddp {
@@ -185,6 +185,19 @@ bool debug_detail_from_env() {
   return v == "DETAIL";
 }
 
+// InvalidArgument (origin ProcessGroupGloo::`what`) unless `buffer` is a valid CPU buffer.
+void check_cpu(const Buffer& buffer, const char* what) {
+  if (buffer.device.is_cuda()) {
+    throw InvalidArgument(
+        fmt::format("ProcessGroupGloo::{}", what),
+        fmt::format("buffer is on {}; the Gloo backend takes CPU buffers", buffer.device.str()));
+  }
+  if (buffer.data == nullptr && buffer.count > 0) {
+    throw InvalidArgument(fmt::format("ProcessGroupGloo::{}", what), "buffer data is null");
+  }
+  (void)element_size(buffer.dtype);  // throws for an unknown dtype
+}
+
 // Whether `error` says the group's round ended (GroupChanged).
 bool is_group_changed(const std::exception_ptr& error) {
   try {
@@ -200,17 +213,8 @@ bool is_group_changed(const std::exception_ptr& error) {
 
 ProcessGroupGloo::ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int size,
                                    GlooOptions options)
-    : ProcessGroup(rank, size), store_(std::move(store)), options_(std::move(options)) {
+    : ProcessGroupBase("ProcessGroupGloo", std::move(store), rank, size, std::move(options)) {
   const char* origin = "ProcessGroupGloo";
-  if (!store_) throw InvalidArgument(origin, "store is null");
-  if (size < 1) throw InvalidArgument(origin, fmt::format("world size {} must be >= 1", size));
-  if (rank < 0 || rank >= size) {
-    throw InvalidArgument(origin, fmt::format("rank {} is outside [0, {})", rank, size));
-  }
-  if (options_.timeout.count() <= 0) {
-    throw InvalidArgument(origin,
-                          fmt::format("timeout {} ms must be positive", options_.timeout.count()));
-  }
   if (!ShmAllreduce::valid_slot_bytes(options_.shm_slot_bytes)) {
     throw InvalidArgument(origin,
                           fmt::format("shm_slot_bytes {} must be a multiple of 64, at least 4096",
@@ -273,11 +277,10 @@ ProcessGroupGloo::ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int s
                                      options_.name, rank, size, why_no_shm));
     }
   }
-  tracker_ = std::make_unique<ArrivalTracker>(store_, rank, size);
-  progress_ = GroupProgress(options_.name, rank, size);
-  worker_ = std::thread([this] { worker_loop(); });
-  p2p_worker_ = std::thread([this] { p2p_loop(); });
-  if (size > 1) watcher_ = std::thread([this] { watch_loop(); });
+  start_tracking();
+  worker_ = JoinedThread([this] { worker_loop(); });
+  p2p_worker_ = JoinedThread([this] { p2p_loop(); });
+  if (size > 1) watcher_ = JoinedThread([this] { watch_loop(); });
   spdlog::debug(
       "ProcessGroupGloo '{}': rank {}/{} connected ({}, shared memory {}, debug_detail={})",
       options_.name, rank, size, device_->str(), shm_ ? shm_->segment_name() : "off",
@@ -307,7 +310,7 @@ ProcessGroupGloo::~ProcessGroupGloo() {
     watch_stop_ = true;
   }
   watch_cv_.notify_all();
-  if (watcher_.joinable()) watcher_.join();
+  watcher_.join();  // none for a group of one rank
   std::deque<PendingP2p> unfinished;
   {
     std::lock_guard lock(p2p_mutex_);
@@ -324,7 +327,7 @@ ProcessGroupGloo::~ProcessGroupGloo() {
         fmt::format("{} #{} cancelled: the group was destroyed", pending.is_send ? "send" : "recv",
                     pending.work->sequence_number()))));
   }
-  tracker_.reset();
+  arrivals_.reset();
   context_.reset();
   device_.reset();
 }
@@ -345,9 +348,7 @@ void ProcessGroupGloo::abort(const std::string& reason) {
   std::deque<Task> dropped;
   {
     std::lock_guard lock(mutex_);
-    if (aborted_.load(std::memory_order_relaxed)) return;
-    abort_reason_ = reason;
-    aborted_.store(true, std::memory_order_release);
+    if (!abort_->set(reason)) return;
     dropped.swap(queue_);
     queued_.store(0, std::memory_order_release);
   }
@@ -373,39 +374,26 @@ void ProcessGroupGloo::abort(const std::string& reason) {
     wake_p2p_wait();
   }
   for (auto& task : dropped) {
-    task.work->fail(aborted_error(task.work->op(), task.work->sequence_number()));
+    task.work->fail(abort_->error(task.work->op(), task.work->sequence_number()));
   }
   for (auto& pending : unfinished) {
     pending.buffer.reset();
     pending.work->fail(
-        aborted_error(pending.is_send ? "send" : "recv", pending.work->sequence_number()));
+        abort_->error(pending.is_send ? "send" : "recv", pending.work->sequence_number()));
   }
-}
-
-std::exception_ptr ProcessGroupGloo::aborted_error(const std::string& op, std::uint64_t seq) const {
-  return std::make_exception_ptr(
-      GroupChanged(fmt::format("ProcessGroupGloo::{}", op),
-                   fmt::format("group '{}' rank {}/{}: {} #{} failed: the group was aborted: {}",
-                               options_.name, rank(), size(), op, seq, abort_reason_)));
 }
 
 void ProcessGroupGloo::complete_unless_aborted(const std::shared_ptr<WorkImpl>& work) {
   {
-    // Under the lock that abort() sets aborted_ under: a Work either completed
+    // Under the lock that abort() sets abort_ under: a Work either completed
     // before the abort began or fails, never completes once abort() returned.
     std::lock_guard lock(mutex_);
-    if (!aborted_.load(std::memory_order_relaxed)) {
+    if (!abort_->is_set()) {
       work->complete();
       return;
     }
   }
-  work->fail(aborted_error(work->op(), work->sequence_number()));
-}
-
-WorkPtr ProcessGroupGloo::failed_work(std::uint64_t seq, const char* op) {
-  auto work = std::make_shared<WorkImpl>(seq, op, options_.timeout + std::chrono::seconds(10));
-  work->fail(aborted_error(op, seq));
-  return work;
+  work->fail(abort_->error(work->op(), work->sequence_number()));
 }
 
 std::vector<tcp::Pair*> ProcessGroupGloo::pairs() const {
@@ -475,7 +463,7 @@ void ProcessGroupGloo::watch_loop() {
 }
 
 bool ProcessGroupGloo::check_connections(std::vector<char>& inspected) {
-  if (is_aborted()) return true;  // every connection is closed already
+  if (abort_->is_set()) return true;  // every connection is closed already
   // A peer that aborts its group (or dies with unread data) resets its
   // connections; one that destroys its group in order closes them gracefully, and
   // its connection fails only the operations that use it, as Gloo does by itself.
@@ -507,25 +495,13 @@ bool ProcessGroupGloo::check_connections(std::vector<char>& inspected) {
   return false;
 }
 
-void ProcessGroupGloo::check_cpu(const Buffer& buffer, const char* what) const {
-  if (buffer.device.is_cuda()) {
-    throw InvalidArgument(
-        fmt::format("ProcessGroupGloo::{}", what),
-        fmt::format("buffer is on {}; the Gloo backend takes CPU buffers", buffer.device.str()));
-  }
-  if (buffer.data == nullptr && buffer.count > 0) {
-    throw InvalidArgument(fmt::format("ProcessGroupGloo::{}", what), "buffer data is null");
-  }
-  (void)element_size(buffer.dtype);  // throws for an unknown dtype
-}
-
 WorkPtr ProcessGroupGloo::enqueue_collective(CollectiveDescriptor desc,
                                              std::function<void(std::uint32_t)> run) {
   std::shared_ptr<WorkImpl> work;
   {
     std::lock_guard lock(mutex_);
     if (stop_) throw ShutdownError("ProcessGroupGloo", "the group is being destroyed");
-    if (is_aborted()) return failed_work(next_seq_++, to_string(desc.op));
+    if (abort_->is_set()) return failed_work(next_seq_++, to_string(desc.op));
     desc.seq = next_seq_++;
     work = std::make_shared<WorkImpl>(desc.seq, to_string(desc.op),
                                       options_.timeout + std::chrono::seconds(10));
@@ -545,7 +521,7 @@ WorkPtr ProcessGroupGloo::enqueue_p2p(
   {
     std::lock_guard lock(mutex_);
     if (stop_) throw ShutdownError("ProcessGroupGloo", "the group is being destroyed");
-    if (is_aborted()) return failed_work(next_p2p_seq_++, op);
+    if (abort_->is_set()) return failed_work(next_p2p_seq_++, op);
     work = std::make_shared<WorkImpl>(next_p2p_seq_++, op,
                                       options_.timeout + std::chrono::seconds(10));
     queue_.push_back(Task{work, std::nullopt, std::move(run)});
@@ -584,8 +560,8 @@ void ProcessGroupGloo::worker_loop() {
 void ProcessGroupGloo::run_task(Task& task) {
   const auto seq = task.work->sequence_number();
   const std::string origin = fmt::format("ProcessGroupGloo::{}", task.work->op());
-  if (is_aborted()) {  // normally failed by abort() already; this one raced with it
-    task.work->fail(aborted_error(task.work->op(), seq));
+  if (abort_->is_set()) {  // normally failed by abort() already; this one raced with it
+    task.work->fail(abort_->error(task.work->op(), seq));
     return;
   }
   if (broken_) {
@@ -598,16 +574,16 @@ void ProcessGroupGloo::run_task(Task& task) {
     try {
       task.run(0, task.work);
     } catch (const ddp::Error&) {
-      task.work->fail(is_aborted() ? aborted_error(task.work->op(), seq)
-                                   : std::current_exception());
+      task.work->fail(abort_->is_set() ? abort_->error(task.work->op(), seq)
+                                       : std::current_exception());
     } catch (const std::exception& e) {
-      task.work->fail(is_aborted() ? aborted_error(task.work->op(), seq)
-                                   : std::make_exception_ptr(BackendError(origin, e.what())));
+      task.work->fail(abort_->is_set() ? abort_->error(task.work->op(), seq)
+                                       : std::make_exception_ptr(BackendError(origin, e.what())));
     }
     return;
   }
   const auto& desc = *task.collective;
-  tracker_->entered(seq);
+  arrivals_->entered(seq);
   // Tags: 2*seq for the DETAIL check, 2*seq+1 for the collective (unique while in flight).
   try {
     if (debug_detail_) check_consistency(desc);
@@ -620,10 +596,10 @@ void ProcessGroupGloo::run_task(Task& task) {
     progress_.completed(seq);
     task.work->fail(std::current_exception());
   } catch (const std::exception& e) {
-    if (is_aborted()) {
+    if (abort_->is_set()) {
       // Woken by abort(): no diagnosis (the ranks that did not arrive do not
       // matter), and the group is over anyway.
-      task.work->fail(aborted_error(task.work->op(), seq));
+      task.work->fail(abort_->error(task.work->op(), seq));
       return;
     }
     // Our own errors other than timeouts and broken connections (which get the
@@ -680,7 +656,7 @@ std::exception_ptr ProcessGroupGloo::translate(const std::exception& error,
   // Give the other ranks' progress publisher a moment, then ask who never entered.
   auto settle =
       std::min<std::chrono::milliseconds>(std::chrono::milliseconds(500), options_.timeout / 2);
-  auto missing = tracker_->missing(desc.seq, settle);
+  auto missing = arrivals_->missing(desc.seq, settle);
   auto message = fmt::format(
       "group '{}' rank {}/{}: {} (collective seq {}) {}; ranks that did not arrive: [{}]; backend: "
       "{}",
@@ -979,8 +955,8 @@ void ProcessGroupGloo::p2p_loop() {
                                options_.name, rank(), op, seq, pending.is_send ? "to" : "from",
                                pending.peer, pending.tag, shutdown ? "aborted" : what);
     auto origin = fmt::format("ProcessGroupGloo::{}", op);
-    if (is_aborted()) {
-      pending.work->fail(aborted_error(op, seq));
+    if (abort_->is_set()) {
+      pending.work->fail(abort_->error(op, seq));
     } else if (shutdown) {
       pending.work->fail(std::make_exception_ptr(ShutdownError(origin, message)));
     } else if (what.find("imed out") != std::string::npos) {

@@ -7,18 +7,17 @@
 #include <functional>
 #include <mutex>
 #include <optional>
-#include <thread>
 
 #include <gloo/context.h>
 #include <gloo/transport/device.h>
 #include <gloo/transport/unbound_buffer.h>
 
-#include "arrival_tracker.h"
-#include "collective_check.h"
 #include "ddp/worker/process_group_gloo.h"
-#include "progress_recorder.h"
+#include "gloo/collective_check.h"
+#include "joined_thread.h"
+#include "process_group_base.h"
 #include "reduce_functions.h"
-#include "shm_allreduce.h"
+#include "shm/shm_allreduce.h"
 #include "work_impl.h"
 
 namespace gloo::transport::tcp {
@@ -27,7 +26,7 @@ class Pair;
 
 namespace ddp::detail {
 
-class ProcessGroupGloo final : public ProcessGroup {
+class ProcessGroupGloo final : public ProcessGroupBase<GlooOptions> {
  public:
   ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int size, GlooOptions options);
   ~ProcessGroupGloo() override;
@@ -72,16 +71,10 @@ class ProcessGroupGloo final : public ProcessGroup {
   void allreduce_in_place(void* data, std::size_t count, DType dtype, ReduceOp op, ReduceFn fn,
                           std::uint32_t tag);
   void allreduce_direct(void* data, std::size_t count, DType dtype, ReduceOp op, std::uint32_t tag);
-  void check_cpu(const Buffer& buffer, const char* what) const;
   bool use_direct(std::size_t nbytes) const;
   // Completes `work` (it succeeded) unless the group was aborted meanwhile: then
   // it fails with GroupChanged.
   void complete_unless_aborted(const std::shared_ptr<WorkImpl>& work);
-  // A Work failed with the abort's GroupChanged at once (operations issued after it).
-  WorkPtr failed_work(std::uint64_t seq, const char* op);
-  // The abort's GroupChanged for operation `op` #`seq`; only once aborted_ is set.
-  std::exception_ptr aborted_error(const std::string& op, std::uint64_t seq) const;
-  bool is_aborted() const { return aborted_.load(std::memory_order_acquire); }
   // The group's TCP pairs (Gloo's tcp::Pair), all but this rank's own slot.
   std::vector<gloo::transport::tcp::Pair*> pairs() const;
   // Fails every connection of the group that still works with an IoException
@@ -95,14 +88,10 @@ class ProcessGroupGloo final : public ProcessGroup {
   void watch_loop();
   bool check_connections(std::vector<char>& inspected);  // true: nothing more to watch
 
-  std::shared_ptr<Store> store_;
-  GlooOptions options_;
   bool debug_detail_ = false;
   std::shared_ptr<gloo::transport::Device> device_;
   std::shared_ptr<gloo::Context> context_;
-  std::unique_ptr<ArrivalTracker> tracker_;
   std::unique_ptr<ShmAllreduce> shm_;  // null: no same-host segment
-  GroupProgress progress_;             // this group's slot of the progress page
 
   std::mutex mutex_;
   std::condition_variable cv_;
@@ -123,20 +112,17 @@ class ProcessGroupGloo final : public ProcessGroup {
   bool p2p_current_is_send_ = false;
 
   // Abort: abort_mutex_ serializes abort() calls (a second one returns once the
-  // first has finished); abort_reason_ is written once, under mutex_, before
-  // aborted_ is set (release) and only read after aborted_ was seen set (acquire).
+  // first has finished); abort_ (the base's) is set under mutex_.
   std::mutex abort_mutex_;
-  std::atomic<bool> aborted_{false};
-  std::string abort_reason_;
 
   std::mutex watch_mutex_;
   std::condition_variable watch_cv_;
   bool watch_stop_ = false;
   std::mutex fail_mutex_;  // one fail_connections() at a time
 
-  std::thread worker_;
-  std::thread p2p_worker_;
-  std::thread watcher_;  // only for groups of more than one rank
+  JoinedThread worker_;
+  JoinedThread p2p_worker_;
+  JoinedThread watcher_;  // only for groups of more than one rank
 };
 
 }  // namespace ddp::detail

@@ -1,4 +1,4 @@
-#include "abortable_store.h"
+#include "recovery/abortable_store.h"
 
 #include <algorithm>
 

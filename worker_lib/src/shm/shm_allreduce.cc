@@ -1,4 +1,4 @@
-#include "shm_allreduce.h"
+#include "shm/shm_allreduce.h"
 
 #include <dirent.h>
 #include <fcntl.h>

@@ -1,8 +1,8 @@
 // gloo/common/memory.h for the Gloo that Debian packages (libgloo-dev
 // 0.0~git20220518.5b14351). Its gloo/transport/tcp/pair.h and unbound_buffer.h
 // include this header, which the package does not install; process_group_gloo.cc
-// needs those two (ProcessGroup::abort fails Gloo's TCP pairs). worker_lib/src is
-// ahead of the system's include path for ddp_worker, so this file is found.
+// needs those two (ProcessGroup::abort fails Gloo's TCP pairs). worker_lib/src/gloo_compat
+// is ahead of the system's include path for ddp_worker, so this file is found.
 //
 // Written here from Gloo's published interface. The three types must keep the
 // layout libgloo was compiled with, since the pairs and buffers inside the library

@@ -1,4 +1,4 @@
-#include "collective_check.h"
+#include "gloo/collective_check.h"
 
 #include <algorithm>
 #include <cstring>

@@ -8,11 +8,11 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "control_client.h"
 #include "ddp/common/error.h"
 #include "ddp/worker/ddp.h"
 #include "ddp/worker_contract/worker_contract.h"
 #include "digest.h"
+#include "recovery/control_client.h"
 
 #ifdef DDP_WITH_NCCL
 #include <cuda_runtime_api.h>

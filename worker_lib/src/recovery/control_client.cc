@@ -1,4 +1,4 @@
-#include "control_client.h"
+#include "recovery/control_client.h"
 
 #include <fcntl.h>
 #include <sys/socket.h>
@@ -9,12 +9,12 @@
 #include <cstdlib>
 #include <mutex>
 #include <optional>
-#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "ddp/common/background.h"
 #include "ddp/common/env.h"
 #include "ddp/common/error.h"
 #include "ddp/common/time.h"
@@ -70,6 +70,10 @@ namespace {
 std::mutex open_mutex;
 bool opened = false;
 ControlClient* the_client = nullptr;  // lives as long as the process
+// Its reader (ddp/common/background.h: the call owns the client, which is never
+// deleted); never waited for, never destroyed: it reads as long as the process
+// lives (the agent's end closing ends it earlier).
+BackgroundCall* the_reader = nullptr;
 }  // namespace
 
 ControlClient* ControlClient::open() {
@@ -91,9 +95,13 @@ ControlClient* ControlClient::open() {
   if (!client->send(contract::encode(contract::Hello{true, ::getpid()}))) {
     spdlog::warn("the agent did not get this worker's hello: it will not recover in place");
   }
-  // Detached: it reads as long as the process lives (the agent's end closing
-  // ends it earlier).
-  std::thread([client] { client->read_loop(); }).detach();
+  the_reader = new BackgroundCall([client] {
+    try {
+      client->read_loop();
+    } catch (...) {
+      std::terminate();  // as before: the worker must not go on deaf to its agent
+    }
+  });
   the_client = client;
   return client;
 }

@@ -18,7 +18,7 @@
 #include <optional>
 #include <string>
 
-#include "abortable_store.h"
+#include "recovery/abortable_store.h"
 #include "ddp/worker/process_group.h"
 #include "ddp/worker_contract/control_channel.h"
 #include "ddp/worker_contract/worker_contract.h"
