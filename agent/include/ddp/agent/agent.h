@@ -7,8 +7,10 @@
 // run() blocks until the job ends and returns the process exit code: 0 on
 // success (after the exit barrier), the root cause's exit code (or 128+signal)
 // when restarts are exhausted, 128+signo when the agent got a handled signal,
-// 1 when rendezvous fails or a worker cannot be started. It prints the
-// failure report to stderr. It throws only when the launcher itself breaks
+// 1 when rendezvous fails or a worker cannot be started. It prints nothing
+// itself: what users read (the failure report, notices, hang reports) goes to
+// the AgentEvents it was given (ddprun: a StderrPrinter), and the live view
+// gets the same events. It throws only when the launcher itself breaks
 // (InternalError: epoll/signalfd failures). The agent uses the rendezvous handler's store to
 // tell other agents to restart or stop ("<round prefix>/end") and watches that
 // key on a thread of its own (only when there is more than one node). On a
@@ -28,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "ddp/agent/agent_events.h"
 #include "ddp/agent/process_launcher.h"
 #include "ddp/agent/worker_spec.h"
 #include "ddp/rendezvous/rendezvous.h"
@@ -36,7 +39,12 @@ namespace ddp::agent {
 
 class Agent {
  public:
-  // Borrows `rendezvous` and `launcher`; both must outlive the agent.
+  // Borrows `rendezvous`, `launcher` and `events`; they must outlive the
+  // agent. `events` gets every event of the run (agent_events.h), from the
+  // thread that calls run().
+  Agent(AgentOptions options, RendezvousHandler& rendezvous, ProcessLauncher& launcher,
+        AgentEvents& events);
+  // As above, the events going to a StderrPrinter of its own.
   Agent(AgentOptions options, RendezvousHandler& rendezvous, ProcessLauncher& launcher);
   ~Agent();
   Agent(const Agent&) = delete;
@@ -63,6 +71,7 @@ class Agent {
 
  private:
   class Impl;
+  std::unique_ptr<AgentEvents> printer_;  // the default printer, when none was given
   std::unique_ptr<Impl> impl_;
 };
 
