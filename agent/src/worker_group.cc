@@ -1,7 +1,6 @@
 #include "worker_group.h"
 
 #include <csignal>
-#include <cstdio>
 #include <filesystem>
 
 #include <fmt/format.h>
@@ -167,7 +166,7 @@ control::Sent WorkerGroup::tell(Worker& worker, const control::Message& message)
       "ended by ddprun: local rank {} (rank {}, pid {}) could not be sent its '{}' message on "
       "its control channel: {}",
       worker.local_rank, worker.rank, worker.pid, message.type, control::describe(sent));
-  std::fprintf(stderr, "ddprun: %s\n", worker.ended_by_agent.c_str());
+  events_.notice(worker.ended_by_agent);
   launcher_.signal_group(worker.pid, SIGKILL);
   return sent;
 }
