@@ -36,13 +36,13 @@ namespace fs = std::filesystem;
 // FileTimerService, and the events (the printer and the live view).
 class Agent::Impl {
  public:
-  Impl(AgentOptions options, RendezvousHandler& rendezvous, ProcessLauncher& launcher,
+  Impl(AgentOptions options, RendezvousHandler& rendezvous, WorkerEventLoop& loop,
        AgentEvents& printer)
-      : options_(std::move(options)), rdzv_(rendezvous), launcher_(launcher),
+      : options_(std::move(options)), rdzv_(rendezvous), loop_(loop),
         logger_(log::get("ddprun")), watch_(options_.watch, options_.hostname,
                                             rendezvous.params().local_addr, *options_.runtime),
         live_view_(options_, rendezvous, watch_), events_({&printer, &live_view_}),
-        group_(options_, rendezvous, launcher, watch_, events_),
+        group_(options_, rendezvous, loop, watch_, events_),
         hang_(options_, watch_, group_, events_), timer_(options_, group_, events_),
         recovery_(options_, rendezvous.params(), group_, events_) {
     // What a join waits for (more nodes, a spare's place): said once per wait.
@@ -163,8 +163,8 @@ class Agent::Impl {
     RoundOutcome outcome;
     std::unique_ptr<RoundWatch> watch;
     try {
-      ProcessLauncher* launcher = &launcher_;
-      watch = round_->watch([launcher] { launcher->wake(); });
+      WorkerEventLoop* loop = &loop_;
+      watch = round_->watch([loop] { loop->wake(); });
       events_.workers_running();
       if (group_.failures().empty()) {
         group_.start();
@@ -278,9 +278,9 @@ class Agent::Impl {
     }
     auto shared = std::make_shared<Joining>();
     RendezvousHandler* rdzv = &rdzv_;
-    ProcessLauncher* launcher = &launcher_;
+    WorkerEventLoop* loop = &loop_;
     BackgroundCall call(
-        [shared, rdzv, launcher] {
+        [shared, rdzv, loop] {
           std::unique_ptr<Round> round;
           std::exception_ptr error;
           try {
@@ -294,12 +294,12 @@ class Agent::Impl {
             shared->error = error;
             shared->done = true;
           }
-          launcher->wake();
+          loop->wake();
         },
         *options_.runtime);
     if (auto code = wait_for_join(*shared)) return code;
-    // Its last act is to wake the launcher: joined, so that it never touches
-    // a launcher that is gone.
+    // Its last act is to wake the loop: joined, so that it never touches
+    // a loop that is gone.
     call.wait();
     if (shared->error) std::rethrow_exception(shared->error);
     out = std::move(shared->round);
@@ -318,15 +318,15 @@ class Agent::Impl {
   // an exit code when a signal comes first (the thread is abandoned).
   std::optional<int> wait_for_join(Joining& shared) {
     for (;;) {
-      LauncherEvent event = launcher_.next_event(Clock::time_point::max());
-      if (event.kind == LauncherEvent::Kind::kSignal) {
+      LoopEvent event = loop_.next_event(Clock::time_point::max());
+      if (event.kind == LoopEvent::Kind::kSignal) {
         rendezvous_abandoned_ = true;  // the call is abandoned, blocked in the handler
         events_.notice("received " + signal_name(event.signo) +
                        " while waiting for the other nodes; exiting");
         group_.stop(event.signo);  // workers kept for an in-place recovery
         return 128 + event.signo;
       }
-      if (event.kind == LauncherEvent::Kind::kExited) {
+      if (event.kind == LoopEvent::Kind::kExited) {
         // A worker kept for an in-place recovery ended while the group
         // re-forms: a failure of the next round (a restart, when one is left).
         if (Worker* worker = group_.on_exit(event); worker != nullptr && event.status != 0) {
@@ -334,7 +334,7 @@ class Agent::Impl {
         }
         continue;
       }
-      if (event.kind != LauncherEvent::Kind::kWake) continue;
+      if (event.kind != LoopEvent::Kind::kWake) continue;
       std::lock_guard lock(shared.mutex);
       if (shared.done) return std::nullopt;  // other wakes (an old round's watcher) are spurious
     }
@@ -368,7 +368,7 @@ class Agent::Impl {
 
   AgentOptions options_;
   RendezvousHandler& rdzv_;
-  ProcessLauncher& launcher_;
+  WorkerEventLoop& loop_;
   std::shared_ptr<spdlog::logger> logger_;
   // Progress, hangs and stragglers of the workers (and the other nodes').
   ProgressWatch watch_;
@@ -394,7 +394,7 @@ class Agent::Impl {
   RestartCause reform_cause_ = RestartCause::kNodeLost;
   MembershipLog membership_;
   // What a round's monitor drives.
-  AgentRooms rooms_{options_, launcher_, watch_, group_, hang_, timer_, recovery_, live_view_,
+  AgentRooms rooms_{options_, loop_, watch_, group_, hang_, timer_, recovery_, live_view_,
                     events_};
   // Set once a signal asked the agent to leave: the end of its short deadline.
   std::optional<Clock::time_point> hurry_until_;
@@ -406,12 +406,12 @@ class Agent::Impl {
   std::shared_ptr<Store> progress_store_;
 };
 
-Agent::Agent(AgentOptions options, RendezvousHandler& rendezvous, ProcessLauncher& launcher)
+Agent::Agent(AgentOptions options, RendezvousHandler& rendezvous, WorkerEventLoop& loop)
     : printer_(std::make_unique<StderrPrinter>()),
-      impl_(std::make_unique<Impl>(std::move(options), rendezvous, launcher, *printer_)) {}
-Agent::Agent(AgentOptions options, RendezvousHandler& rendezvous, ProcessLauncher& launcher,
+      impl_(std::make_unique<Impl>(std::move(options), rendezvous, loop, *printer_)) {}
+Agent::Agent(AgentOptions options, RendezvousHandler& rendezvous, WorkerEventLoop& loop,
              AgentEvents& events)
-    : impl_(std::make_unique<Impl>(std::move(options), rendezvous, launcher, events)) {}
+    : impl_(std::make_unique<Impl>(std::move(options), rendezvous, loop, events)) {}
 Agent::~Agent() = default;
 int Agent::run() { return impl_->run(); }
 int Agent::restart_count() const { return impl_->restart_count(); }

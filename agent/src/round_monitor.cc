@@ -28,7 +28,7 @@ void MembershipLog::note(AgentEvents& events, const std::string& what) {
 }
 
 RoundMonitor::RoundMonitor(const AgentRooms& rooms, Round& round, MembershipLog& membership)
-    : options_(rooms.options), launcher_(rooms.launcher), watch_(rooms.watch), group_(rooms.group),
+    : options_(rooms.options), loop_(rooms.loop), watch_(rooms.watch), group_(rooms.group),
       hang_(rooms.hang), timer_(rooms.timer), recovery_(rooms.recovery),
       live_view_(rooms.live_view), events_(rooms.events), round_(&round), membership_(membership),
       logger_(log::get("ddprun")) {}
@@ -104,22 +104,22 @@ Clock::time_point RoundMonitor::next_tick() const {
 
 RoundOutcome RoundMonitor::monitor(const RoundWatch& watch) {
   while (group_.running_count() > 0) {
-    LauncherEvent event = launcher_.next_event(next_tick());
+    LoopEvent event = loop_.next_event(next_tick());
     switch (event.kind) {
-      case LauncherEvent::Kind::kExited: {
+      case LoopEvent::Kind::kExited: {
         Worker* worker = group_.on_exit(event);
         if (worker == nullptr || event.status == 0) break;
         group_.record_failure(*worker, event);
         return fail_round(watch);
       }
-      case LauncherEvent::Kind::kSignal:
+      case LoopEvent::Kind::kSignal:
         return on_signal(event.signo);
-      case LauncherEvent::Kind::kWake: {
+      case LoopEvent::Kind::kWake: {
         auto outcome = on_remote_end(watch);
         if (outcome) return *outcome;
         break;
       }
-      case LauncherEvent::Kind::kTimeout:
+      case LoopEvent::Kind::kTimeout:
         look_at_progress();
         break;
     }
@@ -133,10 +133,10 @@ RoundOutcome RoundMonitor::monitor(const RoundWatch& watch) {
 RoundOutcome RoundMonitor::fail_round(const RoundWatch& watch) {
   std::optional<int> signal;
   for (;;) {
-    LauncherEvent event = launcher_.next_event(now());
-    if (event.kind == LauncherEvent::Kind::kTimeout) break;
-    if (event.kind == LauncherEvent::Kind::kSignal && !signal) signal = event.signo;
-    if (event.kind != LauncherEvent::Kind::kExited) continue;
+    LoopEvent event = loop_.next_event(now());
+    if (event.kind == LoopEvent::Kind::kTimeout) break;
+    if (event.kind == LoopEvent::Kind::kSignal && !signal) signal = event.signo;
+    if (event.kind != LoopEvent::Kind::kExited) continue;
     Worker* worker = group_.on_exit(event);
     if (worker != nullptr && event.status != 0) group_.record_failure(*worker, event);
   }
@@ -172,10 +172,10 @@ std::optional<RoundOutcome> RoundMonitor::membership_change_behind(const RoundWa
     group_.stop(SIGTERM);
     const Clock::time_point until = now() + grace;
     while (!watch.ended()) {
-      LauncherEvent event = launcher_.next_event(until);
-      if (event.kind == LauncherEvent::Kind::kTimeout) break;
-      if (event.kind == LauncherEvent::Kind::kSignal) return on_signal(event.signo);
-      if (event.kind == LauncherEvent::Kind::kExited) group_.on_exit(event);
+      LoopEvent event = loop_.next_event(until);
+      if (event.kind == LoopEvent::Kind::kTimeout) break;
+      if (event.kind == LoopEvent::Kind::kSignal) return on_signal(event.signo);
+      if (event.kind == LoopEvent::Kind::kExited) group_.on_exit(event);
     }
   }
   // A lost or joining node re-forms the group; another node's restart or
@@ -296,18 +296,18 @@ RoundOutcome RoundMonitor::exit_barrier(const RoundWatch& watch) {
     if (auto end = watch.ended()) {
       if (auto outcome = barrier_ended(*end, watch)) return *outcome;
     }
-    LauncherEvent event = launcher_.next_event(std::min(look, next_tick()));
-    if (event.kind == LauncherEvent::Kind::kTimeout && ticking() && now() < look) {
+    LoopEvent event = loop_.next_event(std::min(look, next_tick()));
+    if (event.kind == LoopEvent::Kind::kTimeout && ticking() && now() < look) {
       // Still waiting for the others: keep this node's summary going out
       // (a rank elsewhere may not exit) and report what is seen.
       look_at_progress();
       continue;
     }
-    if (event.kind == LauncherEvent::Kind::kTimeout) {
+    if (event.kind == LoopEvent::Kind::kTimeout) {
       if (auto outcome = barrier_deadline(staying, look)) return *outcome;
       continue;
     }
-    if (event.kind == LauncherEvent::Kind::kSignal) {
+    if (event.kind == LoopEvent::Kind::kSignal) {
       hurry_until_ = now() + options_.announce_timeout;
       auto note = announce(end_of(RoundEnd::Kind::kAbort, event.signo));
       finish_announcement(note);

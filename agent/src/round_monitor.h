@@ -20,7 +20,7 @@
 #include <spdlog/logger.h>
 
 #include "ddp/agent/agent_events.h"
-#include "ddp/agent/process_launcher.h"
+#include "ddp/agent/worker_event_loop.h"
 #include "ddp/agent/worker_spec.h"
 #include "ddp/rendezvous/rendezvous.h"
 #include "file_timer_service.h"
@@ -71,7 +71,7 @@ class MembershipLog {
 // The agent's rooms a round's monitor drives.
 struct AgentRooms {
   const AgentOptions& options;
-  ProcessLauncher& launcher;
+  WorkerEventLoop& loop;
   ProgressWatch& watch;
   WorkerGroup& group;
   HangResponse& hang;
@@ -121,7 +121,7 @@ class RoundMonitor {
   void look_at_progress();
 
   const AgentOptions& options_;
-  ProcessLauncher& launcher_;
+  WorkerEventLoop& loop_;
   ProgressWatch& watch_;
   WorkerGroup& group_;
   HangResponse& hang_;

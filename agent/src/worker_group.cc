@@ -20,8 +20,8 @@ bool runs_python(const std::vector<std::string>& argv) {
 }
 
 WorkerGroup::WorkerGroup(const AgentOptions& options, RendezvousHandler& rendezvous,
-                         ProcessLauncher& launcher, ProgressWatch& watch, AgentEvents& events)
-    : options_(options), rdzv_(rendezvous), launcher_(launcher), watch_(watch), events_(events),
+                         WorkerEventLoop& loop, ProgressWatch& watch, AgentEvents& events)
+    : options_(options), rdzv_(rendezvous), loop_(loop), watch_(watch), events_(events),
       logger_(log::get("ddprun")), python_(runs_python(options.spec.argv)) {}
 
 void WorkerGroup::begin_round(const Round& round, int attempt, int restart_count, bool keep) {
@@ -110,7 +110,7 @@ void WorkerGroup::start_worker(int local_rank) {
   const int control_fd = control_.prepare(local_rank);
   process.inherit_fds.push_back(control_fd);
   process.env.push_back(std::string(names::kControlFd) + "=" + std::to_string(control_fd));
-  worker.pid = launcher_.launch(process);
+  worker.pid = loop_.launch(process);
   control_.started(local_rank);
   watch_.started(local_rank, worker.rank, worker.pid);
   worker.running = true;
@@ -167,7 +167,7 @@ control::Sent WorkerGroup::tell(Worker& worker, const control::Message& message)
       "its control channel: {}",
       worker.local_rank, worker.rank, worker.pid, message.type, control::describe(sent));
   events_.notice(worker.ended_by_agent);
-  launcher_.signal_group(worker.pid, SIGKILL);
+  loop_.signal_group(worker.pid, SIGKILL);
   return sent;
 }
 
@@ -224,7 +224,7 @@ std::vector<std::string> WorkerGroup::worker_env(const Worker& worker) const {
 }
 
 void WorkerGroup::signal(const Worker& worker, int signo) {
-  launcher_.signal_group(worker.pid, signo);
+  loop_.signal_group(worker.pid, signo);
 }
 
 std::size_t WorkerGroup::running_count() const {
@@ -238,7 +238,7 @@ Worker* WorkerGroup::find(int pid) {
   return it == pid_to_worker_.end() ? nullptr : &workers_[it->second];
 }
 
-Worker* WorkerGroup::on_exit(const LauncherEvent& event) {
+Worker* WorkerGroup::on_exit(const LoopEvent& event) {
   Worker* worker = find(event.pid);
   if (worker == nullptr) return nullptr;
   worker->running = false;
@@ -248,7 +248,7 @@ Worker* WorkerGroup::on_exit(const LauncherEvent& event) {
   return worker;
 }
 
-void WorkerGroup::record_failure(const Worker& worker, const LauncherEvent& event) {
+void WorkerGroup::record_failure(const Worker& worker, const LoopEvent& event) {
   failures_.push_back(make_failure(worker.local_rank, worker.rank, worker.pid, event.status,
                                    worker.error_file, event.when));
   if (!worker.ended_by_agent.empty()) failures_.back().message = worker.ended_by_agent;
@@ -282,31 +282,31 @@ void WorkerGroup::stop(int signo) {
   if (running_count() > 0) events_.workers_stopping();
   stopping_ = true;
   for (auto& w : workers_) {
-    if (w.running) launcher_.signal_group(w.pid, signo);
+    if (w.running) loop_.signal_group(w.pid, signo);
   }
   Clock::time_point deadline = options_.runtime->now() + options_.stop_grace;
   bool killed = false;
   while (running_count() > 0) {
-    LauncherEvent event = launcher_.next_event(killed ? Clock::time_point::max() : deadline);
-    if (event.kind == LauncherEvent::Kind::kExited) {
+    LoopEvent event = loop_.next_event(killed ? Clock::time_point::max() : deadline);
+    if (event.kind == LoopEvent::Kind::kExited) {
       on_exit(event);
-    } else if (event.kind == LauncherEvent::Kind::kTimeout ||
-               event.kind == LauncherEvent::Kind::kSignal) {
+    } else if (event.kind == LoopEvent::Kind::kTimeout ||
+               event.kind == LoopEvent::Kind::kSignal) {
       if (!killed) {
         logger_->warn("workers still running {} after {}: sending SIGKILL",
-                      event.kind == LauncherEvent::Kind::kTimeout ? "after the grace"
+                      event.kind == LoopEvent::Kind::kTimeout ? "after the grace"
                                                                   : "and a second signal",
                       signal_name(signo));
       }
       for (auto& w : workers_) {
-        if (w.running) launcher_.signal_group(w.pid, SIGKILL);
+        if (w.running) loop_.signal_group(w.pid, SIGKILL);
       }
       killed = true;
     }
   }
   // Leftovers of the workers' process groups (their own children) need
-  // nothing more: the launcher kills a worker's group when the worker exits,
-  // on every path (see ProcessLauncher).
+  // nothing more: the loop kills a worker's group when the worker exits,
+  // on every path (see WorkerEventLoop).
   stopping_ = false;
 }
 

@@ -22,7 +22,7 @@
 
 #include "ddp/agent/agent_events.h"
 #include "ddp/agent/failure_report.h"
-#include "ddp/agent/process_launcher.h"
+#include "ddp/agent/worker_event_loop.h"
 #include "ddp/agent/worker_spec.h"
 #include "ddp/rendezvous/rendezvous.h"
 #include "file_timer.h"
@@ -50,7 +50,7 @@ bool runs_python(const std::vector<std::string>& argv);
 class WorkerGroup {
  public:
   WorkerGroup(const AgentOptions& options, RendezvousHandler& rendezvous,
-              ProcessLauncher& launcher, ProgressWatch& watch, AgentEvents& events);
+              WorkerEventLoop& loop, ProgressWatch& watch, AgentEvents& events);
   WorkerGroup(const WorkerGroup&) = delete;
   WorkerGroup& operator=(const WorkerGroup&) = delete;
 
@@ -70,10 +70,10 @@ class WorkerGroup {
   void stop(int signo);
 
   // Marks the exited worker; returns it (or null when the pid is not ours).
-  Worker* on_exit(const LauncherEvent& event);
+  Worker* on_exit(const LoopEvent& event);
 
   // The worker's exit is a failure of the round: recorded for the report.
-  void record_failure(const Worker& worker, const LauncherEvent& event);
+  void record_failure(const Worker& worker, const LoopEvent& event);
   const std::vector<ProcessFailure>& failures() const { return failures_; }
   void clear_failures() { failures_.clear(); }
 
@@ -119,7 +119,7 @@ class WorkerGroup {
 
   const AgentOptions& options_;
   RendezvousHandler& rdzv_;
-  ProcessLauncher& launcher_;
+  WorkerEventLoop& loop_;
   ProgressWatch& watch_;
   AgentEvents& events_;
   std::shared_ptr<spdlog::logger> logger_;

@@ -80,29 +80,29 @@ class AgentEvents {
 
   // A line for the user: what a join waits for, an error, a decision
   // (StderrPrinter: "ddprun: <line>\n").
-  virtual void notice(const std::string& line) {}
+  virtual void notice(const std::string& /*line*/) {}
   // Text for the user printed whole (a failure report, the membership changes
   // of a failed run), every line ending in '\n'.
-  virtual void report(const std::string& text) {}
+  virtual void report(const std::string& /*text*/) {}
   // The agent is about to join a round (and may wait there long).
   virtual void joining() {}
-  virtual void round_formed(const RoundFormed& round) {}
+  virtual void round_formed(const RoundFormed& /*round*/) {}
   // The round's workers run (started, or kept and resumed).
   virtual void workers_running() {}
   // The agent stops its running workers.
   virtual void workers_stopping() {}
-  virtual void membership_changed(const MembershipChange& change) {}
-  virtual void worker_exited(const WorkerExit& exit) {}
+  virtual void membership_changed(const MembershipChange& /*change*/) {}
+  virtual void worker_exited(const WorkerExit& /*exit*/) {}
   // A worker's exit is a failure of the round (after worker_exited).
-  virtual void worker_failed(const WorkerExit& exit) {}
-  virtual void restarting(const Restart& restart) {}
-  virtual void hang(const HangReport& hang) {}
+  virtual void worker_failed(const WorkerExit& /*exit*/) {}
+  virtual void restarting(const Restart& /*restart*/) {}
+  virtual void hang(const HangReport& /*hang*/) {}
   // The workers are kept through the re-form (in-place recovery): why.
-  virtual void recovering(const std::string& why) {}
+  virtual void recovering(const std::string& /*why*/) {}
   // How the in-place recovery went (one line).
-  virtual void recovered(const std::string& line) {}
+  virtual void recovered(const std::string& /*line*/) {}
   // The job ended with this exit code.
-  virtual void job_ended(int exit_code) {}
+  virtual void job_ended(int /*exit_code*/) {}
 };
 
 // ddprun's printer: notices, reports, hangs and recoveries to stderr, as the
