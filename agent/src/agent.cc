@@ -38,9 +38,9 @@ class Agent::Impl {
  public:
   Impl(AgentOptions options, RendezvousHandler& rendezvous, WorkerEventLoop& loop,
        AgentEvents& printer)
-      : options_(std::move(options)), rdzv_(rendezvous), loop_(loop),
-        logger_(log::get("ddprun")), watch_(options_.watch, options_.hostname,
-                                            rendezvous.params().local_addr, *options_.runtime),
+      : options_(std::move(options)), rdzv_(rendezvous), loop_(loop), logger_(log::get("ddprun")),
+        watch_(options_.watch, options_.hostname, rendezvous.params().local_addr,
+               *options_.runtime),
         live_view_(options_, rendezvous, watch_), events_({&printer, &live_view_}),
         group_(options_, rendezvous, loop, watch_, events_),
         hang_(options_, watch_, group_, events_), timer_(options_, group_, events_),
@@ -64,7 +64,6 @@ class Agent::Impl {
   const std::vector<std::string>& incident_files() const { return hang_.incident_files(); }
 
  private:
-
   Clock::time_point now() const { return options_.runtime->now(); }
 
   int run_job() {
@@ -141,10 +140,10 @@ class Agent::Impl {
                                      info.group_world_size, info.group_rank, info.base_rank});
     if (reforming_) {
       reforming_ = false;
-      membership_.note(events_, "re-formed the group as round " + std::to_string(info.round) + ": " +
-                      std::to_string(info.group_world_size) +
-                      " nodes, WORLD_SIZE=" + std::to_string(info.world_size) +
-                      ", this node's group rank " + std::to_string(info.group_rank));
+      membership_.note(events_, "re-formed the group as round " + std::to_string(info.round) +
+                                    ": " + std::to_string(info.group_world_size) +
+                                    " nodes, WORLD_SIZE=" + std::to_string(info.world_size) +
+                                    ", this node's group rank " + std::to_string(info.group_rank));
     }
     logger_->info("round {}: group rank {}/{}, ranks {}..{} of {}, master {}:{}", info.round,
                   info.group_rank, info.group_world_size, info.base_rank,
@@ -190,7 +189,6 @@ class Agent::Impl {
     return outcome;
   }
 
-
   // What the round's end means for the job: its exit code, or nullopt for
   // another round.
   std::optional<int> after_round(const RoundOutcome& outcome) {
@@ -218,10 +216,10 @@ class Agent::Impl {
         count_restart(outcome.spends_restart ? RestartCause::kWorkerFailure : reform_cause_);
         return std::nullopt;
     }
-    if (outcome.kind == RoundOutcome::Kind::kRestart && restart_count_ < options_.spec.max_restarts) {
+    if (outcome.kind == RoundOutcome::Kind::kRestart &&
+        restart_count_ < options_.spec.max_restarts) {
       ++restart_count_;
-      count_restart(hang_.last_hang().empty() ? RestartCause::kWorkerFailure
-                                              : RestartCause::kHang);
+      count_restart(hang_.last_hang().empty() ? RestartCause::kWorkerFailure : RestartCause::kHang);
       logger_->warn("restarting the worker group ({}/{} restarts)", restart_count_,
                     options_.spec.max_restarts);
       return std::nullopt;
@@ -249,17 +247,18 @@ class Agent::Impl {
     if (!failures.empty()) {
       std::string report = format_report(program_name(), failures, options_.hostname);
       if (!hang_.last_hang().empty()) {
-        report += "ddprun: these failures came after the hang reported above: " +
-                  hang_.last_hang() + "\n";
+        report +=
+            "ddprun: these failures came after the hang reported above: " + hang_.last_hang() +
+            "\n";
       }
       events_.report(report);
       reported_worker_failure_ = true;
       return exit_code_for(failures[root_cause(failures)].exit_code);
     }
-    events_.notice(fmt::format(
-        "the worker group on node {} failed (exit code {}) and no restarts are left "
-        "(--max_restarts={})",
-        outcome.node, exit_code_for(outcome.value), options_.spec.max_restarts));
+    events_.notice(
+        fmt::format("the worker group on node {} failed (exit code {}) and no restarts are left "
+                    "(--max_restarts={})",
+                    outcome.node, exit_code_for(outcome.value), options_.spec.max_restarts));
     return exit_code_for(outcome.value);
   }
 
@@ -364,8 +363,6 @@ class Agent::Impl {
     events_.restarting(Restart{cause, restart_count_, options_.spec.max_restarts});
   }
 
-
-
   AgentOptions options_;
   RendezvousHandler& rdzv_;
   WorkerEventLoop& loop_;
@@ -394,8 +391,7 @@ class Agent::Impl {
   RestartCause reform_cause_ = RestartCause::kNodeLost;
   MembershipLog membership_;
   // What a round's monitor drives.
-  AgentRooms rooms_{options_, loop_, watch_, group_, hang_, timer_, recovery_, live_view_,
-                    events_};
+  AgentRooms rooms_{options_, loop_, watch_, group_, hang_, timer_, recovery_, live_view_, events_};
   // Set once a signal asked the agent to leave: the end of its short deadline.
   std::optional<Clock::time_point> hurry_until_;
   // A rendezvous thread was left blocked in the handler (a signal came first).

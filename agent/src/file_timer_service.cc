@@ -62,10 +62,10 @@ void FileTimerService::serve() {
     worker.ended_by_agent = "the file timer of scope '" + first.scope_id +
                             "' expired (torch.distributed.elastic.timer.expires): ddprun sent " +
                             signal_name(first.signal);
-    events_.notice(fmt::format("timer of scope '{}' expired on rank {} (local rank {}, pid {}): "
-                               "sending {}",
-                               first.scope_id, worker.rank, worker.local_rank, reap.pid,
-                               signal_name(first.signal)));
+    events_.notice(fmt::format(
+        "timer of scope '{}' expired on rank {} (local rank {}, pid {}): "
+        "sending {}",
+        first.scope_id, worker.rank, worker.local_rank, reap.pid, signal_name(first.signal)));
     ::kill(reap.pid, first.signal);  // our unreaped child: the pid cannot be reused
   }
 }

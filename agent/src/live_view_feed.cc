@@ -39,9 +39,9 @@ bool LiveViewFeed::start(AgentEvents& notices) {
     return false;
   }
   // Printed whatever the log level: with --status_port=0 it is how one learns the port.
-  notices.notice(fmt::format(
-      "live view at {} (/metrics, /status, /livez, /readyz){}", status_->url(),
-      status_->token_required() ? "; clients must carry the store's token" : ""));
+  notices.notice(
+      fmt::format("live view at {} (/metrics, /status, /livez, /readyz){}", status_->url(),
+                  status_->token_required() ? "; clients must carry the store's token" : ""));
   return true;
 }
 
@@ -75,11 +75,10 @@ void LiveViewFeed::round_formed(const RoundFormed& info) {
     job.scores.clear();
     job.stragglers.clear();
   });
-  board_.event(
-      "round_formed",
-      fmt::format("round {} formed: {} node{}, world size {}; this node is node {}", info.round,
-                  info.group_world_size, info.group_world_size == 1 ? "" : "s", info.world_size,
-                  info.group_rank));
+  board_.event("round_formed",
+               fmt::format("round {} formed: {} node{}, world size {}; this node is node {}",
+                           info.round, info.group_world_size, info.group_world_size == 1 ? "" : "s",
+                           info.world_size, info.group_rank));
   refresh();
 }
 
@@ -99,8 +98,7 @@ std::vector<MemberStatus> LiveViewFeed::round_members() const {
   self.node = info.group_rank;
   self.host = options_.hostname;
   self.addr = rdzv_.params().local_addr;
-  for (int i = 0; i < options_.spec.local_world_size; ++i)
-    self.ranks.push_back(info.base_rank + i);
+  for (int i = 0; i < options_.spec.local_world_size; ++i) self.ranks.push_back(info.base_rank + i);
   self.state = "self";
   self.last_heard = Millis(0);
   members.push_back(std::move(self));
@@ -170,11 +168,11 @@ void LiveViewFeed::worker_exited(const WorkerExit& exit) {
 }
 
 void LiveViewFeed::worker_failed(const WorkerExit& exit) {
-  board_.event("worker_failed",
-               fmt::format("rank {} (node {}, pid {}) failed with {}", exit.rank, exit.node,
-                           exit.pid,
-                           exit.status < 0 ? signal_name(-exit.status)
-                                           : "exit code " + std::to_string(exit.status)));
+  board_.event(
+      "worker_failed",
+      fmt::format("rank {} (node {}, pid {}) failed with {}", exit.rank, exit.node, exit.pid,
+                  exit.status < 0 ? signal_name(-exit.status)
+                                  : "exit code " + std::to_string(exit.status)));
 }
 
 void LiveViewFeed::restarting(const Restart& restart) {
@@ -224,9 +222,9 @@ void LiveViewFeed::job_ended(int code) {
   board_.update([&](JobSnapshot& job) {
     set_state(job, code == 0 ? JobState::kSucceeded : JobState::kFailed);
   });
-  board_.event(code == 0 ? "done" : "failed", code == 0 ? "the job succeeded"
-                                                        : "the job ended with exit code " +
-                                                              std::to_string(code));
+  board_.event(
+      code == 0 ? "done" : "failed",
+      code == 0 ? "the job succeeded" : "the job ended with exit code " + std::to_string(code));
 }
 
 }  // namespace ddp::agent

@@ -29,8 +29,7 @@ namespace ddp::agent {
 
 class LiveViewFeed final : public AgentEvents {
  public:
-  LiveViewFeed(const AgentOptions& options, RendezvousHandler& rendezvous,
-               ProgressWatch& watch);
+  LiveViewFeed(const AgentOptions& options, RendezvousHandler& rendezvous, ProgressWatch& watch);
 
   // Fills the board's facts and starts the endpoint when asked for; false
   // (after telling `notices` why) when it cannot listen.

@@ -89,16 +89,15 @@ void RoundMonitor::finish_announcement(std::unique_ptr<PendingEnd>& note) {
 
 // Whether the agent looks at its workers periodically.
 bool RoundMonitor::ticking() const {
-  return watch_.active() || timer_.active() || live_view_.port().has_value() ||
-         recovery_.pending();
+  return watch_.active() || timer_.active() || live_view_.port().has_value() || recovery_.pending();
 }
 
 // When the next look at the workers' progress is due (never when off). The
 // file timer is served at torchrun's pace (100 ms).
 Clock::time_point RoundMonitor::next_tick() const {
   if (timer_.active())
-    return now() + std::min<std::chrono::milliseconds>(options_.watch.tick,
-                                                       std::chrono::milliseconds(100));
+    return now() +
+           std::min<std::chrono::milliseconds>(options_.watch.tick, std::chrono::milliseconds(100));
   return ticking() ? now() + options_.watch.tick : Clock::time_point::max();
 }
 
@@ -317,7 +316,8 @@ RoundOutcome RoundMonitor::exit_barrier(const RoundWatch& watch) {
 }
 
 // The round ended while this node waited at the exit barrier.
-std::optional<RoundOutcome> RoundMonitor::barrier_ended(const RoundEnd& end, const RoundWatch& watch) {
+std::optional<RoundOutcome> RoundMonitor::barrier_ended(const RoundEnd& end,
+                                                        const RoundWatch& watch) {
   if (end.kind == RoundEnd::Kind::kDone) return RoundOutcome{RoundOutcome::Kind::kDone};
   if (end.kind == RoundEnd::Kind::kStoreLost) {
     // The store went away after we arrived: its host only leaves once
@@ -333,11 +333,11 @@ std::optional<RoundOutcome> RoundMonitor::barrier_ended(const RoundEnd& end, con
 std::optional<RoundOutcome> RoundMonitor::barrier_deadline(bool& staying, Clock::time_point& look) {
   if (round_->needed_by_others()) {
     if (!staying) {
-      events_.notice(fmt::format(
-          "exit barrier: not every node finished within {:g} s; this node "
-          "serves the rendezvous store that the others still use, so it stays "
-          "until they finish or are gone",
-          options_.exit_barrier_timeout.count() / 1000.0));
+      events_.notice(
+          fmt::format("exit barrier: not every node finished within {:g} s; this node "
+                      "serves the rendezvous store that the others still use, so it stays "
+                      "until they finish or are gone",
+                      options_.exit_barrier_timeout.count() / 1000.0));
       staying = true;
     }
     look = now() + kStayLook;

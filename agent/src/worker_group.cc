@@ -77,8 +77,8 @@ void WorkerGroup::start_worker(int local_rank) {
   // below it, never through a symbolic link planted in a shared --log_dir.
   std::error_code ec;
   fs::create_directories(options_.run_log_dir, ec);
-  if (int err = detail::make_directories_no_symlinks(options_.run_log_dir,
-                                                     attempt_subdir(local_rank))) {
+  if (int err =
+          detail::make_directories_no_symlinks(options_.run_log_dir, attempt_subdir(local_rank))) {
     throw InvalidArgument(
         "agent", "cannot create log directory " + dir + ": " + detail::open_error_text(err));
   }
@@ -86,8 +86,7 @@ void WorkerGroup::start_worker(int local_rank) {
   fs::remove(worker.error_file, ec);  // a stale file from an earlier run
 
   ProcessSpec process;
-  for (const auto& arg : spec.argv)
-    process.argv.push_back(substitute_local_rank(arg, local_rank));
+  for (const auto& arg : spec.argv) process.argv.push_back(substitute_local_rank(arg, local_rank));
   process.env = worker_env(worker);
   process.local_rank = local_rank;
   process.prefix =
@@ -125,8 +124,7 @@ void WorkerGroup::start_worker(int local_rank) {
 std::chrono::milliseconds WorkerGroup::change_grace() const {
   const RendezvousParams& params = rdzv_.params();
   return std::chrono::duration_cast<std::chrono::milliseconds>(
-      params.keep_alive_interval * (params.keep_alive_max_attempt + 1) +
-      options_.announce_timeout);
+      params.keep_alive_interval * (params.keep_alive_max_attempt + 1) + options_.announce_timeout);
 }
 
 // Tells a kept worker the round it is in now (ddp::reform() waits for it).
@@ -223,9 +221,7 @@ std::vector<std::string> WorkerGroup::worker_env(const Worker& worker) const {
   return out;
 }
 
-void WorkerGroup::signal(const Worker& worker, int signo) {
-  loop_.signal_group(worker.pid, signo);
-}
+void WorkerGroup::signal(const Worker& worker, int signo) { loop_.signal_group(worker.pid, signo); }
 
 std::size_t WorkerGroup::running_count() const {
   std::size_t n = 0;
@@ -253,10 +249,10 @@ void WorkerGroup::record_failure(const Worker& worker, const LoopEvent& event) {
                                    worker.error_file, event.when));
   if (!worker.ended_by_agent.empty()) failures_.back().message = worker.ended_by_agent;
   events_.worker_failed(exit_of(worker, event.status));
-  logger_->warn("worker rank {} (local rank {}, pid {}) failed with {}", worker.rank,
-                worker.local_rank, worker.pid,
-                event.status < 0 ? signal_name(-event.status)
-                                 : "exit code " + std::to_string(event.status));
+  logger_->warn(
+      "worker rank {} (local rank {}, pid {}) failed with {}", worker.rank, worker.local_rank,
+      worker.pid,
+      event.status < 0 ? signal_name(-event.status) : "exit code " + std::to_string(event.status));
 }
 
 ExitReason WorkerGroup::exit_reason(const Worker& worker, int status) const {
@@ -290,13 +286,12 @@ void WorkerGroup::stop(int signo) {
     LoopEvent event = loop_.next_event(killed ? Clock::time_point::max() : deadline);
     if (event.kind == LoopEvent::Kind::kExited) {
       on_exit(event);
-    } else if (event.kind == LoopEvent::Kind::kTimeout ||
-               event.kind == LoopEvent::Kind::kSignal) {
+    } else if (event.kind == LoopEvent::Kind::kTimeout || event.kind == LoopEvent::Kind::kSignal) {
       if (!killed) {
-        logger_->warn("workers still running {} after {}: sending SIGKILL",
-                      event.kind == LoopEvent::Kind::kTimeout ? "after the grace"
-                                                                  : "and a second signal",
-                      signal_name(signo));
+        logger_->warn(
+            "workers still running {} after {}: sending SIGKILL",
+            event.kind == LoopEvent::Kind::kTimeout ? "after the grace" : "and a second signal",
+            signal_name(signo));
       }
       for (auto& w : workers_) {
         if (w.running) loop_.signal_group(w.pid, SIGKILL);

@@ -49,8 +49,8 @@ bool runs_python(const std::vector<std::string>& argv);
 
 class WorkerGroup {
  public:
-  WorkerGroup(const AgentOptions& options, RendezvousHandler& rendezvous,
-              WorkerEventLoop& loop, ProgressWatch& watch, AgentEvents& events);
+  WorkerGroup(const AgentOptions& options, RendezvousHandler& rendezvous, WorkerEventLoop& loop,
+              ProgressWatch& watch, AgentEvents& events);
   WorkerGroup(const WorkerGroup&) = delete;
   WorkerGroup& operator=(const WorkerGroup&) = delete;
 

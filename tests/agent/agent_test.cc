@@ -572,7 +572,9 @@ TEST_F(AgentTest, FailureStopsLocalWorkersWithoutWaitingForAFrozenStore) {
 
 TEST_F(AgentTest, RemoteFailureWithoutRestartsLeftUsesItsExitCode) {
   FakeEventLoop l0, l1;
-  l1.on_launch = [](FakeEventLoop& l, const FakeEventLoop::Launch& launch) { l.exit(launch.pid, 6); };
+  l1.on_launch = [](FakeEventLoop& l, const FakeEventLoop::Launch& launch) {
+    l.exit(launch.pid, 6);
+  };
   auto r0 = rendezvous(2, 0, 1);
   auto r1 = rendezvous(2, 1, 1);
   std::atomic<int> c0{-1}, c1{-1};
@@ -598,7 +600,9 @@ TEST_F(AgentTest, RemoteFailureWithoutRestartsLeftUsesItsExitCode) {
 // hang is in the store (where it stays), and node 0 waits for its read.
 TEST_F(AgentTest, EveryNodeReportsAHangThatEndedTheRoundHoweverLateItReads) {
   FakeEventLoop l0, l1;
-  l0.on_launch = [](FakeEventLoop& l, const FakeEventLoop::Launch& launch) { l.exit(launch.pid, 0); };
+  l0.on_launch = [](FakeEventLoop& l, const FakeEventLoop::Launch& launch) {
+    l.exit(launch.pid, 0);
+  };
   l1.set_next_pid(5'000'000);  // above any pid_max: stacks are never taken of a real process
   l1.on_launch = [](FakeEventLoop& l, const FakeEventLoop::Launch& launch) {
     if (local_rank_of(launch) == 0) l.exit(launch.pid, 0);  // rank 3 runs until ended
