@@ -313,6 +313,25 @@ std::string no_stack_problem(const char* tool, const ToolRun& run) {
          (said.empty() ? std::string(" and printed nothing") : ": " + said) + ptrace_hint(run.text);
 }
 
+// The tools that print a process' native stacks, in the order they are tried.
+struct Tool {
+  const char* name;
+  std::vector<std::string> args;  // after the program
+};
+
+std::vector<Tool> stack_tools(const std::string& pid_text) {
+  return {
+      // -i: inlined frames, -s: source file:line (both from DWARF where there
+      // is some), -m: the module, which names the library of a frame without
+      // a symbol. Without them eu-stack reads only symbol tables.
+      {"eu-stack", {"-i", "-m", "-s", "-p", pid_text}},
+      // -nx: no .gdbinit; -batch: no questions, detach and exit at the end;
+      // -ascending: thread 1 (the main thread) first, as eu-stack prints it,
+      // so that a cut keeps it.
+      {"gdb", {"-nx", "-batch", "-p", pid_text, "-ex", "thread apply all -ascending bt"}},
+  };
+}
+
 }  // namespace
 
 StackDump collect_native_stacks(int pid, std::chrono::milliseconds timeout, std::size_t max_bytes) {
@@ -326,26 +345,12 @@ StackDump collect_native_stacks(int pid, std::chrono::milliseconds timeout, std:
                           std::min<std::chrono::milliseconds>(timeout, std::chrono::hours(8760));
     const std::string pid_text = std::to_string(pid);
 
-    struct Tool {
-      const char* name;
-      std::vector<std::string> args;  // after the program
-    };
-    const Tool tools[] = {
-        // -i: inlined frames, -s: source file:line (both from DWARF where there
-        // is some), -m: the module, which names the library of a frame without
-        // a symbol. Without them eu-stack reads only symbol tables.
-        {"eu-stack", {"-i", "-m", "-s", "-p", pid_text}},
-        // -nx: no .gdbinit; -batch: no questions, detach and exit at the end;
-        // -ascending: thread 1 (the main thread) first, as eu-stack prints it,
-        // so that a cut keeps it.
-        {"gdb", {"-nx", "-batch", "-p", pid_text, "-ex", "thread apply all -ascending bt"}},
-    };
     std::string problems;  // each tool's failure, in order
     auto add_problem = [&](const std::string& problem) {
       if (!problems.empty()) problems += "; ";
       problems += problem;
     };
-    for (const auto& tool : tools) {
+    for (const auto& tool : stack_tools(pid_text)) {
       const std::string path = find_tool(tool.name);
       if (path.empty()) {
         add_problem(std::string(tool.name) + " not found in PATH or /usr/bin");
