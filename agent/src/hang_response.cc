@@ -119,10 +119,10 @@ std::string HangResponse::report_incident(const Incident& incident) {
 void HangResponse::note_incident(const ProgressWatch::Verdict& verdict, const std::string& path,
                                  std::string text) {
   HangReport hang;
-  hang.kind = to_string(verdict.hang.kind);
+  hang.hang_kind = to_string(verdict.hang.kind);
   hang.summary = verdict.hang.summary;
   hang.culprits = verdict.hang.culprits;
-  hang.found_by = verdict.hang.found_by;
+  hang.node = verdict.hang.found_by;
   hang.wall = std::chrono::system_clock::to_time_t(options_.runtime->wall_now());
   hang.file = path;
   hang.text = std::move(text);

@@ -79,24 +79,10 @@ struct JobEvent {
   std::string text;
 };
 
-struct IncidentStatus {
-  std::string hang_kind;
-  std::string summary;
-  std::vector<int> culprits;
-  int node = 0;  // the node that found it
-  std::time_t wall = 0;
-  std::string file;  // empty: not written
-};
+using IncidentStatus = HangIncident;
 
-struct RoundStatus {
-  int number = 0;
-  // The n of this round's attempt_<n> log directory: 0 in the first round
-  // this node ran workers in, one more in each round after it.
-  int attempt = 0;
-  int world_size = 0;
-  int group_world_size = 0;
-  int group_rank = 0;
-  int base_rank = 0;
+// The round, as formed (RoundFormed: number, attempt, sizes, ranks), and when.
+struct RoundStatus : RoundFormed {
   Clock::time_point formed{};
 };
 

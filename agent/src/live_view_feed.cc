@@ -58,14 +58,7 @@ void LiveViewFeed::joining() {
 }
 
 void LiveViewFeed::round_formed(const RoundFormed& info) {
-  RoundStatus r;
-  r.number = info.round;
-  r.attempt = info.attempt;
-  r.world_size = info.world_size;
-  r.group_world_size = info.group_world_size;
-  r.group_rank = info.group_rank;
-  r.base_rank = info.base_rank;
-  r.formed = options_.runtime->now();
+  const RoundStatus r{info, options_.runtime->now()};
   board_.update([&](JobSnapshot& job) {
     job.round = r;
     ++job.rounds_formed;
@@ -75,10 +68,11 @@ void LiveViewFeed::round_formed(const RoundFormed& info) {
     job.scores.clear();
     job.stragglers.clear();
   });
-  board_.event("round_formed",
-               fmt::format("round {} formed: {} node{}, world size {}; this node is node {}",
-                           info.round, info.group_world_size, info.group_world_size == 1 ? "" : "s",
-                           info.world_size, info.group_rank));
+  board_.event(
+      "round_formed",
+      fmt::format("round {} formed: {} node{}, world size {}; this node is node {}", info.number,
+                  info.group_world_size, info.group_world_size == 1 ? "" : "s", info.world_size,
+                  info.group_rank));
   refresh();
 }
 
@@ -198,13 +192,7 @@ void LiveViewFeed::restarting(const Restart& restart) {
 }
 
 void LiveViewFeed::hang(const HangReport& hang) {
-  IncidentStatus incident;
-  incident.hang_kind = hang.kind;
-  incident.summary = hang.summary;
-  incident.culprits = hang.culprits;
-  incident.node = hang.found_by;
-  incident.wall = hang.wall;
-  incident.file = hang.file;
+  const IncidentStatus& incident = hang;
   board_.update([&](JobSnapshot& job) {
     ++job.hangs;
     job.incident = incident;

@@ -27,8 +27,9 @@ const char* to_string(ExitReason reason);
 
 // A round formed and this node runs in it.
 struct RoundFormed {
-  int round = 0;
-  // The n of the round's attempt_<n> log directory.
+  int number = 0;
+  // The n of this round's attempt_<n> log directory: 0 in the first round
+  // this node ran workers in, one more in each round after it.
   int attempt = 0;
   int world_size = 0;
   int group_world_size = 0;
@@ -62,14 +63,18 @@ struct Restart {
   int max_restarts = 0;
 };
 
-// A hang some node found, as this node reported it.
-struct HangReport {
-  std::string kind;  // to_string(Hang::Kind)
+// A hang some node found, as the live view keeps it (its incident).
+struct HangIncident {
+  std::string hang_kind;  // to_string(Hang::Kind)
   std::string summary;
   std::vector<int> culprits;
-  int found_by = 0;  // the node that found it
+  int node = 0;  // the node that found it
   std::time_t wall = 0;
   std::string file;  // the incident file; empty: not written
+};
+
+// A hang as this node reported it.
+struct HangReport : HangIncident {
   // The report for the user, every line ending in '\n'.
   std::string text;
 };
