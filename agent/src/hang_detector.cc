@@ -100,111 +100,97 @@ std::string describe_rank(const RankStatus& rank) {
   return text;
 }
 
-std::optional<Hang> find_hang(const std::vector<RankStatus>& ranks, Millis timeout) {
-  std::vector<const RankStatus*> sorted;
-  for (const auto& r : ranks) sorted.push_back(&r);
-  std::sort(sorted.begin(), sorted.end(),
-            [](const RankStatus* a, const RankStatus* b) { return a->rank < b->rank; });
-  auto finish = [&](Hang hang) {
-    std::sort(hang.culprits.begin(), hang.culprits.end());
-    for (const auto* r : sorted) hang.ranks.push_back(describe_rank(*r));
-    return hang;
-  };
+namespace {
 
-  // Group by group: the process groups in the order ranks list them.
-  std::vector<std::string> names;
-  for (const auto* r : sorted) {
-    for (const auto& g : r->groups) {
-      if (std::find(names.begin(), names.end(), g.name) == names.end()) names.push_back(g.name);
+using Members = std::vector<std::pair<const RankStatus*, const GroupStatus*>>;
+
+// Ranks of group `name` that waited long in a collective some other rank
+// never issued: the ranks that did not issue it are the culprits.
+std::optional<Hang> behind_in_group(const std::string& name, const Members& members,
+                                    Millis timeout) {
+  std::optional<std::uint64_t> waited_seq;
+  Millis longest{0};
+  progress::Kind kind = progress::Kind::kNone;
+  for (const auto& [r, g] : members) {
+    if (r->state != RankStatus::State::kRunning || !g->in_collective() || g->waiting < timeout)
+      continue;
+    if (!waited_seq || g->completed < *waited_seq) {
+      waited_seq = g->completed;
+      kind = g->completed + 1 == g->issued ? g->last_kind : progress::Kind::kNone;
     }
+    longest = std::max(longest, g->waiting);
   }
-  for (const auto& name : names) {
-    std::vector<std::pair<const RankStatus*, const GroupStatus*>> members;
-    for (const auto* r : sorted) {
-      if (const GroupStatus* g = group_of(*r, name)) members.emplace_back(r, g);
-    }
-    if (members.size() < 2) continue;
-
-    // Ranks that waited long in a collective some other rank never issued.
-    std::optional<std::uint64_t> waited_seq;
-    Millis longest{0};
-    progress::Kind kind = progress::Kind::kNone;
-    for (const auto& [r, g] : members) {
-      if (r->state != RankStatus::State::kRunning || !g->in_collective() || g->waiting < timeout)
-        continue;
-      if (!waited_seq || g->completed < *waited_seq) {
-        waited_seq = g->completed;
-        kind = g->completed + 1 == g->issued ? g->last_kind : progress::Kind::kNone;
-      }
-      longest = std::max(longest, g->waiting);
-    }
-    if (waited_seq) {
-      Hang hang;
-      hang.kind = Hang::Kind::kBehind;
-      hang.group = name;
-      hang.seq = *waited_seq;
-      hang.collective = kind;
-      hang.duration = longest;
-      std::vector<int> waiting;
-      for (const auto& [r, g] : members) {
-        if (g->issued <= *waited_seq) {
-          hang.culprits.push_back(r->rank);
-        } else if (g->in_collective()) {
-          waiting.push_back(r->rank);
-        }
-      }
-      if (!hang.culprits.empty()) {
-        const std::string what =
-            kind == progress::Kind::kNone
-                ? fmt::format("collective #{}", *waited_seq)
-                : fmt::format("{} #{}", progress::to_string(kind), *waited_seq);
-        hang.summary = fmt::format(
-            "rank{} {} never reached {} of group '{}', which rank{} {} {} waited in for {}",
-            hang.culprits.size() > 1 ? "s" : "", fmt::join(hang.culprits, ", "), what, name,
-            waiting.size() > 1 ? "s" : "", fmt::join(waiting, ", "),
-            waiting.size() > 1 ? "have" : "has", seconds(longest));
-        return finish(std::move(hang));
-      }
-    }
-
-    // Nobody completed anything for the timeout.
-    std::vector<std::pair<const RankStatus*, const GroupStatus*>> live;
-    for (const auto& m : members) {
-      if (m.first->state == RankStatus::State::kRunning) live.push_back(m);
-    }
-    if (live.size() != members.size() || live.empty()) continue;
-    Millis quiet = Millis::max();
-    std::size_t inside = 0;
-    for (const auto& [r, g] : live) {
-      quiet = std::min(quiet, g->since_completed);
-      if (g->in_collective()) ++inside;
-    }
-    if (quiet < timeout || (inside != 0 && inside != live.size())) continue;
+  if (waited_seq) {
     Hang hang;
-    hang.kind = Hang::Kind::kStalled;
+    hang.kind = Hang::Kind::kBehind;
     hang.group = name;
-    hang.duration = quiet;
-    for (const auto& m : live) hang.culprits.push_back(m.first->rank);
-    if (inside == live.size()) {
-      const GroupStatus& g = *live.front().second;
-      hang.seq = g.completed;
-      hang.collective = g.completed + 1 == g.issued ? g.last_kind : progress::Kind::kNone;
-      hang.summary = fmt::format(
-          "no rank of group '{}' completed a collective for {}: every rank waits in {}, which "
-          "never completes (the backend or the network between the ranks)",
-          name, seconds(quiet), collective_name(g, g.completed));
-    } else {
-      hang.in_own_code = true;
-      hang.seq = live.front().second->completed;
-      hang.summary = fmt::format(
-          "no rank of group '{}' completed a collective for {}, and none is in one: every rank "
-          "is stuck in its own code",
-          name, seconds(quiet));
+    hang.seq = *waited_seq;
+    hang.collective = kind;
+    hang.duration = longest;
+    std::vector<int> waiting;
+    for (const auto& [r, g] : members) {
+      if (g->issued <= *waited_seq) {
+        hang.culprits.push_back(r->rank);
+      } else if (g->in_collective()) {
+        waiting.push_back(r->rank);
+      }
     }
-    return finish(std::move(hang));
+    if (!hang.culprits.empty()) {
+      const std::string what = kind == progress::Kind::kNone
+                                   ? fmt::format("collective #{}", *waited_seq)
+                                   : fmt::format("{} #{}", progress::to_string(kind), *waited_seq);
+      hang.summary = fmt::format(
+          "rank{} {} never reached {} of group '{}', which rank{} {} {} waited in for {}",
+          hang.culprits.size() > 1 ? "s" : "", fmt::join(hang.culprits, ", "), what, name,
+          waiting.size() > 1 ? "s" : "", fmt::join(waiting, ", "),
+          waiting.size() > 1 ? "have" : "has", seconds(longest));
+      return hang;
+    }
   }
-  // A few ranks that do not exit after every other one did (checked after
-  // the groups: a rank behind in a collective says more).
+  return std::nullopt;
+}
+
+// No rank of group `name` completed anything for the timeout: all of them wait
+// in one collective, or none is in one.
+std::optional<Hang> stalled_group(const std::string& name, const Members& members, Millis timeout) {
+  Members live;
+  for (const auto& m : members) {
+    if (m.first->state == RankStatus::State::kRunning) live.push_back(m);
+  }
+  if (live.size() != members.size() || live.empty()) return std::nullopt;
+  Millis quiet = Millis::max();
+  std::size_t inside = 0;
+  for (const auto& [r, g] : live) {
+    quiet = std::min(quiet, g->since_completed);
+    if (g->in_collective()) ++inside;
+  }
+  if (quiet < timeout || (inside != 0 && inside != live.size())) return std::nullopt;
+  Hang hang;
+  hang.kind = Hang::Kind::kStalled;
+  hang.group = name;
+  hang.duration = quiet;
+  for (const auto& m : live) hang.culprits.push_back(m.first->rank);
+  if (inside == live.size()) {
+    const GroupStatus& g = *live.front().second;
+    hang.seq = g.completed;
+    hang.collective = g.completed + 1 == g.issued ? g.last_kind : progress::Kind::kNone;
+    hang.summary = fmt::format(
+        "no rank of group '{}' completed a collective for {}: every rank waits in {}, which "
+        "never completes (the backend or the network between the ranks)",
+        name, seconds(quiet), collective_name(g, g.completed));
+  } else {
+    hang.in_own_code = true;
+    hang.seq = live.front().second->completed;
+    hang.summary = fmt::format(
+        "no rank of group '{}' completed a collective for {}, and none is in one: every rank "
+        "is stuck in its own code",
+        name, seconds(quiet));
+  }
+  return hang;
+}
+
+// A few ranks that do not exit after every other one did.
+std::optional<Hang> not_exiting(const std::vector<const RankStatus*>& sorted, Millis timeout) {
   std::vector<int> running;
   int succeeded = 0;
   int failed = 0;
@@ -232,9 +218,43 @@ std::optional<Hang> find_hang(const std::vector<RankStatus>& ranks, Millis timeo
     hang.summary =
         fmt::format("rank{} {} still running {} after every other rank exited 0",
                     running.size() > 1 ? "s" : "", fmt::join(running, ", "), seconds(last_exit));
-    return finish(std::move(hang));
+    return hang;
   }
+  return std::nullopt;
+}
 
+}  // namespace
+
+std::optional<Hang> find_hang(const std::vector<RankStatus>& ranks, Millis timeout) {
+  std::vector<const RankStatus*> sorted;
+  for (const auto& r : ranks) sorted.push_back(&r);
+  std::sort(sorted.begin(), sorted.end(),
+            [](const RankStatus* a, const RankStatus* b) { return a->rank < b->rank; });
+  auto finish = [&](Hang hang) {
+    std::sort(hang.culprits.begin(), hang.culprits.end());
+    for (const auto* r : sorted) hang.ranks.push_back(describe_rank(*r));
+    return hang;
+  };
+
+  // Group by group: the process groups in the order ranks list them.
+  std::vector<std::string> names;
+  for (const auto* r : sorted) {
+    for (const auto& g : r->groups) {
+      if (std::find(names.begin(), names.end(), g.name) == names.end()) names.push_back(g.name);
+    }
+  }
+  for (const auto& name : names) {
+    Members members;
+    for (const auto* r : sorted) {
+      if (const GroupStatus* g = group_of(*r, name)) members.emplace_back(r, g);
+    }
+    if (members.size() < 2) continue;
+    if (auto hang = behind_in_group(name, members, timeout)) return finish(std::move(*hang));
+    if (auto hang = stalled_group(name, members, timeout)) return finish(std::move(*hang));
+  }
+  // A few ranks that do not exit after every other one did (checked after
+  // the groups: a rank behind in a collective says more).
+  if (auto hang = not_exiting(sorted, timeout)) return finish(std::move(*hang));
   return std::nullopt;
 }
 

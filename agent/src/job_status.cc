@@ -170,6 +170,64 @@ Health readiness(const JobSnapshot& job) {
 
 // ---- /status ------------------------------------------------------------------------------
 
+namespace {
+
+nlohmann::json members_json(const JobSnapshot& job) {
+  using nlohmann::json;
+  json members = json::array();
+  for (const auto& m : job.members) {
+    members.push_back({{"node", m.node},
+                       {"host", m.host},
+                       {"addr", m.addr},
+                       {"ranks", m.ranks},
+                       {"state", m.state},
+                       {"last_heard_s", optional_seconds(m.last_heard)},
+                       {"keep_alive_age_s", optional_seconds(m.keep_alive_age)},
+                       {"lost_after_s", optional_seconds(m.lost_after)}});
+  }
+  return members;
+}
+
+nlohmann::json ranks_json(const JobSnapshot& job) {
+  using nlohmann::json;
+  json ranks = json::array();
+  for (const auto& r : job.ranks) {
+    auto score = job.scores.find(r.rank);
+    ranks.push_back(
+        {{"rank", r.rank},
+         {"local_rank", r.local_rank},
+         {"node", r.node},
+         {"host", r.host.str()},
+         {"pid", r.pid},
+         {"state", to_string(r.state)},
+         {"steps", r.steps},
+         {"step_time_s", r.last_wall.count() > 0 ? json(seconds(r.last_wall)) : json(nullptr)},
+         {"compute_s", r.compute.count() > 0 ? json(seconds(r.compute)) : json(nullptr)},
+         {"straggler_score", score != job.scores.end() ? json(score->second) : json(nullptr)},
+         {"straggler",
+          std::find(job.stragglers.begin(), job.stragglers.end(), r.rank) != job.stragglers.end()},
+         {"last_progress_s", optional_seconds(last_progress(r))},
+         {"where", rank_position(r)},
+         {"stale", r.stale}});
+  }
+  return ranks;
+}
+
+nlohmann::json events_json(const JobSnapshot& job, Clock::time_point now) {
+  using nlohmann::json;
+  json events = json::array();
+  for (const auto& e : job.events) {
+    events.push_back({{"time", iso_time(e.wall)},
+                      {"age_s", seconds(now - e.at)},
+                      {"round", e.round},
+                      {"kind", e.kind},
+                      {"text", e.text}});
+  }
+  return events;
+}
+
+}  // namespace
+
 std::string status_json(const JobSnapshot& job, Clock::time_point now, std::time_t wall_now) {
   using nlohmann::json;
   const JobFacts& f = job.facts;
@@ -207,50 +265,9 @@ std::string status_json(const JobSnapshot& job, Clock::time_point now, std::time
   for (ExitReason r : kReasons) exits[to_string(r)] = count_of(job.exits, r);
   doc["worker_exits"] = exits;
 
-  json members = json::array();
-  for (const auto& m : job.members) {
-    members.push_back({{"node", m.node},
-                       {"host", m.host},
-                       {"addr", m.addr},
-                       {"ranks", m.ranks},
-                       {"state", m.state},
-                       {"last_heard_s", optional_seconds(m.last_heard)},
-                       {"keep_alive_age_s", optional_seconds(m.keep_alive_age)},
-                       {"lost_after_s", optional_seconds(m.lost_after)}});
-  }
-  doc["members"] = std::move(members);
-
-  json ranks = json::array();
-  for (const auto& r : job.ranks) {
-    auto score = job.scores.find(r.rank);
-    ranks.push_back(
-        {{"rank", r.rank},
-         {"local_rank", r.local_rank},
-         {"node", r.node},
-         {"host", r.host.str()},
-         {"pid", r.pid},
-         {"state", to_string(r.state)},
-         {"steps", r.steps},
-         {"step_time_s", r.last_wall.count() > 0 ? json(seconds(r.last_wall)) : json(nullptr)},
-         {"compute_s", r.compute.count() > 0 ? json(seconds(r.compute)) : json(nullptr)},
-         {"straggler_score", score != job.scores.end() ? json(score->second) : json(nullptr)},
-         {"straggler",
-          std::find(job.stragglers.begin(), job.stragglers.end(), r.rank) != job.stragglers.end()},
-         {"last_progress_s", optional_seconds(last_progress(r))},
-         {"where", rank_position(r)},
-         {"stale", r.stale}});
-  }
-  doc["ranks"] = std::move(ranks);
-
-  json events = json::array();
-  for (const auto& e : job.events) {
-    events.push_back({{"time", iso_time(e.wall)},
-                      {"age_s", seconds(now - e.at)},
-                      {"round", e.round},
-                      {"kind", e.kind},
-                      {"text", e.text}});
-  }
-  doc["events"] = std::move(events);
+  doc["members"] = members_json(job);
+  doc["ranks"] = ranks_json(job);
+  doc["events"] = events_json(job, now);
 
   if (job.incident) {
     const IncidentStatus& i = *job.incident;
@@ -266,7 +283,10 @@ std::string status_json(const JobSnapshot& job, Clock::time_point now, std::time
 
 // ---- /metrics -----------------------------------------------------------------------------
 
-void write_job_metrics(const JobSnapshot& job, status_http::MetricsText& out) {
+namespace {
+
+// The agent, its state and its round.
+void write_state_metrics(const JobSnapshot& job, status_http::MetricsText& out) {
   const JobFacts& f = job.facts;
   out.family("ddprun_info", "gauge",
              "This agent: its run id, rendezvous backend, host and address (always 1)");
@@ -288,7 +308,11 @@ void write_job_metrics(const JobSnapshot& job, status_http::MetricsText& out) {
   out.sample("ddprun_round_nodes", job.round ? job.round->group_world_size : 0);
   out.family("ddprun_world_size", "gauge", "Worker ranks in the current round (WORLD_SIZE)");
   out.sample("ddprun_world_size", job.round ? job.round->world_size : 0);
+}
 
+// The members, restarts, exits, hangs and keep-alives.
+void write_member_metrics(const JobSnapshot& job, status_http::MetricsText& out) {
+  const JobFacts& f = job.facts;
   out.family("ddprun_members", "gauge",
              "Nodes as this node sees them: the current round's, and the last 16 nodes lost "
              "from earlier rounds (state lost)");
@@ -339,7 +363,10 @@ void write_job_metrics(const JobSnapshot& job, status_http::MetricsText& out) {
                  {{"node", std::to_string(m.node)}, {"host", m.host}}, seconds(*m.last_heard));
     }
   }
+}
 
+// Each rank's progress and straggler score.
+void write_rank_metrics(const JobSnapshot& job, status_http::MetricsText& out) {
   auto rank_labels = [](const RankStatus& r) {
     return status_http::Labels{{"rank", std::to_string(r.rank)}, {"node", std::to_string(r.node)}};
   };
@@ -381,6 +408,14 @@ void write_job_metrics(const JobSnapshot& job, status_http::MetricsText& out) {
       out.sample("ddprun_rank_straggler_score", rank_labels(r), it->second);
     }
   }
+}
+
+}  // namespace
+
+void write_job_metrics(const JobSnapshot& job, status_http::MetricsText& out) {
+  write_state_metrics(job, out);
+  write_member_metrics(job, out);
+  write_rank_metrics(job, out);
 }
 
 }  // namespace ddp::agent

@@ -23,6 +23,7 @@
 #include <string_view>
 #include <vector>
 
+#include "ddp/agent/agent_events.h"
 #include "ddp/common/time.h"
 #include "ddp/status_http/metrics_text.h"
 #include "rank_status.h"
@@ -47,13 +48,8 @@ struct JobFacts {
 enum class JobState { kRendezvous, kRunning, kStopping, kRestarting, kSucceeded, kFailed };
 const char* to_string(JobState state);
 
-// Why the group was restarted or re-formed (the metric's `cause` label).
-enum class RestartCause { kWorkerFailure, kHang, kNodeLost, kNodeJoined };
-const char* to_string(RestartCause cause);
-
-// How a worker exited (the metric's `reason` label).
-enum class ExitReason { kSucceeded, kFailed, kSignaled, kEndedByAgent, kStopped };
-const char* to_string(ExitReason reason);
+// RestartCause (the metric's `cause` label) and ExitReason (its `reason`
+// label) are the agent's events' (ddp/agent/agent_events.h).
 
 struct MemberStatus {
   int node = 0;  // group rank
@@ -83,24 +79,10 @@ struct JobEvent {
   std::string text;
 };
 
-struct IncidentStatus {
-  std::string hang_kind;
-  std::string summary;
-  std::vector<int> culprits;
-  int node = 0;  // the node that found it
-  std::time_t wall = 0;
-  std::string file;  // empty: not written
-};
+using IncidentStatus = HangIncident;
 
-struct RoundStatus {
-  int number = 0;
-  // The n of this round's attempt_<n> log directory: 0 in the first round
-  // this node ran workers in, one more in each round after it.
-  int attempt = 0;
-  int world_size = 0;
-  int group_world_size = 0;
-  int group_rank = 0;
-  int base_rank = 0;
+// The round, as formed (RoundFormed: number, attempt, sizes, ranks), and when.
+struct RoundStatus : RoundFormed {
   Clock::time_point formed{};
 };
 

@@ -280,50 +280,77 @@ std::string ptrace_hint(const std::string& text) {
   return " (kernel.yama.ptrace_scope=" + std::to_string(scope) + ")";
 }
 
+// Why `pid` cannot be dumped ("" when it can); *was_stopped: it is stopped (T).
+std::string target_problem(int pid, bool* was_stopped) {
+  if (pid <= 0) return "invalid pid " + std::to_string(pid);
+  const char state = process_state(pid);
+  if (state == 0) return "no process " + std::to_string(pid);
+  if (state == 'Z' || state == 'X') return "process " + std::to_string(pid) + " has exited";
+  *was_stopped = state == 'T';
+  return "";
+}
+
+// A tool's output of `total` bytes of which `text` was kept: cut after its
+// last whole line, with a note of how much more there was.
+std::string kept_text(std::string text, std::size_t total) {
+  if (total > text.size()) {
+    const auto line_end = text.rfind('\n');
+    if (line_end != std::string::npos) text.resize(line_end + 1);
+    const std::size_t more = total - text.size();
+    if (!text.empty() && text.back() != '\n') text += '\n';
+    text += "[cut] " + std::to_string(more) + " bytes more\n";
+  }
+  return text;
+}
+
+// Why a tool that ran showed no stack: how it ended and what it said.
+std::string no_stack_problem(const char* tool, const ToolRun& run) {
+  const std::string how = run.exited        ? "exited with status " + std::to_string(run.exit_code)
+                          : run.signal != 0 ? "killed by signal " + std::to_string(run.signal)
+                                            : "its exit status was taken by another wait";
+  const std::string said = quote_output(run.text);
+  return std::string(tool) + " showed no stack (" + how + ")" +
+         (said.empty() ? std::string(" and printed nothing") : ": " + said) + ptrace_hint(run.text);
+}
+
+// The tools that print a process' native stacks, in the order they are tried.
+struct Tool {
+  const char* name;
+  std::vector<std::string> args;  // after the program
+};
+
+std::vector<Tool> stack_tools(const std::string& pid_text) {
+  return {
+      // -i: inlined frames, -s: source file:line (both from DWARF where there
+      // is some), -m: the module, which names the library of a frame without
+      // a symbol. Without them eu-stack reads only symbol tables.
+      {"eu-stack", {"-i", "-m", "-s", "-p", pid_text}},
+      // -nx: no .gdbinit; -batch: no questions, detach and exit at the end;
+      // -ascending: thread 1 (the main thread) first, as eu-stack prints it,
+      // so that a cut keeps it.
+      {"gdb", {"-nx", "-batch", "-p", pid_text, "-ex", "thread apply all -ascending bt"}},
+  };
+}
+
 }  // namespace
 
 StackDump collect_native_stacks(int pid, std::chrono::milliseconds timeout, std::size_t max_bytes) {
   StackDump dump;
   try {
-    if (pid <= 0) {
-      dump.error = "invalid pid " + std::to_string(pid);
-      return dump;
-    }
-    const char state = process_state(pid);
-    if (state == 0) {
-      dump.error = "no process " + std::to_string(pid);
-      return dump;
-    }
-    if (state == 'Z' || state == 'X') {
-      dump.error = "process " + std::to_string(pid) + " has exited";
-      return dump;
-    }
-    const bool was_stopped = state == 'T';
+    bool was_stopped = false;
+    dump.error = target_problem(pid, &was_stopped);
+    if (!dump.error.empty()) return dump;
     // A year at most: the sum must not overflow.
     const auto deadline = real_runtime().now() +
                           std::min<std::chrono::milliseconds>(timeout, std::chrono::hours(8760));
     const std::string pid_text = std::to_string(pid);
 
-    struct Tool {
-      const char* name;
-      std::vector<std::string> args;  // after the program
-    };
-    const Tool tools[] = {
-        // -i: inlined frames, -s: source file:line (both from DWARF where there
-        // is some), -m: the module, which names the library of a frame without
-        // a symbol. Without them eu-stack reads only symbol tables.
-        {"eu-stack", {"-i", "-m", "-s", "-p", pid_text}},
-        // -nx: no .gdbinit; -batch: no questions, detach and exit at the end;
-        // -ascending: thread 1 (the main thread) first, as eu-stack prints it,
-        // so that a cut keeps it.
-        {"gdb", {"-nx", "-batch", "-p", pid_text, "-ex", "thread apply all -ascending bt"}},
-    };
     std::string problems;  // each tool's failure, in order
     auto add_problem = [&](const std::string& problem) {
       if (!problems.empty()) problems += "; ";
       problems += problem;
     };
-    for (const auto& tool : tools) {
+    for (const auto& tool : stack_tools(pid_text)) {
       const std::string path = find_tool(tool.name);
       if (path.empty()) {
         add_problem(std::string(tool.name) + " not found in PATH or /usr/bin");
@@ -353,24 +380,11 @@ StackDump collect_native_stacks(int pid, std::chrono::milliseconds timeout, std:
         break;  // the deadline is spent
       }
       if (run.has_frame) {
-        dump.text = std::move(run.text);
-        if (run.total > dump.text.size()) {
-          const auto line_end = dump.text.rfind('\n');
-          if (line_end != std::string::npos) dump.text.resize(line_end + 1);
-          const std::size_t more = run.total - dump.text.size();
-          if (!dump.text.empty() && dump.text.back() != '\n') dump.text += '\n';
-          dump.text += "[cut] " + std::to_string(more) + " bytes more\n";
-        }
+        dump.text = kept_text(std::move(run.text), run.total);
         dump.error.clear();
         return dump;
       }
-      const std::string how = run.exited ? "exited with status " + std::to_string(run.exit_code)
-                              : run.signal != 0 ? "killed by signal " + std::to_string(run.signal)
-                                                : "its exit status was taken by another wait";
-      const std::string said = quote_output(run.text);
-      add_problem(std::string(tool.name) + " showed no stack (" + how + ")" +
-                  (said.empty() ? std::string(" and printed nothing") : ": " + said) +
-                  ptrace_hint(run.text));
+      add_problem(no_stack_problem(tool.name, run));
     }
     dump.error = problems;
   } catch (const std::exception& e) {  // std::bad_alloc: no stacks, no throw

@@ -5,7 +5,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "ddp/agent/process_launcher.h"
+#include "ddp/agent/worker_event_loop.h"
 #include "ddp/common/env.h"
 
 namespace ddp::launcher {

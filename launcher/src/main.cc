@@ -171,7 +171,7 @@ int run(const ddp::launcher::LaunchConfig& config) {
   }
   // First, before any thread exists (the embedded store starts one): block
   // the handled signals so that only the agent's signalfd sees them.
-  auto launcher = ddp::agent::make_posix_launcher(config.signals);
+  auto loop = ddp::agent::make_posix_event_loop(config.signals);
 
   ddp::RendezvousConfig rdzv = config.rendezvous;
   rdzv.token = ddp::env::get_or("DDP_STORE_TOKEN", "");
@@ -235,7 +235,10 @@ int run(const ddp::launcher::LaunchConfig& config) {
   }
   const std::string run_log_dir = options.run_log_dir;
 
-  ddp::agent::Agent agent(std::move(options), *handler, *launcher);
+  // What the agent's events become for the user: lines on stderr (the live
+  // view is the agent's own second listener).
+  ddp::agent::StderrPrinter printer;
+  ddp::agent::Agent agent(std::move(options), *handler, *loop, printer);
   const int code = agent.run();
   if (agent.reported_worker_failure()) note_missing_torch(config);
   if (!temp_dir.empty()) {

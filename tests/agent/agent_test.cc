@@ -18,7 +18,7 @@
 
 #include "ddp/store/memory_store.h"
 #include "ddp/worker_contract/control_channel.h"
-#include "fake_launcher.h"
+#include "fake_event_loop.h"
 #include "forwarding_store.h"
 #include "temp_dir.h"
 
@@ -212,10 +212,10 @@ class AgentTest : public ::testing::Test {
     return make_static_rendezvous(params, rs);
   }
 
-  static int restart_of(const FakeLauncher::Launch& launch) {
+  static int restart_of(const FakeEventLoop::Launch& launch) {
     return std::stoi(launch.env.at("TORCHELASTIC_RESTART_COUNT"));
   }
-  static int local_rank_of(const FakeLauncher::Launch& launch) {
+  static int local_rank_of(const FakeEventLoop::Launch& launch) {
     return std::stoi(launch.env.at("LOCAL_RANK"));
   }
 
@@ -224,8 +224,8 @@ class AgentTest : public ::testing::Test {
 };
 
 TEST_F(AgentTest, SucceedsAndGivesTheContractEnvironment) {
-  FakeLauncher launcher;
-  launcher.on_launch = [](FakeLauncher& l, const FakeLauncher::Launch& launch) {
+  FakeEventLoop launcher;
+  launcher.on_launch = [](FakeEventLoop& l, const FakeEventLoop::Launch& launch) {
     l.exit(launch.pid, 0);
   };
   auto rdzv = rendezvous(1, 0, 2);
@@ -260,10 +260,10 @@ TEST_F(AgentTest, SucceedsAndGivesTheContractEnvironment) {
 }
 
 TEST_F(AgentTest, FailureRestartsTheGroupInANewRound) {
-  FakeLauncher launcher;
+  FakeEventLoop launcher;
   // Attempt 0: local rank 1 fails, local rank 0 runs until stopped.
   // Attempt 1: both succeed.
-  launcher.on_launch = [](FakeLauncher& l, const FakeLauncher::Launch& launch) {
+  launcher.on_launch = [](FakeEventLoop& l, const FakeEventLoop::Launch& launch) {
     if (restart_of(launch) == 1) l.exit(launch.pid, 0);
     if (restart_of(launch) == 0 && local_rank_of(launch) == 1) l.exit(launch.pid, 3);
   };
@@ -292,8 +292,8 @@ TEST_F(AgentTest, FailureRestartsTheGroupInANewRound) {
 }
 
 TEST_F(AgentTest, ExhaustedRestartsReturnTheRootCauseExitCode) {
-  FakeLauncher launcher;
-  launcher.on_launch = [](FakeLauncher& l, const FakeLauncher::Launch& launch) {
+  FakeEventLoop launcher;
+  launcher.on_launch = [](FakeEventLoop& l, const FakeEventLoop::Launch& launch) {
     if (local_rank_of(launch) == 1) l.exit(launch.pid, 3);
   };
   auto rdzv = rendezvous(1, 0, 2);
@@ -312,8 +312,8 @@ TEST_F(AgentTest, ExhaustedRestartsReturnTheRootCauseExitCode) {
 }
 
 TEST_F(AgentTest, SimultaneousFailuresAreAllReportedAndTheFirstIsTheRootCause) {
-  FakeLauncher launcher;
-  launcher.on_launch = [](FakeLauncher& l, const FakeLauncher::Launch& launch) {
+  FakeEventLoop launcher;
+  launcher.on_launch = [](FakeEventLoop& l, const FakeEventLoop::Launch& launch) {
     if (local_rank_of(launch) == 0) l.exit(launch.pid, 4);
     if (local_rank_of(launch) == 2) l.exit(launch.pid, 5);
   };
@@ -332,8 +332,8 @@ TEST_F(AgentTest, SimultaneousFailuresAreAllReportedAndTheFirstIsTheRootCause) {
 }
 
 TEST_F(AgentTest, SignalExitCodeIsAlsoMapped) {
-  FakeLauncher launcher;
-  launcher.on_launch = [](FakeLauncher& l, const FakeLauncher::Launch& launch) {
+  FakeEventLoop launcher;
+  launcher.on_launch = [](FakeEventLoop& l, const FakeEventLoop::Launch& launch) {
     l.exit(launch.pid, -SIGSEGV);
   };
   auto rdzv = rendezvous(1, 0, 1);
@@ -345,8 +345,8 @@ TEST_F(AgentTest, SignalExitCodeIsAlsoMapped) {
 }
 
 TEST_F(AgentTest, HandledSignalStopsEveryGroupWithThatSignal) {
-  FakeLauncher launcher;
-  launcher.on_launch = [](FakeLauncher& l, const FakeLauncher::Launch& launch) {
+  FakeEventLoop launcher;
+  launcher.on_launch = [](FakeEventLoop& l, const FakeEventLoop::Launch& launch) {
     if (local_rank_of(launch) == 2) l.signal_agent(SIGHUP);
   };
   auto rdzv = rendezvous(1, 0, 3);
@@ -361,9 +361,9 @@ TEST_F(AgentTest, HandledSignalStopsEveryGroupWithThatSignal) {
 }
 
 TEST_F(AgentTest, SigkillAfterTheGraceWhenWorkersIgnoreSigterm) {
-  FakeLauncher launcher;
+  FakeEventLoop launcher;
   launcher.ignored_signals = {SIGTERM};
-  launcher.on_launch = [](FakeLauncher& l, const FakeLauncher::Launch& launch) {
+  launcher.on_launch = [](FakeEventLoop& l, const FakeEventLoop::Launch& launch) {
     if (local_rank_of(launch) == 0) l.exit(launch.pid, 2);
   };
   auto rdzv = rendezvous(1, 0, 2);
@@ -388,12 +388,12 @@ TEST_F(AgentTest, SigkillAfterTheGraceWhenWorkersIgnoreSigterm) {
 // worker would run forever unless its agent restarts it too.
 TEST_F(AgentTest, AllNodesRestartTogether) {
   auto node_launch = [](int failing_node, int node) {
-    return [=](FakeLauncher& l, const FakeLauncher::Launch& launch) {
+    return [=](FakeEventLoop& l, const FakeEventLoop::Launch& launch) {
       if (restart_of(launch) == 1) l.exit(launch.pid, 0);
       if (restart_of(launch) == 0 && node == failing_node) l.exit(launch.pid, 5);
     };
   };
-  FakeLauncher l0, l1;
+  FakeEventLoop l0, l1;
   l0.on_launch = node_launch(1, 0);
   l1.on_launch = node_launch(1, 1);
   auto r0 = rendezvous(2, 0, 1);
@@ -422,8 +422,8 @@ TEST_F(AgentTest, AllNodesRestartTogether) {
 TEST_F(AgentTest, AKeptWorkerWhoseControlChannelIsFullIsEndedAsFailed) {
   int worker_end = -1;  // node 0's first worker's end of its channel, held by the test
   int filled = 0;
-  FakeLauncher l0, l1;
-  l0.on_launch = [&](FakeLauncher& l, const FakeLauncher::Launch& launch) {
+  FakeEventLoop l0, l1;
+  l0.on_launch = [&](FakeEventLoop& l, const FakeEventLoop::Launch& launch) {
     if (restart_of(launch) > 0) {
       l.exit(launch.pid, 0);
       return;
@@ -437,7 +437,7 @@ TEST_F(AgentTest, AKeptWorkerWhoseControlChannelIsFullIsEndedAsFailed) {
     ASSERT_GE(agent_end, 0) << "the agent's end of the channel was not found";
     filled = fill_channel(agent_end);
   };
-  l1.on_launch = [](FakeLauncher& l, const FakeLauncher::Launch& launch) {
+  l1.on_launch = [](FakeEventLoop& l, const FakeEventLoop::Launch& launch) {
     l.exit(launch.pid, restart_of(launch) == 0 ? 5 : 0);  // node 1 asks for a restart
   };
   auto r0 = rendezvous(2, 0, 1);
@@ -477,8 +477,8 @@ TEST_F(AgentTest, AKeptWorkerWhoseControlChannelIsFullIsEndedAsFailed) {
 }
 
 TEST_F(AgentTest, ASignalledAgentStopsTheOtherNodesToo) {
-  FakeLauncher l0, l1;
-  l0.on_launch = [](FakeLauncher& l, const FakeLauncher::Launch&) { l.signal_agent(SIGTERM); };
+  FakeEventLoop l0, l1;
+  l0.on_launch = [](FakeEventLoop& l, const FakeEventLoop::Launch&) { l.signal_agent(SIGTERM); };
   auto r0 = rendezvous(2, 0, 1);
   auto r1 = rendezvous(2, 1, 1);
   std::atomic<int> c0{-1}, c1{-1};
@@ -504,7 +504,7 @@ TEST_F(AgentTest, ASignalledAgentStopsTheOtherNodesToo) {
 // the store answers again.
 TEST_F(AgentTest, SignalStopsWorkersWithoutWaitingForAFrozenStore) {
   auto store = std::make_shared<FrozenEndStore>();
-  FakeLauncher l0, l1;
+  FakeEventLoop l0, l1;
   auto r0 = rendezvous(2, 0, 1, store);
   auto r1 = rendezvous(2, 1, 1, store);
   auto o0 = options(1, 3, 0);
@@ -513,7 +513,7 @@ TEST_F(AgentTest, SignalStopsWorkersWithoutWaitingForAFrozenStore) {
   ::testing::internal::CaptureStderr();
   std::thread t1([&] { c1 = Agent(options(1, 3, 1), *r1, l1).run(); });
   Clock::time_point signalled;
-  l0.on_launch = [&](FakeLauncher& l, const FakeLauncher::Launch&) {
+  l0.on_launch = [&](FakeEventLoop& l, const FakeEventLoop::Launch&) {
     signalled = Clock::now();
     l.signal_agent(SIGINT);
   };
@@ -538,9 +538,9 @@ TEST_F(AgentTest, SignalStopsWorkersWithoutWaitingForAFrozenStore) {
 // workers without waiting for the store.
 TEST_F(AgentTest, FailureStopsLocalWorkersWithoutWaitingForAFrozenStore) {
   auto store = std::make_shared<FrozenEndStore>();
-  FakeLauncher l0, l1;
+  FakeEventLoop l0, l1;
   Clock::time_point failed;
-  l1.on_launch = [&](FakeLauncher& l, const FakeLauncher::Launch& launch) {
+  l1.on_launch = [&](FakeEventLoop& l, const FakeEventLoop::Launch& launch) {
     if (local_rank_of(launch) == 1) {
       failed = Clock::now();
       l.exit(launch.pid, 3);
@@ -569,8 +569,10 @@ TEST_F(AgentTest, FailureStopsLocalWorkersWithoutWaitingForAFrozenStore) {
 }
 
 TEST_F(AgentTest, RemoteFailureWithoutRestartsLeftUsesItsExitCode) {
-  FakeLauncher l0, l1;
-  l1.on_launch = [](FakeLauncher& l, const FakeLauncher::Launch& launch) { l.exit(launch.pid, 6); };
+  FakeEventLoop l0, l1;
+  l1.on_launch = [](FakeEventLoop& l, const FakeEventLoop::Launch& launch) {
+    l.exit(launch.pid, 6);
+  };
   auto r0 = rendezvous(2, 0, 1);
   auto r1 = rendezvous(2, 1, 1);
   std::atomic<int> c0{-1}, c1{-1};
@@ -595,10 +597,12 @@ TEST_F(AgentTest, RemoteFailureWithoutRestartsLeftUsesItsExitCode) {
 // by then anyway. Now node 1's end says "hang" once its summary carrying the
 // hang is in the store (where it stays), and node 0 waits for its read.
 TEST_F(AgentTest, EveryNodeReportsAHangThatEndedTheRoundHoweverLateItReads) {
-  FakeLauncher l0, l1;
-  l0.on_launch = [](FakeLauncher& l, const FakeLauncher::Launch& launch) { l.exit(launch.pid, 0); };
+  FakeEventLoop l0, l1;
+  l0.on_launch = [](FakeEventLoop& l, const FakeEventLoop::Launch& launch) {
+    l.exit(launch.pid, 0);
+  };
   l1.set_next_pid(5'000'000);  // above any pid_max: stacks are never taken of a real process
-  l1.on_launch = [](FakeLauncher& l, const FakeLauncher::Launch& launch) {
+  l1.on_launch = [](FakeEventLoop& l, const FakeEventLoop::Launch& launch) {
     if (local_rank_of(launch) == 0) l.exit(launch.pid, 0);  // rank 3 runs until ended
   };
   auto late =
@@ -643,9 +647,9 @@ TEST_F(AgentTest, EveryNodeReportsAHangThatEndedTheRoundHoweverLateItReads) {
 // round ends at once. Before: the grace was asked for, and the agent waited
 // it out ("waiting up to 8 s for the group's verdict").
 TEST_F(AgentTest, AWorkerEndedOverAHangEndsTheRoundWithoutTheMembershipGrace) {
-  FakeLauncher launcher;
+  FakeEventLoop launcher;
   launcher.set_next_pid(5'000'000);  // above any pid_max: no real process is looked at
-  launcher.on_launch = [](FakeLauncher& l, const FakeLauncher::Launch& launch) {
+  launcher.on_launch = [](FakeEventLoop& l, const FakeEventLoop::Launch& launch) {
     if (local_rank_of(launch) == 0) l.exit(launch.pid, 0);  // rank 1 never exits
   };
   ElasticLookingHandler rdzv(rendezvous(1, 0, 2), std::chrono::seconds(8));
@@ -668,8 +672,8 @@ TEST_F(AgentTest, AWorkerEndedOverAHangEndsTheRoundWithoutTheMembershipGrace) {
 // A worker that failed by itself still gets the grace: its collectives may
 // have failed because a node died.
 TEST_F(AgentTest, AWorkerThatFailedByItselfWaitsForTheMembershipGrace) {
-  FakeLauncher launcher;
-  launcher.on_launch = [](FakeLauncher& l, const FakeLauncher::Launch& launch) {
+  FakeEventLoop launcher;
+  launcher.on_launch = [](FakeEventLoop& l, const FakeEventLoop::Launch& launch) {
     l.exit(launch.pid, 3);
   };
   ElasticLookingHandler rdzv(rendezvous(1, 0, 1), std::chrono::milliseconds(200));

@@ -67,7 +67,7 @@ void fill(JobBoard& board, FakeTime& time) {
   board.update([&](JobSnapshot& job) {
     job.state = JobState::kRunning;
     job.state_since = time.now();
-    job.round = RoundStatus{3, 4, 4, 2, 0, 0, time.now()};
+    job.round = RoundStatus{{3, 4, 4, 2, 0, 0}, time.now()};
     job.rounds_formed = 4;
     job.restarts_spent = 1;
     job.restarts[RestartCause::kWorkerFailure] = 1;
@@ -95,7 +95,7 @@ TEST(JobBoard, EventsAreStampedWithTheirRoundAndBounded) {
   JobBoard board(time);
   board.event("done", "before any round");
   EXPECT_EQ(board.snapshot().events.back().round, -1);
-  board.update([&](JobSnapshot& job) { job.round = RoundStatus{7, 1, 2, 1, 0, 0, time.now()}; });
+  board.update([&](JobSnapshot& job) { job.round = RoundStatus{{7, 1, 2, 1, 0, 0}, time.now()}; });
   for (int i = 0; i < 250; ++i) board.event("restart", "restart " + std::to_string(i));
   const JobSnapshot job = board.snapshot();
   ASSERT_EQ(job.events.size(), JobSnapshot::kMaxEvents);

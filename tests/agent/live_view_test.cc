@@ -1,5 +1,5 @@
 // The agent's live view as the agent fills it: restarts by cause, exits by
-// reason and events, read over HTTP while the agent runs (FakeLauncher, a
+// reason and events, read over HTTP while the agent runs (FakeEventLoop, a
 // single node on MemoryStore), and the port closed when run() returns.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
@@ -13,13 +13,13 @@
 #include "ddp/agent/agent.h"
 #include "ddp/rendezvous/rendezvous.h"
 #include "ddp/store/memory_store.h"
-#include "fake_launcher.h"
+#include "fake_event_loop.h"
 #include "temp_dir.h"
 
 namespace ddp::agent {
 namespace {
 
-using test::FakeLauncher;
+using test::FakeEventLoop;
 
 // One GET on 127.0.0.1:port; the whole response (the server closes with
 // Connection: close), or "" when nothing listens.
@@ -69,10 +69,10 @@ TEST(AgentLiveView, RestartsExitsAndEventsAreServedWhileTheAgentRuns) {
   Agent* agent_ptr = nullptr;
   std::string status, metrics, readyz;
   std::uint16_t served_on = 0;
-  FakeLauncher launcher;
+  FakeEventLoop launcher;
   // Attempt 0: local rank 1 fails (rank 0 is stopped). Attempt 1: once both
   // run, the live view is read; then both succeed.
-  launcher.on_launch = [&](FakeLauncher& l, const FakeLauncher::Launch& launch) {
+  launcher.on_launch = [&](FakeEventLoop& l, const FakeEventLoop::Launch& launch) {
     const int restart = std::stoi(launch.env.at("TORCHELASTIC_RESTART_COUNT"));
     const int local_rank = std::stoi(launch.env.at("LOCAL_RANK"));
     if (restart == 0 && local_rank == 1) l.exit(launch.pid, 3);
@@ -146,7 +146,7 @@ TEST(AgentLiveView, APortInUseIsAClearErrorAndNothingStarts) {
   options.spec.argv = {"/bin/worker"};
   options.run_log_dir = (dir.path() / "logs").string();
   options.status.port = ntohs(addr.sin_port);
-  FakeLauncher launcher;
+  FakeEventLoop launcher;
   Agent agent(options, *rdzv, launcher);
   ::testing::internal::CaptureStderr();
   EXPECT_EQ(agent.run(), 1);

@@ -22,7 +22,7 @@
 #include <string>
 #include <thread>
 
-#include "ddp/agent/process_launcher.h"
+#include "ddp/agent/worker_event_loop.h"
 #include "process_state.h"
 #include "temp_dir.h"
 
@@ -183,7 +183,7 @@ TEST(StackDump, EuStackNamesTheBlockedFunctionInEveryThread) {
 // A worker the real launcher started (which makes it allow its agent to trace
 // it: PR_SET_PTRACER, for Yama's ptrace_scope=1) still has its stacks taken.
 TEST(StackDump, AWorkerStartedByTheLauncherHasItsStacksTaken) {
-  auto launcher = make_posix_launcher({});
+  auto launcher = make_posix_event_loop({});
   ProcessSpec spec;
   spec.argv = {"/bin/sleep", "60"};
   spec.env = {"PATH=/usr/bin:/bin"};
@@ -192,8 +192,8 @@ TEST(StackDump, AWorkerStartedByTheLauncherHasItsStacksTaken) {
   const StackDump dump = collect_native_stacks(pid, 30s);
   EXPECT_EQ(thread_states(pid), "S") << "the worker was left stopped, or is gone";
   launcher->signal_group(pid, SIGKILL);
-  const LauncherEvent exited = launcher->next_event(Clock::now() + 10s);
-  EXPECT_EQ(exited.kind, LauncherEvent::Kind::kExited);
+  const LoopEvent exited = launcher->next_event(Clock::now() + 10s);
+  EXPECT_EQ(exited.kind, LoopEvent::Kind::kExited);
   expect_stacks(dump);
   EXPECT_EQ(dump.tool, "eu-stack");
   EXPECT_EQ(count(dump.text, "\nTID "), 1u) << dump.text;

@@ -1,14 +1,17 @@
 // The per-node agent: rendezvous, spawn the worker group, watch it, restart it
 // (every node together, in a new round with a fresh store prefix) and report.
 //
-//   Agent agent(options, rendezvous, launcher);
+//   StderrPrinter printer;
+//   Agent agent(options, rendezvous, loop, printer);
 //   int exit_code = agent.run();
 //
 // run() blocks until the job ends and returns the process exit code: 0 on
 // success (after the exit barrier), the root cause's exit code (or 128+signal)
 // when restarts are exhausted, 128+signo when the agent got a handled signal,
-// 1 when rendezvous fails or a worker cannot be started. It prints the
-// failure report to stderr. It throws only when the launcher itself breaks
+// 1 when rendezvous fails or a worker cannot be started. It prints nothing
+// itself: what users read (the failure report, notices, hang reports) goes to
+// the AgentEvents it was given (ddprun: a StderrPrinter), and the live view
+// gets the same events. It throws only when the event loop itself breaks
 // (InternalError: epoll/signalfd failures). The agent uses the rendezvous handler's store to
 // tell other agents to restart or stop ("<round prefix>/end") and watches that
 // key on a thread of its own (only when there is more than one node). On a
@@ -28,7 +31,8 @@
 #include <string>
 #include <vector>
 
-#include "ddp/agent/process_launcher.h"
+#include "ddp/agent/agent_events.h"
+#include "ddp/agent/worker_event_loop.h"
 #include "ddp/agent/worker_spec.h"
 #include "ddp/rendezvous/rendezvous.h"
 
@@ -36,8 +40,13 @@ namespace ddp::agent {
 
 class Agent {
  public:
-  // Borrows `rendezvous` and `launcher`; both must outlive the agent.
-  Agent(AgentOptions options, RendezvousHandler& rendezvous, ProcessLauncher& launcher);
+  // Borrows `rendezvous`, `loop` and `events`; they must outlive the
+  // agent. `events` gets every event of the run (agent_events.h), from the
+  // thread that calls run().
+  Agent(AgentOptions options, RendezvousHandler& rendezvous, WorkerEventLoop& loop,
+        AgentEvents& events);
+  // As above, the events going to a StderrPrinter of its own.
+  Agent(AgentOptions options, RendezvousHandler& rendezvous, WorkerEventLoop& loop);
   ~Agent();
   Agent(const Agent&) = delete;
   Agent& operator=(const Agent&) = delete;
@@ -49,7 +58,7 @@ class Agent {
 
   // The port of the live view (AgentOptions::status) while run() runs, from
   // before the first round; nullopt when it is off, or before and after run().
-  // The agent's thread only (a launcher's callback may ask).
+  // The agent's thread only (an event loop callback may ask).
   std::optional<std::uint16_t> status_port() const;
 
   // Whether run() ended by printing a failure report: this node's workers
@@ -63,6 +72,7 @@ class Agent {
 
  private:
   class Impl;
+  std::unique_ptr<AgentEvents> printer_;  // the default printer, when none was given
   std::unique_ptr<Impl> impl_;
 };
 

@@ -1,4 +1,4 @@
-// A scripted ProcessLauncher: no processes, just events. A test decides how
+// A scripted WorkerEventLoop: no processes, just events. A test decides how
 // each launched "process" behaves (on_launch may queue its exit); signalled
 // processes die of the signal unless told to ignore it.
 #pragma once
@@ -13,11 +13,11 @@
 #include <string>
 #include <vector>
 
-#include "ddp/agent/process_launcher.h"
+#include "ddp/agent/worker_event_loop.h"
 
 namespace ddp::agent::test {
 
-class FakeLauncher final : public ProcessLauncher {
+class FakeEventLoop final : public WorkerEventLoop {
  public:
   struct Launch {
     int pid;
@@ -26,7 +26,7 @@ class FakeLauncher final : public ProcessLauncher {
   };
 
   // Called after each launch with the launch (under no lock; may call exit()).
-  std::function<void(FakeLauncher&, const Launch&)> on_launch;
+  std::function<void(FakeEventLoop&, const Launch&)> on_launch;
   // Signals that launched processes survive (SIGKILL always kills).
   std::set<int> ignored_signals;
 
@@ -55,25 +55,25 @@ class FakeLauncher final : public ProcessLauncher {
     }
   }
 
-  LauncherEvent next_event(Clock::time_point deadline) override {
+  LoopEvent next_event(Clock::time_point deadline) override {
     std::unique_lock lock(mutex_);
     // A test must never hang: an endless wait turns into a timeout after 10 s.
     auto limit = std::min(deadline, Clock::now() + std::chrono::seconds(10));
     changed_.wait_until(lock, limit, [&] { return !events_.empty(); });
     if (events_.empty()) {
-      LauncherEvent timeout;
-      timeout.kind = LauncherEvent::Kind::kTimeout;
+      LoopEvent timeout;
+      timeout.kind = LoopEvent::Kind::kTimeout;
       if (deadline == Clock::time_point::max()) ++stuck_;
       return timeout;
     }
-    LauncherEvent event = events_.front();
+    LoopEvent event = events_.front();
     events_.pop_front();
     return event;
   }
 
   void wake() override {
-    LauncherEvent event;
-    event.kind = LauncherEvent::Kind::kWake;
+    LoopEvent event;
+    event.kind = LoopEvent::Kind::kWake;
     push(event);
   }
 
@@ -84,8 +84,8 @@ class FakeLauncher final : public ProcessLauncher {
   }
 
   void signal_agent(int signo) {
-    LauncherEvent event;
-    event.kind = LauncherEvent::Kind::kSignal;
+    LoopEvent event;
+    event.kind = LoopEvent::Kind::kSignal;
     event.signo = signo;
     push(event);
   }
@@ -114,14 +114,14 @@ class FakeLauncher final : public ProcessLauncher {
  private:
   void queue_exit_locked(int pid, int status) {
     alive_.erase(pid);
-    LauncherEvent event;
-    event.kind = LauncherEvent::Kind::kExited;
+    LoopEvent event;
+    event.kind = LoopEvent::Kind::kExited;
     event.pid = pid;
     event.status = status;
     events_.push_back(event);
     changed_.notify_all();
   }
-  void push(const LauncherEvent& event) {
+  void push(const LoopEvent& event) {
     std::lock_guard lock(mutex_);
     events_.push_back(event);
     changed_.notify_all();
@@ -129,7 +129,7 @@ class FakeLauncher final : public ProcessLauncher {
 
   mutable std::mutex mutex_;
   std::condition_variable changed_;
-  std::deque<LauncherEvent> events_;
+  std::deque<LoopEvent> events_;
   std::vector<Launch> launches_;
   std::vector<std::pair<int, int>> signals_;
   std::set<int> alive_;

@@ -1,4 +1,4 @@
-// The real ProcessLauncher: fork + exec (not Boost.Process: its 1.74 child
+// The real WorkerEventLoop: fork + exec (not Boost.Process: its 1.74 child
 // handling reaps through its own SIGCHLD machinery and cannot hand us a
 // signalfd-driven loop; the few steps we need in the child - own process
 // group, parent-death signal, clean signal state - are simpler written out).
@@ -22,7 +22,7 @@
 #include <map>
 #include <string_view>
 
-#include "ddp/agent/process_launcher.h"
+#include "ddp/agent/worker_event_loop.h"
 #include "ddp/common/error.h"
 #include "safe_file.h"
 
@@ -119,9 +119,9 @@ struct Child {
   Stream err;
 };
 
-class PosixLauncher final : public ProcessLauncher {
+class PosixEventLoop final : public WorkerEventLoop {
  public:
-  explicit PosixLauncher(const std::vector<int>& handled_signals) {
+  explicit PosixEventLoop(const std::vector<int>& handled_signals) {
     sigemptyset(&mask_);
     sigaddset(&mask_, SIGCHLD);
     for (int signo : handled_signals) sigaddset(&mask_, signo);
@@ -141,7 +141,7 @@ class PosixLauncher final : public ProcessLauncher {
     watch(wake_fd_);
   }
 
-  ~PosixLauncher() override {
+  ~PosixEventLoop() override {
     for (auto& [pid, child] : children_) {
       child.out.close_all();
       child.err.close_all();
@@ -297,10 +297,10 @@ class PosixLauncher final : public ProcessLauncher {
     ::kill(-pid, signo);
   }
 
-  LauncherEvent next_event(Clock::time_point deadline) override {
+  LoopEvent next_event(Clock::time_point deadline) override {
     for (;;) {
       if (!pending_.empty()) {
-        LauncherEvent event = pending_.front();
+        LoopEvent event = pending_.front();
         pending_.pop_front();
         return event;
       }
@@ -318,8 +318,8 @@ class PosixLauncher final : public ProcessLauncher {
         throw InternalError("launcher", "epoll_wait: " + errno_text(errno));
       }
       if (n == 0 && timeout_ms >= 0 && real_runtime().now() >= deadline) {
-        LauncherEvent event;
-        event.kind = LauncherEvent::Kind::kTimeout;
+        LoopEvent event;
+        event.kind = LoopEvent::Kind::kTimeout;
         return event;
       }
       // Output first, so that lines written before an exit precede its event.
@@ -334,8 +334,8 @@ class PosixLauncher final : public ProcessLauncher {
           std::uint64_t value;
           while (::read(wake_fd_, &value, sizeof(value)) > 0) {
           }
-          LauncherEvent event;
-          event.kind = LauncherEvent::Kind::kWake;
+          LoopEvent event;
+          event.kind = LoopEvent::Kind::kWake;
           pending_.push_back(event);
         }
       }
@@ -396,8 +396,8 @@ class PosixLauncher final : public ProcessLauncher {
       if (static_cast<int>(info.ssi_signo) == SIGCHLD) {
         reap();
       } else {
-        LauncherEvent event;
-        event.kind = LauncherEvent::Kind::kSignal;
+        LoopEvent event;
+        event.kind = LoopEvent::Kind::kSignal;
         event.signo = static_cast<int>(info.ssi_signo);
         pending_.push_back(event);
       }
@@ -427,8 +427,8 @@ class PosixLauncher final : public ProcessLauncher {
         reaped = ::waitpid(pid, &status, 0);  // exited already: does not block
       } while (reaped < 0 && errno == EINTR);
       if (reaped != pid || it == children_.end()) continue;  // not ours
-      LauncherEvent event;
-      event.kind = LauncherEvent::Kind::kExited;
+      LoopEvent event;
+      event.kind = LoopEvent::Kind::kExited;
       event.pid = pid;
       event.status = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
       // Everything the process wrote is in its pipes now: route it before the
@@ -457,13 +457,13 @@ class PosixLauncher final : public ProcessLauncher {
   std::map<int, Child> children_;
   // pipe fd -> (pid, is stdout)
   std::map<int, std::pair<int, bool>> fd_owner_;
-  std::deque<LauncherEvent> pending_;
+  std::deque<LoopEvent> pending_;
 };
 
 }  // namespace
 
-std::unique_ptr<ProcessLauncher> make_posix_launcher(const std::vector<int>& handled_signals) {
-  return std::make_unique<PosixLauncher>(handled_signals);
+std::unique_ptr<WorkerEventLoop> make_posix_event_loop(const std::vector<int>& handled_signals) {
+  return std::make_unique<PosixEventLoop>(handled_signals);
 }
 
 std::string resolve_program(const std::string& program, const std::string& path) {

@@ -1,7 +1,19 @@
-// Process launching and the agent's event source, behind one small interface so
-// the restart logic is testable with a fake (tests/agent/fake_launcher.h).
+// The agent's event loop: the one place the agent's thread waits. It starts
+// the workers' processes (so that their exits, output and the agent's handled
+// signals arrive in one queue) and turns what happens into events, one at a
+// time: a worker exited, a handled signal came, wake() was called (another
+// thread's news: the round's watch, the rendezvous thread), or the deadline
+// passed. The agent's round loop is a loop over next_event(). One small
+// interface, so the restart logic is testable with a fake
+// (tests/agent/fake_event_loop.h).
 //
-// The real implementation (make_posix_launcher) forks and execs each worker in
+// Contract: launch() returns once the process exists (never waits for it);
+// signal_group() never blocks; next_event() blocks until an event or the
+// deadline and is the only call that waits; wake() never blocks. Ownership:
+// the loop owns the pipes of the processes it started and reaps them; the
+// caller owns nothing it returns but values. Errors: see each call.
+//
+// The real implementation (make_posix_event_loop) forks and execs each worker in
 // its own process group with a parent-death signal (SIGKILL), allowing the
 // agent and its children (the stack collector) to ptrace it under Yama's
 // ptrace_scope=1 (prctl PR_SET_PTRACER), routes its
@@ -63,7 +75,7 @@ struct ProcessSpec {
   std::vector<int> inherit_fds;
 };
 
-struct LauncherEvent {
+struct LoopEvent {
   enum class Kind {
     kExited,   // a launched process exited: pid, status
     kSignal,   // the agent received a handled signal: signo
@@ -75,13 +87,13 @@ struct LauncherEvent {
   // Exit code (>= 0), or minus the signal number that killed the process.
   int status = 0;
   int signo = 0;
-  // When the launcher noticed the event.
+  // When the loop noticed the event.
   std::chrono::system_clock::time_point when = std::chrono::system_clock::now();
 };
 
-class ProcessLauncher {
+class WorkerEventLoop {
  public:
-  virtual ~ProcessLauncher() = default;
+  virtual ~WorkerEventLoop() = default;
 
   // Starts a process; returns its pid (also its process group id).
   // Throws InvalidArgument when the program cannot be executed or a log file
@@ -90,7 +102,7 @@ class ProcessLauncher {
   virtual int launch(const ProcessSpec& spec) = 0;
 
   // Sends `signo` to the process group of `pid` (a launched process). A group
-  // that is already gone is not an error; a worker whose exit the launcher has
+  // that is already gone is not an error; a worker whose exit the loop has
   // already seen is not signalled (its group was killed then, and the id may
   // have been reused since).
   virtual void signal_group(int pid, int signo) = 0;
@@ -98,18 +110,19 @@ class ProcessLauncher {
   // Blocks until the next event or until `deadline` (kTimeout). Output of the
   // workers is routed while waiting. An exited process's remaining output is
   // flushed before its kExited event is returned.
-  virtual LauncherEvent next_event(Clock::time_point deadline) = 0;
+  virtual LoopEvent next_event(Clock::time_point deadline) = 0;
 
   // Makes a blocked (or the next) next_event() return kWake. Any thread.
   virtual void wake() = 0;
 };
 
-// The real launcher. `handled_signals` are blocked in the agent and reported
+// The real event loop (epoll over a signalfd, an eventfd and the workers'
+// output pipes). `handled_signals` are blocked in the agent and reported
 // as kSignal events (SIGCHLD is always handled internally). Construct it in
 // the thread that launches and outlives the workers: the parent-death signal
 // fires when the launching thread exits. Throws InternalError when the signalfd,
 // epoll or eventfd cannot be created.
-std::unique_ptr<ProcessLauncher> make_posix_launcher(const std::vector<int>& handled_signals);
+std::unique_ptr<WorkerEventLoop> make_posix_event_loop(const std::vector<int>& handled_signals);
 
 // Resolves `program` like execvp: a name without '/' is searched in `path`
 // (a PATH value). Returns the path to execute, or "" when not found or not

@@ -1,6 +1,6 @@
 // The real launcher with real processes: exits as events, process groups,
 // signals through the signalfd, wake() from another thread, exec failures.
-#include "ddp/agent/process_launcher.h"
+#include "ddp/agent/worker_event_loop.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -67,65 +67,65 @@ ProcessSpec shell(const std::string& script) {
   return spec;
 }
 
-LauncherEvent next(ProcessLauncher& launcher, int ms = 5000) {
+LoopEvent next(WorkerEventLoop& launcher, int ms = 5000) {
   return launcher.next_event(Clock::now() + std::chrono::milliseconds(ms));
 }
 
 TEST(PosixLauncher, ExitCodesAndSignalsAreEvents) {
-  auto launcher = make_posix_launcher({SIGUSR2});
+  auto launcher = make_posix_event_loop({SIGUSR2});
   int a = launcher->launch(shell("exit 3"));
   auto e = next(*launcher);
-  ASSERT_EQ(e.kind, LauncherEvent::Kind::kExited);
+  ASSERT_EQ(e.kind, LoopEvent::Kind::kExited);
   EXPECT_EQ(e.pid, a);
   EXPECT_EQ(e.status, 3);
   int b = launcher->launch(shell("kill -TERM $$"));
   e = next(*launcher);
-  ASSERT_EQ(e.kind, LauncherEvent::Kind::kExited);
+  ASSERT_EQ(e.kind, LoopEvent::Kind::kExited);
   EXPECT_EQ(e.pid, b);
   EXPECT_EQ(e.status, -SIGTERM);
 }
 
 TEST(PosixLauncher, WorkerRunsInItsOwnProcessGroup) {
-  auto launcher = make_posix_launcher({});
+  auto launcher = make_posix_event_loop({});
   int pid = launcher->launch(shell("sleep 30"));
   EXPECT_EQ(::getpgid(pid), pid);
   launcher->signal_group(pid, SIGKILL);
   auto e = next(*launcher);
-  ASSERT_EQ(e.kind, LauncherEvent::Kind::kExited);
+  ASSERT_EQ(e.kind, LoopEvent::Kind::kExited);
   EXPECT_EQ(e.status, -SIGKILL);
 }
 
 TEST(PosixLauncher, HandledSignalBecomesAnEventAndWorkersStartClean) {
-  auto launcher = make_posix_launcher({SIGUSR1});
+  auto launcher = make_posix_event_loop({SIGUSR1});
   // The worker must not inherit the agent's blocked mask: SIGUSR1 kills it.
   int pid = launcher->launch(shell("sleep 30"));
   ::kill(::getpid(), SIGUSR1);
   auto e = next(*launcher);
-  ASSERT_EQ(e.kind, LauncherEvent::Kind::kSignal);
+  ASSERT_EQ(e.kind, LoopEvent::Kind::kSignal);
   EXPECT_EQ(e.signo, SIGUSR1);
   launcher->signal_group(pid, SIGUSR1);
   e = next(*launcher);
-  ASSERT_EQ(e.kind, LauncherEvent::Kind::kExited);
+  ASSERT_EQ(e.kind, LoopEvent::Kind::kExited);
   EXPECT_EQ(e.status, -SIGUSR1);
 }
 
 TEST(PosixLauncher, WakeFromAnotherThreadAndTimeout) {
-  auto launcher = make_posix_launcher({});
+  auto launcher = make_posix_event_loop({});
   auto start = Clock::now();
   auto e = launcher->next_event(start + std::chrono::milliseconds(30));
-  EXPECT_EQ(e.kind, LauncherEvent::Kind::kTimeout);
+  EXPECT_EQ(e.kind, LoopEvent::Kind::kTimeout);
   EXPECT_GE(Clock::now() - start, std::chrono::milliseconds(30));
   std::thread t([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     launcher->wake();
   });
   e = launcher->next_event(Clock::time_point::max());
-  EXPECT_EQ(e.kind, LauncherEvent::Kind::kWake);
+  EXPECT_EQ(e.kind, LoopEvent::Kind::kWake);
   t.join();
 }
 
 TEST(PosixLauncher, ExecFailureIsAnErrorNamingTheProgram) {
-  auto launcher = make_posix_launcher({});
+  auto launcher = make_posix_event_loop({});
   ProcessSpec spec;
   spec.argv = {"/nonexistent/program"};
   try {
@@ -137,12 +137,12 @@ TEST(PosixLauncher, ExecFailureIsAnErrorNamingTheProgram) {
 }
 
 TEST(PosixLauncher, OutputIsPrefixedLineByLineAndFlushedBeforeTheExit) {
-  auto launcher = make_posix_launcher({});
+  auto launcher = make_posix_event_loop({});
   ::testing::internal::CaptureStdout();
   launcher->launch(shell("printf 'one\\ntw'; sleep 0.05; printf 'o\\nlast-without-newline'"));
   auto e = next(*launcher);
   std::string out = ::testing::internal::GetCapturedStdout();
-  ASSERT_EQ(e.kind, LauncherEvent::Kind::kExited);
+  ASSERT_EQ(e.kind, LoopEvent::Kind::kExited);
   EXPECT_EQ(out, "[t]:one\n[t]:two\n[t]:last-without-newline\n");
 }
 
@@ -155,7 +155,7 @@ void expect_child_dies_with_worker(const std::string& ending, int expected_statu
                                    bool term_worker) {
   TempDir dir;
   const fs::path child_file = dir.path() / "child";
-  auto launcher = make_posix_launcher({});
+  auto launcher = make_posix_event_loop({});
   // The child ignores SIGTERM: only the group's SIGKILL ends it.
   int pid = launcher->launch(
       shell("(trap '' TERM; exec sleep 300) & echo $! > " + child_file.string() + "; " + ending));
@@ -163,7 +163,7 @@ void expect_child_dies_with_worker(const std::string& ending, int expected_statu
   ASSERT_FALSE(process_dead(child));
   if (term_worker) launcher->signal_group(pid, SIGTERM);
   auto e = next(*launcher, 10000);
-  ASSERT_EQ(e.kind, LauncherEvent::Kind::kExited);
+  ASSERT_EQ(e.kind, LoopEvent::Kind::kExited);
   EXPECT_EQ(e.pid, pid);
   EXPECT_EQ(e.status, expected_status);
   EXPECT_TRUE(eventually_dead(child)) << "the worker's child " << child << " outlived it";
@@ -184,17 +184,17 @@ TEST(PosixLauncher, WorkersChildrenDieWhenItIsStopped) {
 }
 
 TEST(PosixLauncher, ReapedWorkerIsNeverSignalledAgain) {
-  auto launcher = make_posix_launcher({});
+  auto launcher = make_posix_event_loop({});
   int pid = launcher->launch(shell("exit 0"));
   auto e = next(*launcher);
-  ASSERT_EQ(e.kind, LauncherEvent::Kind::kExited);
+  ASSERT_EQ(e.kind, LoopEvent::Kind::kExited);
   // The pid (and group id) may be reused by now; a signal must not reach the
   // new owner. Nothing observable is left to check but that this is a no-op
   // and does not throw; the launcher keeps working afterwards.
   launcher->signal_group(pid, SIGKILL);
   int again = launcher->launch(shell("exit 4"));
   e = next(*launcher);
-  ASSERT_EQ(e.kind, LauncherEvent::Kind::kExited);
+  ASSERT_EQ(e.kind, LoopEvent::Kind::kExited);
   EXPECT_EQ(e.pid, again);
   EXPECT_EQ(e.status, 4);
 }
@@ -212,13 +212,13 @@ TEST(PosixLauncher, WorkerInheritsNoDescriptorButItsStreams) {
   int leaky = ::fcntl(null_fd, F_DUPFD, 200);
   ::close(null_fd);
   ASSERT_GE(leaky, 200);
-  auto launcher = make_posix_launcher({});
+  auto launcher = make_posix_event_loop({});
   const fs::path listing = dir.path() / "fds";
   launcher->launch(shell("ls /proc/self/fd > " + listing.string() + ".tmp; mv " + listing.string() +
                          ".tmp " + listing.string()));
   auto e = next(*launcher);
   ::close(leaky);
-  ASSERT_EQ(e.kind, LauncherEvent::Kind::kExited);
+  ASSERT_EQ(e.kind, LoopEvent::Kind::kExited);
   ASSERT_EQ(e.status, 0);
   // ls also lists its own directory descriptor, a low number: only
   // descriptors from 3 up to what ls could have opened are expected.
@@ -239,7 +239,7 @@ ProcessSpec logging(const std::string& file) {
   return spec;
 }
 
-std::string launch_error(ProcessLauncher& launcher, const ProcessSpec& spec) {
+std::string launch_error(WorkerEventLoop& launcher, const ProcessSpec& spec) {
   try {
     launcher.launch(spec);
   } catch (const InvalidArgument& e) {
@@ -252,9 +252,9 @@ TEST(PosixLauncher, LogFileIsCreatedOrTruncated) {
   TempDir dir;
   const fs::path log = dir.path() / "stdout.log";
   std::ofstream(log) << "an earlier run's much longer output\n";
-  auto launcher = make_posix_launcher({});
+  auto launcher = make_posix_event_loop({});
   launcher->launch(logging(log.string()));
-  ASSERT_EQ(next(*launcher).kind, LauncherEvent::Kind::kExited);
+  ASSERT_EQ(next(*launcher).kind, LoopEvent::Kind::kExited);
   EXPECT_EQ(slurp(log), "written\n");
 }
 
@@ -264,7 +264,7 @@ TEST(PosixLauncher, SymlinkPlantedAsLogFileIsRefusedAndItsTargetUntouched) {
   std::ofstream(victim) << "precious";
   const fs::path log = dir.path() / "stdout.log";
   fs::create_symlink(victim, log);
-  auto launcher = make_posix_launcher({});
+  auto launcher = make_posix_event_loop({});
   std::string error = launch_error(*launcher, logging(log.string()));
   EXPECT_NE(error.find("cannot open log file " + log.string()), std::string::npos) << error;
   EXPECT_NE(error.find("symbolic link"), std::string::npos) << error;
@@ -278,7 +278,7 @@ TEST(PosixLauncher, SymlinkedLogDirectoryIsRefused) {
   std::ofstream(elsewhere / "stdout.log") << "precious";
   fs::create_directory_symlink(elsewhere, dir.path() / "0");
   const fs::path log = dir.path() / "0" / "stdout.log";
-  auto launcher = make_posix_launcher({});
+  auto launcher = make_posix_event_loop({});
   std::string error = launch_error(*launcher, logging(log.string()));
   EXPECT_NE(error.find("symbolic link"), std::string::npos) << error;
   EXPECT_EQ(slurp(elsewhere / "stdout.log"), "precious");
@@ -290,7 +290,7 @@ TEST(PosixLauncher, HardLinkPlantedAsLogFileIsRefused) {
   std::ofstream(victim) << "precious";
   const fs::path log = dir.path() / "stdout.log";
   fs::create_hard_link(victim, log);
-  auto launcher = make_posix_launcher({});
+  auto launcher = make_posix_event_loop({});
   std::string error = launch_error(*launcher, logging(log.string()));
   EXPECT_NE(error.find("2 hard links"), std::string::npos) << error;
   EXPECT_EQ(slurp(victim), "precious");
@@ -304,7 +304,7 @@ TEST(PosixLauncher, FifoPlantedAsLogFileIsRefusedWithoutBlocking) {
   // (this test would hang instead of failing) but gets it and writes to it.
   int reader = ::open(log.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   ASSERT_GE(reader, 0);
-  auto launcher = make_posix_launcher({});
+  auto launcher = make_posix_event_loop({});
   std::string error = launch_error(*launcher, logging(log.string()));
   ::close(reader);
   EXPECT_NE(error.find("cannot open log file " + log.string()), std::string::npos) << error;
@@ -365,10 +365,10 @@ int worker_status_under_tracer_filter(const std::string& script) {
   if (agent < 0) return 200;
   if (agent == 0) {
     if (!kill_whoever_allows_tracer(::getpid())) ::_exit(101);
-    auto launcher = make_posix_launcher({});
+    auto launcher = make_posix_event_loop({});
     const int pid = launcher->launch(shell(script));
-    const LauncherEvent e = next(*launcher, 20000);
-    if (e.kind != LauncherEvent::Kind::kExited || e.pid != pid) ::_exit(102);
+    const LoopEvent e = next(*launcher, 20000);
+    if (e.kind != LoopEvent::Kind::kExited || e.pid != pid) ::_exit(102);
     ::_exit(e.status == -SIGSYS ? 0 : e.status >= 0 && e.status < 100 ? 1 + e.status : 103);
   }
   int status = 0;
