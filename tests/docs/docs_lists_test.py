@@ -21,6 +21,10 @@ disagree:
   only         the docs' "the only ..." sentences that name files
   citations    no file outside the repository is cited (DESIGN.md, /work/...), and
                every relative link in README.md and docs/ leads to a file
+  layout       docs/design.md's folder table against the folders of the build and scripts/
+  support      docs/contributing.md's table of tests/support against its headers
+  options      the CMake options docs/contributing.md names against CMakeLists.txt, cmake/
+  phases       docs/contributing.md's phases of scripts/test against the script's
 """
 import os
 import re
@@ -400,6 +404,75 @@ def check_only(root):
                  f"{supp_dir} has {files} with {len(rules)} rules")
 
 
+
+# ---- other lists ---------------------------------------------------------------------
+
+def check_layout(root):
+    """docs/design.md's folder table: every top-level folder with a CMakeLists.txt has a row,
+    every row's folder exists, and the scripts/ row names what scripts/ holds."""
+    rows = table_after(read(root, "docs/design.md").splitlines(), "| folder | what it is |")
+    documented = set()
+    for row in rows:
+        for name in ticked(row[0]):
+            documented.add(name.rstrip("/"))
+    built = {d for d in os.listdir(root)
+             if os.path.isfile(os.path.join(root, d, "CMakeLists.txt"))}
+    for name in sorted(built - documented):
+        fail(f"layout: {name}/ is a folder of the build, which docs/design.md's layout table "
+             "does not list")
+    for name in sorted(documented - {d for d in os.listdir(root) if os.path.isdir(
+            os.path.join(root, d))}):
+        fail(f"layout: docs/design.md's layout table lists {name}/, which does not exist")
+    for row in rows:
+        if ticked(row[0]) == ["scripts/"]:
+            named = set(ticked(row[1]))
+            present = set(os.listdir(os.path.join(root, "scripts")))
+            compare("layout", named, present, "docs/design.md's scripts/ row", "scripts/")
+
+
+def check_support(root):
+    """docs/contributing.md's table of tests/support's headers against the folder."""
+    rows = table_after(section(read(root, "docs/contributing.md"),
+                               "The test-support library (`tests/support`)"), "| header | what |")
+    documented = {name for row in rows for name in ticked(row[0])}
+    present = {f for f in os.listdir(os.path.join(root, "tests/support")) if f.endswith(".h")}
+    compare("support", documented, present, "docs/contributing.md's tests/support table",
+            "tests/support/")
+
+
+def check_options(root):
+    """The CMake options docs/contributing.md names against the option() and cache variables
+    of CMakeLists.txt and cmake/."""
+    text = read(root, "CMakeLists.txt")
+    for name in sorted(os.listdir(os.path.join(root, "cmake"))):
+        if name.endswith(".cmake"):
+            text += read(root, os.path.join("cmake", name))
+    options = set(re.findall(r"\boption\((DDP_\w+)", text))
+    options |= set(re.findall(r"\bset\((DDP_\w+)\s[^)]*\bCACHE\b", text))
+    building = "\n".join(section(read(root, "docs/contributing.md"), "Building"))
+    m = re.search(r"CMake options:(.*?)\n\n", building, re.S)
+    if not m:
+        fail("options: docs/contributing.md ('Building') has no 'CMake options:' paragraph")
+        return
+    documented = {n for n in ticked(m.group(1)) if re.fullmatch(r"DDP_\w+", n)}
+    compare("options", documented, options, "docs/contributing.md's CMake options",
+            "CMakeLists.txt and cmake/*.cmake")
+
+
+def check_phases(root):
+    """The phases table of docs/contributing.md against scripts/test's phases."""
+    m = re.search(r'DDP_TEST_PHASES:-"([^"]*)"', read(root, "scripts/test"))
+    if not m:
+        fail("phases: no default DDP_TEST_PHASES in scripts/test")
+        return
+    rows = table_after(section(read(root, "docs/contributing.md"), "Phases of `./scripts/test`"),
+                       "| phase | what |")
+    documented = [name for row in rows for name in ticked(row[0])]
+    if documented != m.group(1).split():
+        fail(f"phases: docs/contributing.md's table has the phases {documented}, scripts/test "
+             f"runs {m.group(1).split()}")
+
+
 # ---- citations -----------------------------------------------------------------------
 
 def doc_files(root):
@@ -441,6 +514,10 @@ CHECKS = {
     "features": check_features,
     "only": check_only,
     "citations": check_citations,
+    "layout": check_layout,
+    "support": check_support,
+    "options": check_options,
+    "phases": check_phases,
 }
 
 
