@@ -25,6 +25,7 @@ disagree:
   support      docs/contributing.md's table of tests/support against its headers
   options      the CMake options docs/contributing.md names against CMakeLists.txt, cmake/
   phases       docs/contributing.md's phases of scripts/test against the script's
+  demo_flags   docs/worker-library.md's table of the demo's flags against its flags.cc
 """
 import os
 import re
@@ -473,6 +474,24 @@ def check_phases(root):
              f"runs {m.group(1).split()}")
 
 
+
+def check_demo_flags(root):
+    """docs/worker-library.md's table of the demo's flags against the flags it declares."""
+    declared = set()
+    for _, text in sources(root, ["examples/train_fashion_mnist"]):
+        declared.update(re.findall(r'\badd_(?:option|flag)\(\s*"(--[a-z0-9-]+)"', text))
+    if not declared:
+        fail("demo_flags: no add_option/add_flag(\"--...\") in examples/train_fashion_mnist")
+    rows = table_after(section(read(root, "docs/worker-library.md"), "The demo"),
+                       "| flag | default |")
+    documented = set()
+    for row in rows:
+        for chunk in ticked(row[0]):
+            documented.update(re.findall(r"--[a-z0-9-]+", chunk))
+    compare("demo_flags", documented, declared, "docs/worker-library.md's table of the demo's "
+            "flags", "examples/train_fashion_mnist")
+
+
 # ---- citations -----------------------------------------------------------------------
 
 def doc_files(root):
@@ -518,6 +537,7 @@ CHECKS = {
     "support": check_support,
     "options": check_options,
     "phases": check_phases,
+    "demo_flags": check_demo_flags,
 }
 
 
