@@ -42,11 +42,8 @@
 #include "setup.h"
 #include "training_checkpoint.h"
 
+namespace ddp::examples {
 namespace {
-
-using ddp::examples::Flags;
-using ddp::examples::RunTotals;
-using ddp::examples::Training;
 
 int run(const Flags& flags) {
   // One BLAS thread per rank: the ranks already occupy the cores.
@@ -62,19 +59,20 @@ int run(const Flags& flags) {
   announce_training(t);
   const RunTotals totals = train_epochs(t, total_steps);  // recovers in place as it goes
   report_run(t, totals);
-  ddp::destroy_process_group();
+  destroy_process_group();
   return 0;
 }
 
 }  // namespace
+}  // namespace ddp::examples
 
 int main(int argc, char** argv) {
-  Flags f;
+  ddp::examples::Flags f;
   CLI::App app{"Fashion-MNIST MLP trained with ddp (DistributedDataParallel + DistributedSampler)"};
-  add_flags(app, f);
+  ddp::examples::add_flags(app, f);
   CLI11_PARSE(app, argc, argv);
   try {
-    return run(f);
+    return ddp::examples::run(f);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "train_fashion_mnist: error: %s\n", e.what());
     return 1;
