@@ -153,11 +153,16 @@ def check_metrics(root):
 
 # ---- environment ---------------------------------------------------------------------
 
-# A variable's name, as the docs write it in backticks (`RANK`, `DDP_SHM_DISABLE=1`).
-ENV_NAME = re.compile(r"\b[A-Z][A-Z0-9_]{2,}\b")
+# A variable's name, as the docs write it in backticks (`RANK`, `DDP_SHM_DISABLE=1`); not
+# a family of names (`DDP_STORE_*`, `MASTER_*`).
+ENV_NAME = re.compile(r"\b[A-Z][A-Z0-9_]*[A-Z0-9](?![\w*])")
 
 
 def contract_names(root):
+    if not os.path.isfile(os.path.join(root, ENV_CONTRACT)):
+        fail(f"environment: {ENV_CONTRACT} is missing: has the contract moved? (ENV_CONTRACT at "
+             "the top of this script)")
+        return set()
     text = read(root, ENV_CONTRACT)
     code = re.sub(r"//[^\n]*", "", text)
     names = set(re.findall(r'"([A-Z][A-Z0-9_]*)"', code))
