@@ -39,6 +39,7 @@ class Mlp {
   // Zeroes the gradients (what an interrupted step accumulated).
   void zero_grad();
   std::vector<float>& momentum(std::size_t i) { return momentum_[i]; }
+  const std::vector<float>& momentum(std::size_t i) const { return momentum_[i]; }
 
  private:
   std::vector<int> layers_;
