@@ -33,7 +33,7 @@ import sys
 
 # Where the environment contract lives: the header whose string constants are the
 # names the agent writes into a worker's environment and the worker library reads.
-ENV_CONTRACT = "common/include/ddp/common/env_contract.h"
+ENV_CONTRACT = "worker_contract/include/ddp/worker_contract/env_names.h"
 
 # Production code: where metric families are written and variables are read.
 PRODUCTION_DIRS = ["common", "store", "store_server", "store_etcd", "rendezvous", "agent",
