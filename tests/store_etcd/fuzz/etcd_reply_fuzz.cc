@@ -113,7 +113,7 @@ void check(bool ok, const char* what) {
 // Called from a catch block: the exception must be a ddp::Error (the parsing
 // calls' documented failures); `token_expired_allowed` for decode_reply, which
 // also throws Transport's internal TokenExpired (not a ddp::Error: Transport
-// catches it to re-authenticate; its class is private to etcd_http.cc, so it
+// catches it to re-authenticate; its class is private to store_etcd/src, so it
 // is recognized by name).
 void expect_ddp_error(bool token_expired_allowed) {
   try {
