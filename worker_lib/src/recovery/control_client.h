@@ -18,10 +18,10 @@
 #include <optional>
 #include <string>
 
-#include "recovery/abortable_store.h"
 #include "ddp/worker/process_group.h"
 #include "ddp/worker_contract/control_channel.h"
 #include "ddp/worker_contract/worker_contract.h"
+#include "recovery/abortable_store.h"
 
 namespace ddp::detail {
 
