@@ -24,6 +24,7 @@
 #include "ddp/common/error.h"
 #include "ddp/worker/distributed_sampler.h"
 #include "ddp/worker/init.h"
+#include "ddp/worker/logger.h"
 #include "test_util.h"
 
 namespace {

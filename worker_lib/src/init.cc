@@ -18,6 +18,7 @@
 #include "ddp/store/prefix_store.h"
 #include "ddp/store/tcp_store.h"
 #include "ddp/store_server/store_server.h"
+#include "ddp/worker/logger.h"
 #include "ddp/worker/process_group_nccl.h"
 #include "ddp/worker_contract/env_names.h"
 #include "ddp/worker_contract/worker_contract.h"

@@ -27,8 +27,6 @@
 #include <string>
 #include <vector>
 
-#include <spdlog/logger.h>
-
 #include "ddp/worker/process_group.h"
 #include "ddp/worker/process_group_gloo.h"
 
@@ -88,7 +86,7 @@ std::shared_ptr<Store> job_store();
 std::shared_ptr<ProcessGroup> new_group(const std::vector<int>& ranks = {},
                                         const std::string& backend = "");
 
-// A logger whose lines carry "[rank N]" (spdlog; level from DDP_LOG_LEVEL, default info).
-std::shared_ptr<spdlog::logger> logger();
+// The rank logger, logger(), is in ddp/worker/logger.h: the one header of the
+// worker library that includes spdlog.
 
 }  // namespace ddp
