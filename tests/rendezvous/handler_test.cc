@@ -3,11 +3,13 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <set>
 #include <thread>
 
 #include "ddp/common/error.h"
 #include "ddp/store/memory_store.h"
+#include "forwarding_store.h"
 
 namespace ddp {
 namespace {
@@ -142,13 +144,37 @@ TEST(StaticRendezvous, BadParams) {
   EXPECT_THROW(make_static_rendezvous(range, with(store)), InvalidArgument);
 }
 
+// Counts the arrivals (adds to a round's arrival counter) that reached the store.
+class ArrivalCounter : public test::ForwardingStore {
+ public:
+  using ForwardingStore::ForwardingStore;
+  std::int64_t add(const std::string& key, std::int64_t delta) override {
+    const std::int64_t value = ForwardingStore::add(key, delta);
+    const std::string suffix = "/arrivals";
+    if (key.size() >= suffix.size() &&
+        key.compare(key.size() - suffix.size(), suffix.size(), suffix) == 0) {
+      ++arrivals_;
+    }
+    return value;
+  }
+  // Returns once `n` arrivals reached the store.
+  void wait_for(int n) const {
+    while (arrivals_.load() < n) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+
+ private:
+  std::atomic<int> arrivals_{0};
+};
+
 TEST(C10dRendezvous, RanksFollowArrivalOrder) {
-  auto store = std::make_shared<MemoryStore>();
+  // Node i joins once node i-1's arrival is in the store: the order is the
+  // test's, however slowly a thread starts.
+  auto store = std::make_shared<ArrivalCounter>(std::make_shared<MemoryStore>());
   std::vector<RendezvousInfo> infos(3);
   std::vector<std::thread> threads;
   for (int i = 0; i < 3; ++i) {
     threads.emplace_back([&, i] {
-      std::this_thread::sleep_for(std::chrono::milliseconds(30 * i));
+      store->wait_for(i);
       auto p = params(3, 0, i + 1);
       infos[static_cast<std::size_t>(i)] = make_c10d_rendezvous(p, with(store))->join()->info();
     });
