@@ -70,10 +70,6 @@ namespace {
 std::mutex open_mutex;
 bool opened = false;
 ControlClient* the_client = nullptr;  // lives as long as the process
-// Its reader (ddp/common/background.h: the call owns the client, which is never
-// deleted); never waited for, never destroyed: it reads as long as the process
-// lives (the agent's end closing ends it earlier).
-BackgroundCall* the_reader = nullptr;
 }  // namespace
 
 ControlClient* ControlClient::open() {
@@ -95,7 +91,13 @@ ControlClient* ControlClient::open() {
   if (!client->send(contract::encode(contract::Hello{true, ::getpid()}))) {
     spdlog::warn("the agent did not get this worker's hello: it will not recover in place");
   }
-  the_reader = new BackgroundCall([client] {
+  // Its reader (ddp/common/background.h: the call owns the client, which is
+  // never deleted) reads as long as the process lives, or until the agent's
+  // end closes: it is never waited for, so it is abandoned at once, when
+  // `reader` goes out of scope. (A BackgroundCall never destroyed would leave
+  // its thread neither joined nor detached: ThreadSanitizer reports that as a
+  // thread leak at exit.)
+  BackgroundCall reader([client] {
     try {
       client->read_loop();
     } catch (...) {
