@@ -60,16 +60,19 @@ class FakeAgent {
   Worker& start(int rank, int world, const std::string& prefix) {
     auto [agent_fd, worker_fd] = control::make_socket_pair();
     auto env = test::base_env();
-    env["DDP_STORE_ADDR"] = "127.0.0.1";
-    env["DDP_STORE_PORT"] = std::to_string(server_.port());
-    env["DDP_STORE_PREFIX"] = prefix;
-    env["RANK"] = std::to_string(rank);
-    env["WORLD_SIZE"] = std::to_string(world);
-    env["LOCAL_RANK"] = "0";
-    env["DDP_CONTROL_FD"] = "3";
+    contract::WorkerRound round;
+    round.rank = rank;
+    round.world_size = world;
+    round.group_rank = rank;  // one worker a node
+    round.group_world_size = world;
+    round.store_addr = "127.0.0.1";
+    round.store_port = server_.port();
+    round.store_prefix = prefix;
     // As ddprun's agent: a failed collective waits this long for the word
     // that its round ended (a killed peer's connection breaks first).
-    env["DDP_CHANGE_GRACE_MS"] = "30000";
+    round.change_grace = std::chrono::milliseconds(30000);
+    for (const auto& [name, value] : contract::environment_of(round)) env[name] = value;
+    env["DDP_CONTROL_FD"] = "3";
     test::SpawnOptions options;
     options.die_with_parent = true;
     auto w = std::make_unique<Worker>();

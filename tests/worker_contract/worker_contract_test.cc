@@ -220,5 +220,48 @@ TEST(WorkerContract, TheEnvironmentAndTheRoundMessageSayTheSameRound) {
   EXPECT_EQ(env.at(names::kStorePrefix), "rdzv/job/round_7/workers");
 }
 
+// The environment environment_of writes reads back as the same round (all
+// but its number), as a worker ddprun started reads it.
+TEST(WorkerContract, TheEnvironmentReadsBackAsTheSameRound) {
+  const WorkerRound round = a_round();
+  std::map<std::string, std::string> env;
+  for (const auto& [name, value] : environment_of(round)) env[name] = value;
+  const auto lookup = [&env](const char* name) -> std::optional<std::string> {
+    auto it = env.find(name);
+    if (it == env.end()) return std::nullopt;
+    return it->second;
+  };
+  auto read = decode_environment(lookup);
+  ASSERT_TRUE(read);
+  WorkerRound expected = round;
+  expected.round = 0;
+  EXPECT_EQ(*read, expected);
+}
+
+TEST(WorkerContract, AnEnvironmentMissingAVariableOrOutOfRangeNamesIt) {
+  std::map<std::string, std::string> env;
+  for (const auto& [name, value] : environment_of(a_round())) env[name] = value;
+  const auto lookup = [&env](const char* name) -> std::optional<std::string> {
+    auto it = env.find(name);
+    if (it == env.end()) return std::nullopt;
+    return it->second;
+  };
+  env.erase(env_names::kStorePort);
+  std::string problem;
+  EXPECT_FALSE(decode_environment(lookup, &problem));
+  EXPECT_EQ(problem, "environment variable DDP_STORE_PORT is not set");
+
+  env[env_names::kStorePort] = "29400";
+  env[env_names::kRank] = "8";  // WORLD_SIZE is 8
+  EXPECT_FALSE(decode_environment(lookup, &problem));
+  EXPECT_NE(problem.find("RANK=8"), std::string::npos) << problem;
+  EXPECT_NE(problem.find("do not describe a round"), std::string::npos) << problem;
+
+  env[env_names::kRank] = "five";
+  EXPECT_FALSE(decode_environment(lookup));  // no problem asked for: still refused
+  env[env_names::kRank] = "5";
+  EXPECT_TRUE(decode_environment(lookup));
+}
+
 }  // namespace
 }  // namespace ddp::contract

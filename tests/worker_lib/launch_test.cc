@@ -9,6 +9,7 @@
 #include "ddp/store/prefix_store.h"
 #include "ddp/store/tcp_store.h"
 #include "ddp/store_server/store_server.h"
+#include "ddp/worker_contract/worker_contract.h"
 #include "net_util.h"
 #include "process_util.h"
 
@@ -143,6 +144,18 @@ TEST(EnvInit, MissingVariablesAreNamed) {
   EXPECT_THAT(results[0].output(), HasSubstr("MASTER_ADDR"));
 }
 
+// A worker that finds ddprun's store in its environment reads the whole round
+// there (worker_contract's decode_environment), and names what is missing.
+TEST(EnvInit, AnIncompleteAgentEnvironmentIsNamed) {
+  Procs procs;
+  procs.start({smoke(), "all"},
+              {{"DDP_STORE_ADDR", "127.0.0.1"}, {"RANK", "0"}, {"WORLD_SIZE", "2"}});
+  auto results = procs.wait_all(std::chrono::seconds(20));
+  EXPECT_EQ(results[0].code, 2) << results[0].output();
+  EXPECT_THAT(results[0].output(),
+              HasSubstr("environment variable LOCAL_RANK is not set (ddprun sets them)"));
+}
+
 // Store-prefix isolation across restarts: the agent's store serves round k and
 // round k+1 under different DDP_STORE_PREFIX values. Round k+1's workers form
 // their group; a straggler of round k using the same rank numbers cannot join
@@ -150,22 +163,29 @@ TEST(EnvInit, MissingVariablesAreNamed) {
 TEST(DdpStoreInit, StaleRoundCannotSeeTheNextRoundsKeys) {
   StoreServer server(StoreServerOptions{});
   server.start();
-  std::map<std::string, std::string> common = {{"DDP_STORE_ADDR", "127.0.0.1"},
-                                               {"DDP_STORE_PORT", std::to_string(server.port())},
-                                               {"MASTER_ADDR", "127.0.0.1"},
-                                               {"MASTER_PORT", "1"},  // must not be used
-                                               {"WORLD_SIZE", "2"}};
+  // As ddprun's agent writes it (one node, two workers).
+  const auto env_of = [&server](int rank, const std::string& prefix) {
+    contract::WorkerRound round;
+    round.rank = rank;
+    round.world_size = 2;
+    round.local_rank = rank;
+    round.local_world_size = 2;
+    round.master_addr = "127.0.0.1";
+    round.master_port = 1;  // must not be used
+    round.store_addr = "127.0.0.1";
+    round.store_port = server.port();
+    round.store_prefix = prefix;
+    std::map<std::string, std::string> env;
+    for (const auto& [name, value] : contract::environment_of(round)) env[name] = value;
+    return env;
+  };
   Procs procs;
   for (int r = 0; r < 2; ++r) {
-    auto env = common;
-    env["RANK"] = std::to_string(r);
-    env["DDP_STORE_PREFIX"] = "job/round_1";
+    auto env = env_of(r, "job/round_1");
     env["DDP_TIMEOUT"] = "30";
     procs.start({smoke(), "all"}, env);
   }
-  auto stale_env = common;
-  stale_env["RANK"] = "1";
-  stale_env["DDP_STORE_PREFIX"] = "job/round_0";
+  auto stale_env = env_of(1, "job/round_0");
   stale_env["DDP_TIMEOUT"] = "3";
   procs.start({smoke(), "all"}, stale_env);
   auto results = procs.wait_all(std::chrono::seconds(60));

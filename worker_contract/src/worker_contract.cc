@@ -35,25 +35,65 @@ bool has(const control::Message& m, const char* key) { return m.fields.count(key
 
 }  // namespace
 
+namespace {
+
+// What a worker learns of its round, one row per field: its key in the
+// `round` message and the environment variable that carries it. The round's
+// number has no variable (DDP_STORE_PREFIX holds it).
+struct RoundVariable {
+  const char* key;
+  const char* name;
+};
+constexpr RoundVariable kRoundVariables[] = {
+    {"rank", env_names::kRank},
+    {"world_size", env_names::kWorldSize},
+    {"local_rank", env_names::kLocalRank},
+    {"local_world_size", env_names::kLocalWorldSize},
+    {"group_rank", env_names::kGroupRank},
+    {"group_world_size", env_names::kGroupWorldSize},
+    {"restart_count", env_names::kRestartCount},
+    {"master_addr", env_names::kMasterAddr},
+    {"master_port", env_names::kMasterPort},
+    {"store_addr", env_names::kStoreAddr},
+    {"store_port", env_names::kStorePort},
+    {"store_prefix", env_names::kStorePrefix},
+    {"grace_ms", env_names::kChangeGraceMs},
+};
+
+}  // namespace
+
 std::vector<std::pair<std::string, std::string>> environment_of(const WorkerRound& r) {
-  namespace names = env_names;
-  return {
-      {names::kLocalRank, std::to_string(r.local_rank)},
-      {names::kRank, std::to_string(r.rank)},
-      {names::kGroupRank, std::to_string(r.group_rank)},
-      {names::kRoleRank, std::to_string(r.rank)},
-      {names::kLocalWorldSize, std::to_string(r.local_world_size)},
-      {names::kWorldSize, std::to_string(r.world_size)},
-      {names::kGroupWorldSize, std::to_string(r.group_world_size)},
-      {names::kRoleWorldSize, std::to_string(r.world_size)},
-      {names::kMasterAddr, r.master_addr},
-      {names::kMasterPort, std::to_string(r.master_port)},
-      {names::kRestartCount, std::to_string(r.restart_count)},
-      {names::kStoreAddr, r.store_addr},
-      {names::kStorePort, std::to_string(r.store_port)},
-      {names::kStorePrefix, r.store_prefix},
-      {names::kChangeGraceMs, std::to_string(r.change_grace.count())},
-  };
+  const control::Message message = encode(r);
+  std::vector<std::pair<std::string, std::string>> variables;
+  for (const auto& [key, name] : kRoundVariables) variables.emplace_back(name, message.text(key));
+  // torchrun's one role: its rank and size are the job's.
+  variables.emplace_back(env_names::kRoleRank, std::to_string(r.rank));
+  variables.emplace_back(env_names::kRoleWorldSize, std::to_string(r.world_size));
+  return variables;
+}
+
+std::optional<WorkerRound> decode_environment(const EnvironmentLookup& lookup,
+                                              std::string* problem) {
+  control::Message message("round");
+  message.set("round", 0);
+  for (const auto& [key, name] : kRoundVariables) {
+    auto value = lookup(name);
+    if (!value) {
+      if (problem != nullptr)
+        *problem = std::string("environment variable ") + name + " is not set";
+      return std::nullopt;
+    }
+    message.set(key, std::move(*value));
+  }
+  auto round = decode_round(message);
+  if (!round && problem != nullptr) {
+    *problem = "environment variables";
+    for (const auto& [key, name] : kRoundVariables) {
+      *problem += std::string(" ") + name + "=" + message.text(key);
+    }
+    *problem += " do not describe a round (a value out of range or not a number)";
+  }
+  return round;
 }
 
 control::Message encode(const WorkerRound& r) {

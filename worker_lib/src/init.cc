@@ -54,6 +54,18 @@ std::string require_str(const char* name) {
   return *value;
 }
 
+// The round ddprun's agent wrote into this worker's environment, or nullopt
+// when no agent started it (DDP_STORE_ADDR unset: torchrun's env://).
+std::optional<contract::WorkerRound> round_from_agent() {
+  auto addr = env::get(names::kStoreAddr);
+  if (!addr || addr->empty()) return std::nullopt;
+  std::string problem;
+  auto round =
+      contract::decode_environment([](const char* name) { return env::get(name); }, &problem);
+  if (!round) throw InvalidArgument("init_process_group", problem + " (ddprun sets them)");
+  return round;
+}
+
 bool is_loopback(const std::string& host) {
   return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
 }
@@ -135,13 +147,22 @@ void init_process_group(InitOptions options) {
     throw InvalidArgument(origin,
                           fmt::format("timeout {} ms must be positive", options.timeout.count()));
   }
-  int world = options.world_size ? *options.world_size : require_int(names::kWorldSize, 1, 1 << 20);
-  int rank = options.rank ? *options.rank : require_int(names::kRank, 0, world - 1);
+  const std::optional<contract::WorkerRound> agents_round = round_from_agent();
+  int world = options.world_size ? *options.world_size
+              : agents_round     ? agents_round->world_size
+                                 : require_int(names::kWorldSize, 1, 1 << 20);
+  int rank = options.rank   ? *options.rank
+             : agents_round ? agents_round->rank
+                            : require_int(names::kRank, 0, world - 1);
   if (world < 1 || rank < 0 || rank >= world) {
     throw InvalidArgument(origin, fmt::format("rank {} is outside [0, {})", rank, world));
   }
-  const int local_rank = static_cast<int>(env::get_int(names::kLocalRank).value_or(0));
-  const int local_world = static_cast<int>(env::get_int(names::kLocalWorldSize).value_or(1));
+  const int local_rank = agents_round
+                             ? agents_round->local_rank
+                             : static_cast<int>(env::get_int(names::kLocalRank).value_or(0));
+  const int local_world = agents_round
+                              ? agents_round->local_world_size
+                              : static_cast<int>(env::get_int(names::kLocalWorldSize).value_or(1));
 
   std::unique_ptr<StoreServer> server;
   std::shared_ptr<Store> store = options.store;
@@ -151,13 +172,13 @@ void init_process_group(InitOptions options) {
   int store_port = 0;
   std::string store_token;
   if (!store) {
-    if (auto addr = env::get(names::kStoreAddr); addr && !addr->empty()) {
+    if (agents_round) {
       // ddprun: the agent's store, namespaced per rendezvous round and restart.
-      store_host = *addr;
-      store_port = require_int(names::kStorePort, 1, 65535);
+      store_host = agents_round->store_addr;
+      store_port = agents_round->store_port;
       store_token = env::get_or(names::kStoreToken, "");
       base_store = connect_store(store_host, store_port, store_token, options.timeout);
-      store_prefix = env::get_or(names::kStorePrefix, "");
+      store_prefix = agents_round->store_prefix;
     } else {
       // env://: rank 0 hosts the store on MASTER_PORT.
       TcpStoreOptions tcp;
@@ -181,7 +202,9 @@ void init_process_group(InitOptions options) {
     }
   }
   // In-place recovery needs the agent's channel, and ddprun's store to re-form in.
-  if (options.recover_in_place && base_store) s.control = detail::ControlClient::open();
+  if (options.recover_in_place && agents_round) {
+    s.control = detail::ControlClient::open(agents_round->change_grace);
+  }
   if (base_store) store = round_store(s, base_store, store_prefix);
   if (options.gloo.iface.empty() && options.gloo.hostname.empty()) {
     if (auto iface = env::get(names::kGlooSocketIfname); iface && !iface->empty()) {

@@ -15,7 +15,6 @@
 #include <spdlog/spdlog.h>
 
 #include "ddp/common/background.h"
-#include "ddp/common/env.h"
 #include "ddp/common/error.h"
 #include "ddp/common/time.h"
 #include "ddp/worker_contract/env_names.h"
@@ -72,7 +71,7 @@ bool opened = false;
 ControlClient* the_client = nullptr;  // lives as long as the process
 }  // namespace
 
-ControlClient* ControlClient::open() {
+ControlClient* ControlClient::open(std::chrono::milliseconds change_grace) {
   std::lock_guard lock(open_mutex);
   if (opened) return the_client;
   opened = true;
@@ -87,7 +86,8 @@ ControlClient* ControlClient::open() {
     }
     return nullptr;
   }
-  auto* client = new ControlClient(fd);  // never deleted: its thread may outlive main()
+  auto* client =
+      new ControlClient(fd, change_grace);  // never deleted: its thread may outlive main()
   if (!client->send(contract::encode(contract::Hello{true, ::getpid()}))) {
     spdlog::warn("the agent did not get this worker's hello: it will not recover in place");
   }
@@ -113,10 +113,10 @@ ControlClient* ControlClient::get() {
   return the_client;
 }
 
-ControlClient::ControlClient(int fd) : state_(std::make_shared<State>()) {
+ControlClient::ControlClient(int fd, std::chrono::milliseconds change_grace)
+    : state_(std::make_shared<State>()) {
   state_->fd = fd;
-  state_->grace = std::chrono::milliseconds(std::clamp<std::int64_t>(
-      env::get_int(env_names::kChangeGraceMs).value_or(0), 0, kMaxGrace.count()));
+  state_->grace = std::clamp(change_grace, std::chrono::milliseconds(0), kMaxGrace);
 }
 
 std::shared_ptr<AbortSignal> ControlClient::signal() {

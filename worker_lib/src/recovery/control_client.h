@@ -29,9 +29,11 @@ class ControlClient {
  public:
   // Opens the channel named by DDP_CONTROL_FD, says hello (in_place=1) and
   // starts reading; null when there is none or it is not an agent's control
-  // socket (a SOCK_SEQPACKET Unix socket). Once per process: later calls
+  // socket (a SOCK_SEQPACKET Unix socket). `change_grace`: how long a failed
+  // collective waits for the agent's word that the round ended (the round's
+  // change_grace; at most 600 s is used). Once per process: later calls
   // return the same client (or null).
-  static ControlClient* open();
+  static ControlClient* open(std::chrono::milliseconds change_grace);
   // The open client, or null.
   static ControlClient* get();
 
@@ -67,7 +69,7 @@ class ControlClient {
   std::exception_ptr explain(std::exception_ptr error);
 
  private:
-  explicit ControlClient(int fd);
+  ControlClient(int fd, std::chrono::milliseconds change_grace);
   void read_loop();
   // The current round ended: sets its signal, aborts its groups.
   void end_round(const std::string& why);

@@ -31,14 +31,16 @@
 //
 // The same WorkerRound is written into a new worker's environment
 // (environment_of) and into the `round` message a kept worker is sent, so the
-// two cannot drift apart; the worker library reads the environment in
-// init_process_group (torchrun's env:// too) and the message in ddp::reform().
+// two cannot drift apart: one table maps each field to its message key and
+// its variable. The worker library reads the environment (decode_environment)
+// in init_process_group, and the message (decode_round) in ddp::reform().
 // Everything here is a pure function: no blocking, no state, thread-safe.
 #pragma once
 
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
@@ -81,6 +83,17 @@ struct WorkerRound {
 // TORCHELASTIC_RESTART_COUNT, and ddprun's DDP_STORE_ADDR, DDP_STORE_PORT,
 // DDP_STORE_PREFIX, DDP_CHANGE_GRACE_MS. Not the round's number (see there).
 std::vector<std::pair<std::string, std::string>> environment_of(const WorkerRound& round);
+
+// A variable's value, or nullopt when it is not set (a worker's getenv).
+using EnvironmentLookup = std::function<std::optional<std::string>(const char* name)>;
+
+// The inverse of environment_of: the round a worker ddprun started finds in
+// its environment, read through `lookup`, with `round` left 0 (the
+// environment has no name for it). The same checks as decode_round: nullopt
+// when a variable is missing, not a number or out of range, and then
+// `problem` (when not null) names the variable, or the values, that were wrong.
+std::optional<WorkerRound> decode_environment(const EnvironmentLookup& lookup,
+                                              std::string* problem = nullptr);
 
 // `round`: the agent tells a kept worker the round it is in now.
 control::Message encode(const WorkerRound& round);
