@@ -131,6 +131,98 @@ using detail::named_round;
 using detail::round_group;
 using detail::round_store;
 
+namespace {
+
+// Where this worker is: from `options` where given, else ddprun's round, else
+// torchrun's env:// variables.
+struct Placement {
+  int rank = 0;
+  int world = 1;
+  int local_rank = 0;
+  int local_world = 1;
+};
+
+Placement place(const InitOptions& options, const std::optional<contract::WorkerRound>& round) {
+  Placement p;
+  p.world = options.world_size ? *options.world_size
+            : round            ? round->world_size
+                               : require_int(names::kWorldSize, 1, 1 << 20);
+  p.rank = options.rank ? *options.rank
+           : round      ? round->rank
+                        : require_int(names::kRank, 0, p.world - 1);
+  if (p.world < 1 || p.rank < 0 || p.rank >= p.world) {
+    throw InvalidArgument("init_process_group",
+                          fmt::format("rank {} is outside [0, {})", p.rank, p.world));
+  }
+  p.local_rank =
+      round ? round->local_rank : static_cast<int>(env::get_int(names::kLocalRank).value_or(0));
+  p.local_world = round ? round->local_world_size
+                        : static_cast<int>(env::get_int(names::kLocalWorldSize).value_or(1));
+  return p;
+}
+
+// The store the groups meet in, and what a re-form needs to reach it again.
+struct StoreSetup {
+  std::unique_ptr<StoreServer> server;  // env:// rank 0 hosts it
+  std::shared_ptr<Store> store;         // where the default group meets
+  std::shared_ptr<Store> base_store;    // ddprun's store, not namespaced (else null)
+  std::string host;
+  int port = 0;
+  std::string token;
+  std::string prefix;  // the round's area in base_store
+};
+
+StoreSetup open_store(const InitOptions& options, const std::optional<contract::WorkerRound>& round,
+                      int rank) {
+  StoreSetup setup;
+  setup.store = options.store;
+  if (setup.store) return setup;
+  if (round) {
+    // ddprun: the agent's store, namespaced per rendezvous round and restart.
+    setup.host = round->store_addr;
+    setup.port = round->store_port;
+    setup.token = env::get_or(names::kStoreToken, "");
+    setup.base_store = connect_store(setup.host, setup.port, setup.token, options.timeout);
+    setup.prefix = round->store_prefix;
+    return setup;
+  }
+  // env://: rank 0 hosts the store on MASTER_PORT.
+  TcpStoreOptions tcp;
+  tcp.host = require_str(names::kMasterAddr);
+  tcp.port = static_cast<std::uint16_t>(require_int(names::kMasterPort, 1, 65535));
+  tcp.connect_timeout = options.timeout;
+  tcp.timeout = options.timeout;
+  setup.host = tcp.host;
+  if (rank == 0) {
+    StoreServerOptions server_options;
+    server_options.host = is_loopback(tcp.host) ? "127.0.0.1" : "0.0.0.0";
+    server_options.port = tcp.port;
+    setup.server = std::make_unique<StoreServer>(server_options);
+    setup.server->start();
+  }
+  std::shared_ptr<Store> base = std::make_shared<TcpStore>(tcp);
+  // The restart count keeps a restarted job away from a previous attempt's keys
+  // when the same MASTER_PORT store outlives it.
+  setup.store = std::make_shared<PrefixStore>(
+      fmt::format("env/{}", env::get_or(names::kRestartCount, "0")), base);
+  return setup;
+}
+
+// Gloo's interface when the program named none: GLOO_SOCKET_IFNAME, else
+// GLOO_HOSTNAME, else loopback when the store is on this host.
+void choose_gloo_address(GlooOptions& gloo, const std::string& store_host) {
+  if (!gloo.iface.empty() || !gloo.hostname.empty()) return;
+  if (auto iface = env::get(names::kGlooSocketIfname); iface && !iface->empty()) {
+    gloo.iface = *iface;
+  } else if (auto host = env::get(names::kGlooHostname); host && !host->empty()) {
+    gloo.hostname = *host;
+  } else if (store_host.empty() || is_loopback(store_host)) {
+    gloo.hostname = "127.0.0.1";  // single node: stay on loopback
+  }
+}
+
+}  // namespace
+
 void init_process_group(InitOptions options) {
   auto& s = init_state();
   std::lock_guard lock(s.mutex);
@@ -148,113 +240,54 @@ void init_process_group(InitOptions options) {
                           fmt::format("timeout {} ms must be positive", options.timeout.count()));
   }
   const std::optional<contract::WorkerRound> agents_round = round_from_agent();
-  int world = options.world_size ? *options.world_size
-              : agents_round     ? agents_round->world_size
-                                 : require_int(names::kWorldSize, 1, 1 << 20);
-  int rank = options.rank   ? *options.rank
-             : agents_round ? agents_round->rank
-                            : require_int(names::kRank, 0, world - 1);
-  if (world < 1 || rank < 0 || rank >= world) {
-    throw InvalidArgument(origin, fmt::format("rank {} is outside [0, {})", rank, world));
-  }
-  const int local_rank = agents_round
-                             ? agents_round->local_rank
-                             : static_cast<int>(env::get_int(names::kLocalRank).value_or(0));
-  const int local_world = agents_round
-                              ? agents_round->local_world_size
-                              : static_cast<int>(env::get_int(names::kLocalWorldSize).value_or(1));
-
-  std::unique_ptr<StoreServer> server;
-  std::shared_ptr<Store> store = options.store;
-  std::string store_host;
-  std::shared_ptr<Store> base_store;
-  std::string store_prefix;
-  int store_port = 0;
-  std::string store_token;
-  if (!store) {
-    if (agents_round) {
-      // ddprun: the agent's store, namespaced per rendezvous round and restart.
-      store_host = agents_round->store_addr;
-      store_port = agents_round->store_port;
-      store_token = env::get_or(names::kStoreToken, "");
-      base_store = connect_store(store_host, store_port, store_token, options.timeout);
-      store_prefix = agents_round->store_prefix;
-    } else {
-      // env://: rank 0 hosts the store on MASTER_PORT.
-      TcpStoreOptions tcp;
-      tcp.host = require_str(names::kMasterAddr);
-      tcp.port = static_cast<std::uint16_t>(require_int(names::kMasterPort, 1, 65535));
-      tcp.connect_timeout = options.timeout;
-      tcp.timeout = options.timeout;
-      store_host = tcp.host;
-      if (rank == 0) {
-        StoreServerOptions server_options;
-        server_options.host = is_loopback(tcp.host) ? "127.0.0.1" : "0.0.0.0";
-        server_options.port = tcp.port;
-        server = std::make_unique<StoreServer>(server_options);
-        server->start();
-      }
-      std::shared_ptr<Store> base = std::make_shared<TcpStore>(tcp);
-      // The restart count keeps a restarted job away from a previous attempt's keys
-      // when the same MASTER_PORT store outlives it.
-      store = std::make_shared<PrefixStore>(
-          fmt::format("env/{}", env::get_or(names::kRestartCount, "0")), base);
-    }
-  }
+  Placement at = place(options, agents_round);
+  StoreSetup setup = open_store(options, agents_round, at.rank);
   // In-place recovery needs the agent's channel, and ddprun's store to re-form in.
   if (options.recover_in_place && agents_round) {
     s.control = detail::ControlClient::open(agents_round->change_grace);
   }
-  if (base_store) store = round_store(s, base_store, store_prefix);
-  if (options.gloo.iface.empty() && options.gloo.hostname.empty()) {
-    if (auto iface = env::get(names::kGlooSocketIfname); iface && !iface->empty()) {
-      options.gloo.iface = *iface;
-    } else if (auto host = env::get(names::kGlooHostname); host && !host->empty()) {
-      options.gloo.hostname = *host;
-    } else if (store_host.empty() || is_loopback(store_host)) {
-      options.gloo.hostname = "127.0.0.1";  // single node: stay on loopback
-    }
-  }
+  if (setup.base_store) setup.store = round_store(s, setup.base_store, setup.prefix);
+  choose_gloo_address(options.gloo, setup.host);
   std::shared_ptr<ProcessGroup> group;
   for (;;) {
     try {
       group = round_group(
-          s, make_group(options.backend, std::make_shared<PrefixStore>("pg/default", store), rank,
-                        world, options, local_rank, "default"));
+          s, make_group(options.backend, std::make_shared<PrefixStore>("pg/default", setup.store),
+                        at.rank, at.world, options, at.local_rank, "default"));
       break;
     } catch (const std::exception&) {
       if (s.control == nullptr || !s.control->signal()->is_set()) throw;
     }
     // The round ended while this worker joined it: join the one the agent names next.
     const contract::WorkerRound next =
-        named_round(s.control->wait_next_round(options.timeout), local_rank);
-    if (next.store_addr != store_host || next.store_port != store_port) {
-      store_host = next.store_addr;
-      store_port = next.store_port;
-      base_store = connect_store(store_host, store_port, store_token, options.timeout);
+        named_round(s.control->wait_next_round(options.timeout), at.local_rank);
+    if (next.store_addr != setup.host || next.store_port != setup.port) {
+      setup.host = next.store_addr;
+      setup.port = next.store_port;
+      setup.base_store = connect_store(setup.host, setup.port, setup.token, options.timeout);
     }
-    store = round_store(s, base_store, next.store_prefix);
-    rank = next.rank;
-    world = next.world_size;
+    setup.store = round_store(s, setup.base_store, next.store_prefix);
+    at.rank = next.rank;
+    at.world = next.world_size;
   }
 
   s.options = options;
-  s.rank = rank;
-  s.world_size = world;
-  s.local_rank = local_rank;
-  s.local_world_size = local_world;
-  s.server = std::move(server);
-  s.store = std::move(store);
-  s.base_store = std::move(base_store);
-  s.store_addr = store_host;
-  s.store_port = store_port;
-  s.store_token = store_token;
+  s.rank = at.rank;
+  s.world_size = at.world;
+  s.local_rank = at.local_rank;
+  s.local_world_size = at.local_world;
+  s.server = std::move(setup.server);
+  s.store = std::move(setup.store);
+  s.base_store = std::move(setup.base_store);
+  s.store_addr = setup.host;
+  s.store_port = setup.port;
+  s.store_token = setup.token;
   s.group = std::move(group);
   s.next_group = 0;
-  s.logger = log::init(fmt::format("rank {}", rank), spdlog::level::info);
+  s.logger = log::init(fmt::format("rank {}", at.rank), spdlog::level::info);
   s.initialized = true;
-  s.logger->debug("joined: rank {}/{} local {}/{} backend {}", rank, world, local_rank, local_world,
-                  options.backend);
+  s.logger->debug("joined: rank {}/{} local {}/{} backend {}", at.rank, at.world, at.local_rank,
+                  at.local_world, options.backend);
 }
 
 void destroy_process_group() {
