@@ -872,7 +872,24 @@ WorkPtr ProcessGroupGloo::barrier() {
   });
 }
 
+WorkPtr ProcessGroupGloo::gather(Buffer, Buffer, int) {
+  throw InvalidArgument("ProcessGroupGloo::gather", "gather is not implemented yet");
+}
+
+WorkPtr ProcessGroupGloo::scatter(Buffer, Buffer, int) {
+  throw InvalidArgument("ProcessGroupGloo::scatter", "scatter is not implemented yet");
+}
+
+WorkPtr ProcessGroupGloo::alltoall(Buffer, Buffer, std::vector<std::size_t>,
+                                   std::vector<std::size_t>) {
+  throw InvalidArgument("ProcessGroupGloo::alltoall", "alltoall is not implemented yet");
+}
+
 // ---- point to point ---------------------------------------------------------
+
+WorkPtr ProcessGroupGloo::recv_any(Buffer, int) {
+  throw InvalidArgument("ProcessGroupGloo::recv_any", "recv_any is not implemented yet");
+}
 
 WorkPtr ProcessGroupGloo::send(Buffer buffer, int dst, int tag) {
   check_cpu(buffer, "send");

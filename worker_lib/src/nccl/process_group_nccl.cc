@@ -56,6 +56,10 @@ ncclDataType_t nccl_type(DType dtype) {
       return ncclInt64;
     case DType::kUInt8:
       return ncclUint8;
+    case DType::kInt8:
+      return ncclInt8;
+    case DType::kBool:
+      return ncclUint8;
   }
   throw InvalidArgument("ProcessGroupNccl",
                         fmt::format("unknown dtype {}", static_cast<int>(dtype)));
@@ -73,6 +77,11 @@ ncclRedOp_t nccl_op(ReduceOp op) {
       return ncclMax;
     case ReduceOp::kProduct:
       return ncclProd;
+    case ReduceOp::kBand:
+    case ReduceOp::kBor:
+    case ReduceOp::kBxor:
+      throw InvalidArgument("ProcessGroupNccl",
+                            fmt::format("reduce op {} is not supported by NCCL", to_string(op)));
   }
   throw InvalidArgument("ProcessGroupNccl",
                         fmt::format("unknown reduce op {}", static_cast<int>(op)));
@@ -378,6 +387,24 @@ WorkPtr ProcessGroupNccl::recv(Buffer buffer, int src, int /*tag*/) {
   auto type = nccl_type(buffer.dtype);
   return enqueue("recv", progress::Kind::kNone, 0,
                  [&] { return ncclRecv(buffer.data, buffer.count, type, src, comm_, stream_); });
+}
+
+WorkPtr ProcessGroupNccl::gather(Buffer, Buffer, int) {
+  throw InvalidArgument("ProcessGroupNccl::gather", "gather is not implemented yet");
+}
+
+WorkPtr ProcessGroupNccl::scatter(Buffer, Buffer, int) {
+  throw InvalidArgument("ProcessGroupNccl::scatter", "scatter is not implemented yet");
+}
+
+WorkPtr ProcessGroupNccl::alltoall(Buffer, Buffer, std::vector<std::size_t>,
+                                   std::vector<std::size_t>) {
+  throw InvalidArgument("ProcessGroupNccl::alltoall", "alltoall is not implemented yet");
+}
+
+WorkPtr ProcessGroupNccl::recv_any(Buffer, int) {
+  throw InvalidArgument("ProcessGroupNccl::recv_any",
+                        "recv from any source is not supported by NCCL");
 }
 
 }  // namespace detail
