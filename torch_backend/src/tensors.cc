@@ -59,8 +59,8 @@ void StagedTensor::write_back() const {
   if (!contiguous_.is_same(tensor_)) tensor_.copy_(contiguous_);
 }
 
-void check_same_shape(const std::vector<at::Tensor>& tensors, const at::Tensor& like,
-                      const char* op) {
+void check_same_dtype_and_device(const std::vector<at::Tensor>& tensors, const at::Tensor& like,
+                                 const char* op) {
   for (const auto& tensor : tensors) {
     TORCH_CHECK(tensor.scalar_type() == like.scalar_type(), "ddp backend: ", op,
                 ": tensors of different dtypes (", c10::toString(tensor.scalar_type()), " and ",
@@ -68,6 +68,13 @@ void check_same_shape(const std::vector<at::Tensor>& tensors, const at::Tensor& 
     TORCH_CHECK(tensor.device() == like.device(), "ddp backend: ", op,
                 ": tensors on different devices (", tensor.device().str(), " and ",
                 like.device().str(), ")");
+  }
+}
+
+void check_same_shape(const std::vector<at::Tensor>& tensors, const at::Tensor& like,
+                      const char* op) {
+  check_same_dtype_and_device(tensors, like, op);
+  for (const auto& tensor : tensors) {
     TORCH_CHECK(tensor.numel() == like.numel(), "ddp backend: ", op,
                 ": tensors of different sizes (", tensor.numel(), " and ", like.numel(),
                 " elements)");

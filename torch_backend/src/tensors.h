@@ -41,8 +41,11 @@ class StagedTensor {
   at::Tensor contiguous_;
 };
 
-// Checks that `tensors` all have `like`'s dtype, device and number of elements
-// (the outputs of allgather, the inputs of scatter ...); throws naming `op`.
+// Checks that `tensors` all have `like`'s dtype and device; throws naming `op`.
+void check_same_dtype_and_device(const std::vector<at::Tensor>& tensors, const at::Tensor& like,
+                                 const char* op);
+// ... and `like`'s number of elements too (the outputs of allgather, the inputs
+// of scatter ...).
 void check_same_shape(const std::vector<at::Tensor>& tensors, const at::Tensor& like,
                       const char* op);
 

@@ -37,6 +37,10 @@ inline constexpr const char* kStorePrefix = "DDP_STORE_PREFIX";
 inline constexpr const char* kTimeout = "DDP_TIMEOUT";
 inline constexpr const char* kGlooSocketIfname = "GLOO_SOCKET_IFNAME";
 inline constexpr const char* kGlooHostname = "DDP_GLOO_HOSTNAME";
+// Optional, read by the torch backend "ddp" (torch_backend/): "0" turns off the
+// check, before every collective, that the ranks agree on its op, size, dtype
+// and root (one small exchange per collective).
+inline constexpr const char* kTorchCheck = "DDP_TORCH_CHECK";
 // The descriptor of this worker's progress page (ddp/worker_contract/progress_page.h),
 // inherited from the agent; unset when the agent does not watch progress.
 inline constexpr const char* kProgressFd = "DDP_PROGRESS_FD";

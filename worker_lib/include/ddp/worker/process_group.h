@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <string>
 #include <type_traits>
@@ -98,6 +99,15 @@ class Work {
   // The rank a recv_any received from, once it completed successfully; -1 before
   // that and for every other operation.
   virtual int source_rank() const { return -1; }
+  // Calls `callback` once the operation completed (succeeded or failed): at once
+  // on the calling thread when it already has, else on the thread that completes
+  // it, after is_completed() turned true. The callback must be quick and must not
+  // throw or issue operations on the group. Returns false, and never calls
+  // `callback`, when this Work cannot notify (then use wait() or is_completed()).
+  virtual bool on_completion(std::function<void()> callback) {
+    (void)callback;
+    return false;
+  }
 };
 
 using WorkPtr = std::shared_ptr<Work>;
