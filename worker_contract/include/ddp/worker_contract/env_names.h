@@ -25,6 +25,10 @@ inline constexpr const char* kUseAgentStore = "TORCHELASTIC_USE_AGENT_STORE";
 inline constexpr const char* kErrorFile = "TORCHELASTIC_ERROR_FILE";
 inline constexpr const char* kNcclAsyncErrorHandling = "NCCL_ASYNC_ERROR_HANDLING";
 inline constexpr const char* kOmpNumThreads = "OMP_NUM_THREADS";
+// Python's module path: ddprun appends the folder of its own Python modules
+// (<prefix>/lib/ddprun/python, holding ddp_torch) after the user's entries,
+// when that folder exists beside the ddprun executable.
+inline constexpr const char* kPythonPath = "PYTHONPATH";
 
 // ddprun's own: where the agents' store is, and the key prefix this round's
 // workers own in it (a worker of an old round can never touch a new round's keys).
