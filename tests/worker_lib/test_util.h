@@ -92,6 +92,16 @@ struct TypedBuffer {
         std::memcpy(p, &x, 1);
         break;
       }
+      case DType::kInt8: {
+        auto x = static_cast<std::int8_t>(static_cast<std::int64_t>(v));
+        std::memcpy(p, &x, 1);
+        break;
+      }
+      case DType::kBool: {
+        std::uint8_t x = v != 0 ? 1 : 0;
+        std::memcpy(p, &x, 1);
+        break;
+      }
     }
   }
   double get(std::size_t i) const {
@@ -127,8 +137,14 @@ struct TypedBuffer {
         std::memcpy(&x, p, 8);
         return static_cast<double>(x);
       }
-      case DType::kUInt8: {
+      case DType::kUInt8:
+      case DType::kBool: {
         std::uint8_t x;
+        std::memcpy(&x, p, 1);
+        return x;
+      }
+      case DType::kInt8: {
+        std::int8_t x;
         std::memcpy(&x, p, 1);
         return x;
       }
