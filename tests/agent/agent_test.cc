@@ -271,7 +271,8 @@ TEST_F(AgentTest, PythonModuleDirGoesOnPythonPathAfterTheUsers) {
     std::optional<std::string> expected;  // the workers' PYTHONPATH; nullopt: unset
   };
   const std::vector<Case> cases = {
-      {{"PYTHONPATH=/home/u/mods:/opt/x"}, "/opt/ddp/lib/ddprun/python",
+      {{"PYTHONPATH=/home/u/mods:/opt/x"},
+       "/opt/ddp/lib/ddprun/python",
        "/home/u/mods:/opt/x:/opt/ddp/lib/ddprun/python"},
       {{}, "/opt/ddp/lib/ddprun/python", "/opt/ddp/lib/ddprun/python"},
       {{"PYTHONPATH="}, "/opt/ddp/lib/ddprun/python", "/opt/ddp/lib/ddprun/python"},

@@ -3,6 +3,10 @@
     driver.py collectives ddprun|torchrun NPROC   collectives.py on NPROC ranks
     driver.py ddp ddprun|torchrun                 ddp_train.py on 2 ranks
     driver.py errors mismatch|timeout|dead        errors.py, 2 ranks started here (env://)
+    driver.py installed                           `cmake --install --component ddp_torch`
+                                                  into a temporary prefix, the built ddprun
+                                                  copied to its bin/: installed.py on 2 ranks
+                                                  finds ddp_torch in <prefix>/lib/ddprun/python
 
 Under ddprun ($DDP_BUILD_BIN/ddprun --standalone) the workers find ddp_torch
 through the PYTHONPATH ddprun's agent gives them: the test's own environment
@@ -108,6 +112,23 @@ def spawn_pair(scenario, package_dir, tmp):
     return codes, outputs
 
 
+def installed(tmp):
+    """ddprun run from a prefix that holds the installed package."""
+    prefix = tmp / "prefix"
+    build_dir = Path(os.environ["DDP_BUILD_BIN"]).parent
+    code, out = run([os.environ["DDP_CMAKE"], "--install", str(build_dir), "--prefix", str(prefix),
+                     "--component", "ddp_torch"], base_env(tmp), tmp)
+    if code != 0:
+        print(out)
+        return 1, out
+    (prefix / "bin").mkdir()
+    shutil.copy2(build_dir / "bin" / "ddprun", prefix / "bin" / "ddprun")
+    package = prefix / "lib" / "ddprun" / "python"
+    argv = [str(prefix / "bin" / "ddprun"), "--standalone", "--nproc_per_node=2",
+            "--monitor_interval=0.1", str(HERE / "installed.py"), str(package)]
+    return run(argv, base_env(tmp), tmp)
+
+
 def check_ok_lines(output, ranks):
     oks = set(int(r) for r in re.findall(r"rank (\d+): ok", output))
     return oks == set(range(ranks))
@@ -119,10 +140,14 @@ def main():
     package_dir = Path(os.environ["DDP_BUILD_BIN"]).parent / "lib" / "ddprun" / "python"
     if not (package_dir / "ddp_torch" / "__init__.py").exists():
         skip(f"no ddp_torch in {package_dir} (build the ddp_torch target)")
-    test, arg = sys.argv[1], sys.argv[2]
+    test, arg = sys.argv[1], (sys.argv[2:] or [""])[0]
     tmp = Path(tempfile.mkdtemp(prefix="ddp-torch-backend-"))
     try:
-        if test == "errors":
+        if test == "installed":
+            code, out = installed(tmp)
+            print(out)
+            passed = code == 0 and check_ok_lines(out, 2)
+        elif test == "errors":
             codes, outputs = spawn_pair(arg, package_dir, tmp)
             for rank, out in enumerate(outputs):
                 print(f"---- rank {rank} (exit {codes[rank]})\n{out}")

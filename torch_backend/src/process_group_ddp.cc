@@ -120,13 +120,10 @@ void check_root(int root, int size, const char* op) {
 
 }  // namespace
 
-ProcessGroupDdp::ProcessGroupDdp(const c10::intrusive_ptr<c10d::Store>& store, int rank,
-                                 int size, std::chrono::milliseconds timeout)
-    : c10d::ProcessGroup(rank, size),
-      name_(group_name_of(store)),
-      timeout_(timeout),
-      store_(std::make_shared<TorchStore>(store, timeout)),
-      completer_(FutureCompleter::start()) {
+ProcessGroupDdp::ProcessGroupDdp(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                                 std::chrono::milliseconds timeout)
+    : c10d::ProcessGroup(rank, size), name_(group_name_of(store)), timeout_(timeout),
+      store_(std::make_shared<TorchStore>(store, timeout)), completer_(FutureCompleter::start()) {
   cpu_group_ = make_gloo_process_group(std::make_shared<PrefixStore>("ddp/gloo", store_), rank,
                                        size, gloo_options(name_, timeout));
 }
@@ -177,8 +174,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDdp::broadcast(std::vector<at::Tensor
   auto& group = group_for(staged.tensor(), op);
   sync_current_stream(staged.tensor());
   auto work = group.broadcast(staged.buffer(), static_cast<int>(opts.rootRank));
-  return follow(c10d::OpType::BROADCAST, op, std::move(work), [staged] { staged.write_back(); },
-                tensors);
+  return follow(
+      c10d::OpType::BROADCAST, op, std::move(work), [staged] { staged.write_back(); }, tensors);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupDdp::allreduce(std::vector<at::Tensor>& tensors,
@@ -189,8 +186,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDdp::allreduce(std::vector<at::Tensor
     auto& group = group_for(staged.tensor(), op);
     sync_current_stream(staged.tensor());
     auto work = group.allreduce(staged.buffer(), ddp_reduce_op(opts.reduceOp, op));
-    return follow(c10d::OpType::ALLREDUCE, op, std::move(work), [staged] { staged.write_back(); },
-                  tensors);
+    return follow(
+        c10d::OpType::ALLREDUCE, op, std::move(work), [staged] { staged.write_back(); }, tensors);
   }
   return allreduce_flat(c10d::OpType::ALLREDUCE, "allreduce", tensors, opts.reduceOp);
 }
@@ -210,8 +207,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDdp::allreduce_flat(c10d::OpType type
   auto& group = group_for(flat.tensor(), op);
   sync_current_stream(flat.tensor());
   auto work = group.allreduce(flat.buffer(), ddp_reduce_op(reduce_op, op));
-  return follow(type, op, std::move(work),
-                [flat, tensors] { unflatten_into(flat.contiguous(), tensors); }, tensors);
+  return follow(
+      type, op, std::move(work), [flat, tensors] { unflatten_into(flat.contiguous(), tensors); },
+      tensors);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupDdp::reduce(std::vector<at::Tensor>& tensors,
@@ -224,8 +222,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDdp::reduce(std::vector<at::Tensor>& 
   sync_current_stream(staged.tensor());
   auto work = group.reduce(staged.buffer(), static_cast<int>(opts.rootRank),
                            ddp_reduce_op(opts.reduceOp, op));
-  return follow(c10d::OpType::REDUCE, op, std::move(work), [staged] { staged.write_back(); },
-                tensors);
+  return follow(
+      c10d::OpType::REDUCE, op, std::move(work), [staged] { staged.write_back(); }, tensors);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupDdp::allgather(
@@ -241,8 +239,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDdp::allgather(
   sync_current_stream(input.tensor());
   auto work = group.allgather(flat.buffer(), input.buffer());
   auto targets = outputs[0];
-  return follow(c10d::OpType::ALLGATHER, op, std::move(work),
-                [input, flat, targets] { unflatten_into(flat.contiguous(), targets); }, targets);
+  return follow(
+      c10d::OpType::ALLGATHER, op, std::move(work),
+      [input, flat, targets] { unflatten_into(flat.contiguous(), targets); }, targets);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupDdp::_allgather_base(
@@ -251,14 +250,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDdp::_allgather_base(
   StagedTensor in(input, op);
   StagedTensor out(output, op);
   check_same_dtype_and_device({output}, input, op);
-  TORCH_CHECK(output.numel() == input.numel() * getSize(), "ddp backend: ", op,
-              ": the output has ", output.numel(), " elements, expected ", getSize(), " x ",
-              input.numel());
+  TORCH_CHECK(output.numel() == input.numel() * getSize(), "ddp backend: ", op, ": the output has ",
+              output.numel(), " elements, expected ", getSize(), " x ", input.numel());
   auto& group = group_for(input, op);
   sync_current_stream(input);
   auto work = group.allgather(out.buffer(), in.buffer());
-  return follow(c10d::OpType::_ALLGATHER_BASE, op, std::move(work),
-                [in, out] { out.write_back(); }, {output});
+  return follow(c10d::OpType::_ALLGATHER_BASE, op, std::move(work), [in, out] { out.write_back(); },
+                {output});
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupDdp::gather(
@@ -282,8 +280,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDdp::gather(
   auto& group = group_for(input.tensor(), op);
   sync_current_stream(input.tensor());
   auto work = group.gather(flat.buffer(), input.buffer(), root);
-  return follow(c10d::OpType::GATHER, op, std::move(work),
-                [input, flat, targets] { unflatten_into(flat.contiguous(), targets); }, targets);
+  return follow(
+      c10d::OpType::GATHER, op, std::move(work),
+      [input, flat, targets] { unflatten_into(flat.contiguous(), targets); }, targets);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupDdp::scatter(
@@ -306,8 +305,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDdp::scatter(
   auto& group = group_for(output.tensor(), op);
   sync_current_stream(output.tensor());
   auto work = group.scatter(output.buffer(), flat.buffer(), root);
-  return follow(c10d::OpType::SCATTER, op, std::move(work),
-                [output, flat] { output.write_back(); }, outputs);
+  return follow(
+      c10d::OpType::SCATTER, op, std::move(work), [output, flat] { output.write_back(); }, outputs);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupDdp::reduce_scatter(
@@ -323,8 +322,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDdp::reduce_scatter(
   sync_current_stream(output.tensor());
   auto work =
       group.reduce_scatter(output.buffer(), flat.buffer(), ddp_reduce_op(opts.reduceOp, op));
-  return follow(c10d::OpType::REDUCE_SCATTER, op, std::move(work),
-                [output, flat] { output.write_back(); }, outputs);
+  return follow(
+      c10d::OpType::REDUCE_SCATTER, op, std::move(work), [output, flat] { output.write_back(); },
+      outputs);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupDdp::_reduce_scatter_base(
@@ -333,9 +333,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDdp::_reduce_scatter_base(
   StagedTensor in(input, op);
   StagedTensor out(output, op);
   check_same_dtype_and_device({output}, input, op);
-  TORCH_CHECK(input.numel() == output.numel() * getSize(), "ddp backend: ", op,
-              ": the input has ", input.numel(), " elements, expected ", getSize(), " x ",
-              output.numel());
+  TORCH_CHECK(input.numel() == output.numel() * getSize(), "ddp backend: ", op, ": the input has ",
+              input.numel(), " elements, expected ", getSize(), " x ", output.numel());
   auto& group = group_for(input, op);
   sync_current_stream(input);
   auto work = group.reduce_scatter(out.buffer(), in.buffer(), ddp_reduce_op(opts.reduceOp, op));
@@ -364,8 +363,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDdp::alltoall_base(
     const std::int64_t rows = tensor.dim() == 0 ? 1 : tensor.size(0);
     const std::int64_t row_elements = rows == 0 ? 0 : tensor.numel() / rows;
     TORCH_CHECK(std::accumulate(splits.begin(), splits.end(), std::int64_t{0}) == rows,
-                "ddp backend: ", op, ": the ", which, " splits do not add up to its dim 0 (",
-                rows, ")");
+                "ddp backend: ", op, ": the ", which, " splits do not add up to its dim 0 (", rows,
+                ")");
     for (auto split : splits) {
       TORCH_CHECK(split >= 0, "ddp backend: ", op, ": negative ", which, " split ", split);
       counts.push_back(static_cast<std::size_t>(split * row_elements));
@@ -376,20 +375,20 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDdp::alltoall_base(
   auto input_counts = counts_of(input_splits, input, "input");
   auto& group = group_for(input, op);
   sync_current_stream(input);
-  auto work = group.alltoall(out.buffer(), in.buffer(), std::move(output_counts),
-                             std::move(input_counts));
-  return follow(c10d::OpType::ALLTOALL_BASE, op, std::move(work),
-                [in, out] { out.write_back(); }, {output});
+  auto work =
+      group.alltoall(out.buffer(), in.buffer(), std::move(output_counts), std::move(input_counts));
+  return follow(c10d::OpType::ALLTOALL_BASE, op, std::move(work), [in, out] { out.write_back(); },
+                {output});
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupDdp::alltoall(std::vector<at::Tensor>& outputs,
                                                          std::vector<at::Tensor>& inputs,
                                                          const c10d::AllToAllOptions& /*opts*/) {
   const char* op = "alltoall";
-  TORCH_CHECK(static_cast<int>(outputs.size()) == getSize() &&
-                  static_cast<int>(inputs.size()) == getSize(),
-              "ddp backend: alltoall needs ", getSize(), " input and ", getSize(),
-              " output tensors, got ", inputs.size(), " and ", outputs.size());
+  TORCH_CHECK(
+      static_cast<int>(outputs.size()) == getSize() && static_cast<int>(inputs.size()) == getSize(),
+      "ddp backend: alltoall needs ", getSize(), " input and ", getSize(), " output tensors, got ",
+      inputs.size(), " and ", outputs.size());
   check_same_dtype_and_device(inputs, inputs[0], op);
   check_same_dtype_and_device(outputs, inputs[0], op);
   std::vector<std::size_t> input_counts;
@@ -404,11 +403,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDdp::alltoall(std::vector<at::Tensor>
   StagedTensor out(flat_empty(output_total, inputs[0]), op);
   auto& group = group_for(inputs[0], op);
   sync_current_stream(inputs[0]);
-  auto work = group.alltoall(out.buffer(), in.buffer(), std::move(output_counts),
-                             std::move(input_counts));
+  auto work =
+      group.alltoall(out.buffer(), in.buffer(), std::move(output_counts), std::move(input_counts));
   auto targets = outputs;
-  return follow(c10d::OpType::ALLTOALL, op, std::move(work),
-                [in, out, targets] { unflatten_into(out.contiguous(), targets); }, targets);
+  return follow(
+      c10d::OpType::ALLTOALL, op, std::move(work),
+      [in, out, targets] { unflatten_into(out.contiguous(), targets); }, targets);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupDdp::send(std::vector<at::Tensor>& tensors, int dst,
@@ -430,8 +430,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDdp::recv(std::vector<at::Tensor>& te
   auto& group = group_for(staged.tensor(), op);
   sync_current_stream(staged.tensor());
   auto work = group.recv(staged.buffer(), src, tag);
-  return follow(c10d::OpType::RECV, op, std::move(work), [staged] { staged.write_back(); },
-                tensors);
+  return follow(
+      c10d::OpType::RECV, op, std::move(work), [staged] { staged.write_back(); }, tensors);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupDdp::recvAnysource(std::vector<at::Tensor>& tensors,
@@ -441,8 +441,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDdp::recvAnysource(std::vector<at::Te
   auto& group = group_for(staged.tensor(), op);
   sync_current_stream(staged.tensor());
   auto work = group.recv_any(staged.buffer(), tag);
-  return follow(c10d::OpType::RECVANYSOURCE, op, std::move(work),
-                [staged] { staged.write_back(); }, tensors);
+  return follow(
+      c10d::OpType::RECVANYSOURCE, op, std::move(work), [staged] { staged.write_back(); }, tensors);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupDdp::barrier(const c10d::BarrierOptions& /*opts*/) {

@@ -18,20 +18,17 @@ c10::intrusive_ptr<WorkDdp> WorkDdp::follow(int rank, c10d::OpType type, std::st
       result->future_->markCompleted(c10::IValue(result->outputs_));
     }
   };
-  const bool notifies = work->on_completion(
-      [complete_future, completer] { completer->post(complete_future); });
+  const bool notifies =
+      work->on_completion([complete_future, completer] { completer->post(complete_future); });
   TORCH_INTERNAL_ASSERT(notifies, "ddp backend: ", result->op_, "'s Work cannot notify");
   return result;
 }
 
 WorkDdp::WorkDdp(int rank, c10d::OpType type, std::string op, ddp::WorkPtr work,
                  std::function<void()> finish, std::vector<at::Tensor> outputs)
-    : c10d::Work(rank, type),
-      op_(std::move(op)),
-      work_(std::move(work)),
-      outputs_(std::move(outputs)),
-      future_(c10::make_intrusive<c10::ivalue::Future>(
-          c10::ListType::create(c10::TensorType::get()))),
+    : c10d::Work(rank, type), op_(std::move(op)), work_(std::move(work)),
+      outputs_(std::move(outputs)), future_(c10::make_intrusive<c10::ivalue::Future>(
+                                        c10::ListType::create(c10::TensorType::get()))),
       finish_(std::move(finish)) {}
 
 std::exception_ptr WorkDdp::settle() {
