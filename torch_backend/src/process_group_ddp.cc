@@ -126,6 +126,7 @@ ProcessGroupDdp::ProcessGroupDdp(const c10::intrusive_ptr<c10d::Store>& store, i
       store_(std::make_shared<TorchStore>(store, timeout)), completer_(FutureCompleter::start()) {
   cpu_group_ = make_gloo_process_group(std::make_shared<PrefixStore>("ddp/gloo", store_), rank,
                                        size, gloo_options(name_, timeout));
+  init();  // torch's usage logging, as its own backends do
 }
 
 ProcessGroupDdp::~ProcessGroupDdp() {

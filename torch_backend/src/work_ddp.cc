@@ -46,7 +46,11 @@ std::exception_ptr WorkDdp::settle() {
   return finish_error_;
 }
 
-bool WorkDdp::isCompleted() { return work_->is_completed(); }
+bool WorkDdp::isCompleted() {
+  if (!work_->is_completed()) return false;
+  settle();  // the outputs are in place once this says so
+  return true;
+}
 
 bool WorkDdp::isSuccess() const { return work_->is_completed() && work_->exception() == nullptr; }
 

@@ -5,7 +5,7 @@
 // a timeout that passes first it throws a RuntimeError saying so. The
 // operation's `finish` step (copying staged results into the caller's
 // tensors) runs once, after the ddp Work succeeded, on whichever thread sees
-// that first: wait() or the group's FutureCompleter, which then completes the
+// that first: wait(), isCompleted() or the group's FutureCompleter, which then completes the
 // future (getFuture(): value = the output tensors, or the error) that DDP's
 // reducer and comm hooks chain on.
 //
