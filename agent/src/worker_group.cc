@@ -197,6 +197,10 @@ std::vector<std::string> WorkerGroup::worker_env(const Worker& worker) const {
     env[names::kOmpNumThreads] = "1";
   }
   if (timer_) env["TORCHELASTIC_TIMER_FILE"] = timer_->path();
+  if (!options_.python_module_dir.empty()) {
+    auto& path = env[names::kPythonPath];
+    path = path.empty() ? options_.python_module_dir : path + ":" + options_.python_module_dir;
+  }
   // A hung Python worker is ended with SIGABRT: faulthandler then prints
   // every thread's traceback into its log.
   if (python_ && (options_.watch.hang_timeout != std::chrono::milliseconds(0)) &&

@@ -44,6 +44,15 @@ const HostFacts& real_host_facts() {
             std::getline(in, line);
             return line;
           },
+      .python_module_dir =
+          [] {
+            std::error_code error;
+            const auto exe = std::filesystem::read_symlink("/proc/self/exe", error);
+            if (error) return std::string();
+            const auto dir = exe.parent_path().parent_path() / "lib" / "ddprun" / "python";
+            return std::filesystem::is_directory(dir, error) ? dir.lexically_normal().string()
+                                                             : std::string();
+          },
   };
   return facts;
 }

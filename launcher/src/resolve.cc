@@ -251,6 +251,7 @@ class Resolver {
       spec.line_prefix_template = *tmpl;
     }
     c.agent.set_omp_num_threads = nproc > 1;
+    if (host_.python_module_dir) c.agent.python_module_dir = host_.python_module_dir();
     c.agent.hostname = host_.hostname();
   }
 

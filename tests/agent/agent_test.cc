@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <future>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "ddp/store/memory_store.h"
@@ -257,6 +258,42 @@ TEST_F(AgentTest, SucceedsAndGivesTheContractEnvironment) {
               "[default" + std::to_string(r) + "]:");
   }
   EXPECT_EQ(launcher.stuck(), 0);
+}
+
+TEST_F(AgentTest, PythonModuleDirGoesOnPythonPathAfterTheUsers) {
+  FakeEventLoop launcher;
+  launcher.on_launch = [](FakeEventLoop& l, const FakeEventLoop::Launch& launch) {
+    l.exit(launch.pid, 0);
+  };
+  struct Case {
+    std::vector<std::string> base_env;
+    std::string module_dir;
+    std::optional<std::string> expected;  // the workers' PYTHONPATH; nullopt: unset
+  };
+  const std::vector<Case> cases = {
+      {{"PYTHONPATH=/home/u/mods:/opt/x"},
+       "/opt/ddp/lib/ddprun/python",
+       "/home/u/mods:/opt/x:/opt/ddp/lib/ddprun/python"},
+      {{}, "/opt/ddp/lib/ddprun/python", "/opt/ddp/lib/ddprun/python"},
+      {{"PYTHONPATH="}, "/opt/ddp/lib/ddprun/python", "/opt/ddp/lib/ddprun/python"},
+      {{"PYTHONPATH=/home/u/mods"}, "", "/home/u/mods"},
+      {{}, "", std::nullopt},
+  };
+  for (const auto& c : cases) {
+    auto rdzv = rendezvous(1, 0, 1);
+    AgentOptions o = options(1, 0);
+    o.base_env = c.base_env;
+    o.python_module_dir = c.module_dir;
+    Agent agent(o, *rdzv, launcher);
+    EXPECT_EQ(agent.run(), 0);
+    const auto launches = launcher.launches();
+    ASSERT_FALSE(launches.empty());
+    const auto& env = launches.back().env;
+    auto it = env.find("PYTHONPATH");
+    const std::optional<std::string> got =
+        it == env.end() ? std::nullopt : std::optional<std::string>(it->second);
+    EXPECT_EQ(got, c.expected) << "module dir '" << c.module_dir << "'";
+  }
 }
 
 TEST_F(AgentTest, FailureRestartsTheGroupInANewRound) {

@@ -34,6 +34,8 @@ struct FakeHost {
   std::set<std::string> executables{"/usr/bin/python3", "/bin/true"};
   // Readable files and their text.
   std::map<std::string, std::string> readable;
+  // ddprun's Python module folder ("" when it has none).
+  std::string python_module_dir;
 
   HostFacts facts() const {
     auto regular = [this](const std::string& path) {
@@ -68,6 +70,7 @@ struct FakeHost {
               if (it == readable.end()) return std::string();
               return it->second.substr(0, it->second.find('\n'));
             },
+        .python_module_dir = [this] { return python_module_dir; },
     };
   }
 
@@ -643,12 +646,20 @@ TEST(ParseCommandLine, TheAgentsOptionsComeFromTheirFlags) {
   EXPECT_EQ(c.agent.stop_grace, 0ms);
   EXPECT_EQ(c.agent.spec.line_prefix_template, "<${rank}> ");
   EXPECT_TRUE(c.agent.set_omp_num_threads);
+  EXPECT_TRUE(c.agent.python_module_dir.empty()) << "this host has none";
   EXPECT_EQ(c.log_dir, "/tmp/logs");
   EXPECT_EQ(c.agent.spec.argv, (std::vector<std::string>{"/bin/true"}));
   EXPECT_TRUE(c.agent.run_log_dir.empty()) << "ddprun fills it when it runs";
   EXPECT_TRUE(c.agent.base_env.empty()) << "ddprun fills it when it runs";
   EXPECT_EQ(host.error({"--nproc_per_node=2", "--tee=3:1", "/bin/true"}),
             "-t/--tee: local rank 3 does not exist (--nproc_per_node=2)");
+}
+
+TEST(ParseCommandLine, TheHostsPythonModuleDirReachesTheAgent) {
+  FakeHost host;
+  host.python_module_dir = "/opt/ddp/lib/ddprun/python";
+  EXPECT_EQ(host.config({"--nproc_per_node=2", "/bin/true"}).agent.python_module_dir,
+            "/opt/ddp/lib/ddprun/python");
 }
 
 TEST(ParseCommandLine, TorchrunsRdzvConfKeysKeepTheirMeaning) {

@@ -74,10 +74,11 @@ TORCHRUN_VARIABLES = set(expected_worker_env(0))
 PER_RUN_VARIABLES = {"MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_ERROR_FILE"}
 # ddprun's own additions (docs/using.md, "What every worker gets"): the store for
 # its worker library (DDP_STORE_TOKEN only with an authenticated store), the
-# progress page, the control channel of in-place recovery, and faulthandler for
-# a hung Python worker's tracebacks.
+# progress page, the control channel of in-place recovery, faulthandler for
+# a hung Python worker's tracebacks, and PYTHONPATH with the folder of ddp_torch
+# (in a build with the torch backend).
 DDPRUN_OWN_VARIABLES = {"DDP_STORE_ADDR", "DDP_STORE_PORT", "DDP_STORE_PREFIX", "DDP_PROGRESS_FD",
-                        "DDP_CONTROL_FD", "DDP_CHANGE_GRACE_MS", "PYTHONFAULTHANDLER"}
+                        "DDP_CONTROL_FD", "DDP_CHANGE_GRACE_MS", "PYTHONFAULTHANDLER", "PYTHONPATH"}
 
 
 # ---------------------------------------------------------------- processes

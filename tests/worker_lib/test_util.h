@@ -92,6 +92,16 @@ struct TypedBuffer {
         std::memcpy(p, &x, 1);
         break;
       }
+      case DType::kInt8: {
+        auto x = static_cast<std::int8_t>(static_cast<std::int64_t>(v));
+        std::memcpy(p, &x, 1);
+        break;
+      }
+      case DType::kBool: {
+        std::uint8_t x = v != 0 ? 1 : 0;
+        std::memcpy(p, &x, 1);
+        break;
+      }
     }
   }
   double get(std::size_t i) const {
@@ -127,8 +137,14 @@ struct TypedBuffer {
         std::memcpy(&x, p, 8);
         return static_cast<double>(x);
       }
-      case DType::kUInt8: {
+      case DType::kUInt8:
+      case DType::kBool: {
         std::uint8_t x;
+        std::memcpy(&x, p, 1);
+        return x;
+      }
+      case DType::kInt8: {
+        std::int8_t x;
         std::memcpy(&x, p, 1);
         return x;
       }
@@ -138,9 +154,10 @@ struct TypedBuffer {
 };
 
 inline const std::vector<DType>& all_dtypes() {
-  static const std::vector<DType> kAll = {DType::kFloat32,  DType::kFloat64, DType::kFloat16,
-                                          DType::kBFloat16, DType::kInt32,   DType::kInt64,
-                                          DType::kUInt8};
+  // Every dtype but kBool, whose reductions are logical (gloo_bitwise_bool_test).
+  static const std::vector<DType> kAll = {DType::kFloat32, DType::kFloat64, DType::kFloat16,
+                                          DType::kBFloat16, DType::kInt32, DType::kInt64,
+                                          DType::kUInt8, DType::kInt8};
   return kAll;
 }
 inline const std::vector<ReduceOp>& all_ops() {
@@ -151,7 +168,7 @@ inline const std::vector<ReduceOp>& all_ops() {
 
 inline bool is_signed(DType d) { return d != DType::kUInt8; }
 inline bool is_integral(DType d) {
-  return d == DType::kInt32 || d == DType::kInt64 || d == DType::kUInt8;
+  return d == DType::kInt32 || d == DType::kInt64 || d == DType::kUInt8 || d == DType::kInt8;
 }
 
 // Input of `rank` at element i for `op`: small integers so that every dtype
@@ -183,6 +200,15 @@ inline double expected_value(ReduceOp op, DType dtype, int world, std::size_t i)
         break;
       case ReduceOp::kMax:
         acc = std::max(acc, v);
+        break;
+      case ReduceOp::kBand:
+        acc = static_cast<double>(static_cast<std::int64_t>(acc) & static_cast<std::int64_t>(v));
+        break;
+      case ReduceOp::kBor:
+        acc = static_cast<double>(static_cast<std::int64_t>(acc) | static_cast<std::int64_t>(v));
+        break;
+      case ReduceOp::kBxor:
+        acc = static_cast<double>(static_cast<std::int64_t>(acc) ^ static_cast<std::int64_t>(v));
         break;
     }
   }

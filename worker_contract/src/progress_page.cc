@@ -22,12 +22,16 @@ const char* to_string(Kind kind) {
       return "barrier";
     case Kind::kAlltoall:
       return "alltoall";
+    case Kind::kGather:
+      return "gather";
+    case Kind::kScatter:
+      return "scatter";
   }
   return "unknown";
 }
 
 std::optional<Kind> kind_of(std::int64_t value) {
-  if (value < 0 || value > static_cast<std::int64_t>(Kind::kAlltoall)) return std::nullopt;
+  if (value < 0 || value > static_cast<std::int64_t>(Kind::kScatter)) return std::nullopt;
   return static_cast<Kind>(value);
 }
 

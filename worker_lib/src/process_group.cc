@@ -21,6 +21,8 @@ std::size_t element_size(DType dtype) {
     case DType::kInt64:
       return 8;
     case DType::kUInt8:
+    case DType::kInt8:
+    case DType::kBool:
       return 1;
   }
   throw InvalidArgument("element_size", fmt::format("unknown dtype {}", static_cast<int>(dtype)));
@@ -42,6 +44,10 @@ const char* to_string(DType dtype) {
       return "int64";
     case DType::kUInt8:
       return "uint8";
+    case DType::kInt8:
+      return "int8";
+    case DType::kBool:
+      return "bool";
   }
   return "unknown";
 }
@@ -58,6 +64,12 @@ const char* to_string(ReduceOp op) {
       return "max";
     case ReduceOp::kProduct:
       return "product";
+    case ReduceOp::kBand:
+      return "band";
+    case ReduceOp::kBor:
+      return "bor";
+    case ReduceOp::kBxor:
+      return "bxor";
   }
   return "unknown";
 }

@@ -11,6 +11,7 @@
 #include <exception>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "arrival_tracker.h"
 #include "ddp/worker/process_group.h"
@@ -55,6 +56,25 @@ class GroupAbort {
 // positive. A rank that refuses its arguments connects to no peer.
 void check_group_arguments(const char* backend, const Store* store, int rank, int size,
                            std::chrono::milliseconds timeout);
+
+// The collectives' argument checks, InvalidArgument (origin `origin`, e.g.
+// "ProcessGroupGloo::gather") when they fail:
+// - `root` is a rank of a group of `size`;
+void check_root(const char* origin, int root, int size);
+// - `whole` holds `size` chunks of `chunk`'s dtype and count (gather's output,
+//   scatter's input, allgather's output, reduce_scatter's input);
+void check_chunks(const char* origin, const Buffer& whole, const Buffer& chunk,
+                  const char* whole_name, const char* chunk_name, int size);
+// - an all-to-all's buffers: the same dtype, each one's counts per rank as
+//   given (`size` entries adding up to its count) or, when empty, an even split
+//   of it, and as many elements from this rank `rank` to itself as it expects.
+struct AlltoallSplit {
+  std::vector<std::uint64_t> input;   // elements to each rank
+  std::vector<std::uint64_t> output;  // elements from each rank
+};
+AlltoallSplit split_alltoall(const char* origin, const Buffer& output, const Buffer& input,
+                             const std::vector<std::size_t>& output_counts,
+                             const std::vector<std::size_t>& input_counts, int rank, int size);
 
 // `Options` has `timeout` (std::chrono::milliseconds) and `name` (std::string).
 // Thread-safety: the members are set in the constructor and start_tracking()

@@ -38,6 +38,25 @@ struct Max {
   }
 };
 
+struct Band {
+  template <typename T>
+  static T apply(T a, T b) {
+    return static_cast<T>(a & b);
+  }
+};
+struct Bor {
+  template <typename T>
+  static T apply(T a, T b) {
+    return static_cast<T>(a | b);
+  }
+};
+struct Bxor {
+  template <typename T>
+  static T apply(T a, T b) {
+    return static_cast<T>(a ^ b);
+  }
+};
+
 template <typename T, typename Op>
 void kernel(void* out_, const void* a_, const void* b_, std::size_t n) {
   auto* out = static_cast<T*>(out_);
@@ -68,6 +87,10 @@ void kernel16(void* out_, const void* a_, const void* b_, std::size_t n) {
 template <typename Op>
 ReduceFn for_dtype(DType dtype) {
   switch (dtype) {
+    case DType::kInt8:
+      return &kernel<std::int8_t, Op>;
+    case DType::kBool:
+      return &kernel<std::uint8_t, Op>;  // min/max on 0/1 (also and/or/xor)
     case DType::kFloat32:
       return &kernel<float, Op>;
     case DType::kFloat64:
@@ -112,16 +135,60 @@ void wrap_prod(void* out_, const void* a_, const void* b_, std::size_t n) {
   }
 }
 
+// The integer kernels of the bitwise ops (bool included: 0/1 stay 0/1).
+template <typename Op>
+ReduceFn bitwise_for_dtype(DType dtype, ReduceOp op) {
+  switch (dtype) {
+    case DType::kInt32:
+      return &kernel<std::int32_t, Op>;
+    case DType::kInt64:
+      return &kernel<std::int64_t, Op>;
+    case DType::kUInt8:
+    case DType::kBool:
+      return &kernel<std::uint8_t, Op>;
+    case DType::kInt8:
+      return &kernel<std::int8_t, Op>;
+    default:
+      throw InvalidArgument("reduce_function",
+                            fmt::format("reduce op {} takes integer or bool buffers, not {}",
+                                        to_string(op), to_string(dtype)));
+  }
+}
+
+// torch's bool semantics: sum is logical or, product logical and (min and max
+// are the same on 0/1); the average has no meaning.
+ReduceFn bool_function(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kMax:
+    case ReduceOp::kBor:
+      return &kernel<std::uint8_t, Bor>;
+    case ReduceOp::kProduct:
+    case ReduceOp::kMin:
+    case ReduceOp::kBand:
+      return &kernel<std::uint8_t, Band>;
+    case ReduceOp::kBxor:
+      return &kernel<std::uint8_t, Bxor>;
+    case ReduceOp::kAvg:
+      break;
+  }
+  throw InvalidArgument("reduce_function",
+                        fmt::format("reduce op {} is not defined for bool", to_string(op)));
+}
+
 }  // namespace
 
 ReduceFn reduce_function(DType dtype, ReduceOp op) {
-  const bool integral = dtype == DType::kInt32 || dtype == DType::kInt64 || dtype == DType::kUInt8;
+  if (dtype == DType::kBool) return bool_function(op);
+  const bool integral = dtype == DType::kInt32 || dtype == DType::kInt64 ||
+                        dtype == DType::kUInt8 || dtype == DType::kInt8;
   switch (op) {
     case ReduceOp::kSum:
     case ReduceOp::kAvg:
       if (integral) {
         if (dtype == DType::kInt32) return &wrap_sum<std::int32_t>;
         if (dtype == DType::kInt64) return &wrap_sum<std::int64_t>;
+        if (dtype == DType::kInt8) return &wrap_sum<std::int8_t>;
         return &wrap_sum<std::uint8_t>;
       }
       return for_dtype<Sum>(dtype);
@@ -129,6 +196,7 @@ ReduceFn reduce_function(DType dtype, ReduceOp op) {
       if (integral) {
         if (dtype == DType::kInt32) return &wrap_prod<std::int32_t>;
         if (dtype == DType::kInt64) return &wrap_prod<std::int64_t>;
+        if (dtype == DType::kInt8) return &wrap_prod<std::int8_t>;
         return &wrap_prod<std::uint8_t>;
       }
       return for_dtype<Prod>(dtype);
@@ -136,6 +204,12 @@ ReduceFn reduce_function(DType dtype, ReduceOp op) {
       return for_dtype<Min>(dtype);
     case ReduceOp::kMax:
       return for_dtype<Max>(dtype);
+    case ReduceOp::kBand:
+      return bitwise_for_dtype<Band>(dtype, op);
+    case ReduceOp::kBor:
+      return bitwise_for_dtype<Bor>(dtype, op);
+    case ReduceOp::kBxor:
+      return bitwise_for_dtype<Bxor>(dtype, op);
   }
   throw InvalidArgument("reduce_function",
                         fmt::format("unknown reduce op {}", static_cast<int>(op)));
@@ -171,7 +245,10 @@ void divide_by(void* data, std::size_t count, DType dtype, int divisor) {
     case DType::kInt64:
       return divide<std::int64_t>(data, count, divisor);
     case DType::kUInt8:
+    case DType::kBool:  // not reached: bool has no average
       return divide<std::uint8_t>(data, count, divisor);
+    case DType::kInt8:
+      return divide<std::int8_t>(data, count, divisor);
     case DType::kFloat16:
     case DType::kBFloat16:
       return divide16(dtype, data, count, divisor);

@@ -25,23 +25,33 @@ std::exception_ptr WorkImpl::exception() const {
   return error_;
 }
 
-void WorkImpl::complete() {
+bool WorkImpl::on_completion(std::function<void()> callback) {
   {
     std::lock_guard lock(mutex_);
-    if (done_.load(std::memory_order_relaxed)) return;
-    done_.store(true, std::memory_order_release);
+    if (!done_.load(std::memory_order_relaxed)) {
+      callbacks_.push_back(std::move(callback));
+      return true;
+    }
   }
-  cv_.notify_all();
+  callback();
+  return true;
 }
 
-void WorkImpl::fail(std::exception_ptr error) {
+void WorkImpl::complete() { finish(nullptr); }
+
+void WorkImpl::fail(std::exception_ptr error) { finish(std::move(error)); }
+
+void WorkImpl::finish(std::exception_ptr error) {
+  std::vector<std::function<void()>> callbacks;
   {
     std::lock_guard lock(mutex_);
     if (done_.load(std::memory_order_relaxed)) return;
     error_ = std::move(error);
     done_.store(true, std::memory_order_release);
+    callbacks.swap(callbacks_);
   }
   cv_.notify_all();
+  for (auto& callback : callbacks) callback();
 }
 
 }  // namespace ddp::detail

@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "ddp/worker/process_group.h"
 
@@ -22,15 +23,19 @@ class WorkImpl : public Work {
   bool is_completed() const override { return done_.load(std::memory_order_acquire); }
   std::exception_ptr exception() const override;
   std::uint64_t sequence_number() const override { return seq_; }
+  // Always notifies: the callback runs on the thread of complete()/fail().
+  bool on_completion(std::function<void()> callback) override;
 
   const std::string& op() const { return op_; }
 
-  // Marks success; no-op when already completed.
+  // Marks success, then runs the completion callbacks; no-op when already completed.
   void complete();
-  // Marks failure with `error`; no-op when already completed.
+  // Marks failure with `error`, then runs the callbacks; no-op when already completed.
   void fail(std::exception_ptr error);
 
  private:
+  void finish(std::exception_ptr error);
+
   const std::uint64_t seq_;
   const std::string op_;
   const std::chrono::milliseconds default_wait_;
@@ -38,6 +43,7 @@ class WorkImpl : public Work {
   std::condition_variable cv_;
   std::atomic<bool> done_{false};
   std::exception_ptr error_;
+  std::vector<std::function<void()>> callbacks_;  // run once, by complete()/fail()
 };
 
 }  // namespace ddp::detail

@@ -305,8 +305,14 @@ class ThreadProcessGroup final : public ProcessGroup {
   }
   WorkPtr reduce(Buffer, int, ReduceOp) override { return unsupported("reduce"); }
   WorkPtr barrier() override { return join("barrier", Buffer{}, Buffer{}, 0, ReduceOp::kSum); }
+  WorkPtr gather(Buffer, Buffer, int) override { return unsupported("gather"); }
+  WorkPtr scatter(Buffer, Buffer, int) override { return unsupported("scatter"); }
+  WorkPtr alltoall(Buffer, Buffer, std::vector<std::size_t>, std::vector<std::size_t>) override {
+    return unsupported("alltoall");
+  }
   WorkPtr send(Buffer, int, int) override { return unsupported("send"); }
   WorkPtr recv(Buffer, int, int) override { return unsupported("recv"); }
+  WorkPtr recv_any(Buffer, int) override { return unsupported("recv_any"); }
   void abort(const std::string& reason) override { world_->abort(rank(), reason); }
 
   std::uint64_t issued() const {

@@ -25,6 +25,7 @@
 #include "ddp/common/error.h"
 #include "ddp/common/time.h"
 #include "ddp/store/store.h"
+#include "gloo/exchange_ops.h"
 #include "gloo/gloo_store.h"
 #include "reduce_functions.h"
 
@@ -59,6 +60,7 @@ namespace {
 // Slots of our own point-to-point traffic; Gloo's algorithms use prefixes 0x01-0x08.
 constexpr std::uint64_t kDirectSlotPrefix = 0xd1ull << 56;
 constexpr std::uint64_t kP2pSlotPrefix = 0xd2ull << 56;
+constexpr std::uint64_t kAlltoallSlotPrefix = 0xd3ull << 56;
 // How often the watcher looks for a connection that a peer reset.
 constexpr auto kWatchInterval = std::chrono::milliseconds(100);
 
@@ -161,6 +163,16 @@ struct PairAccess : tcp::Pair {
     (pair.*change_state)(CLOSED);
   }
 };
+
+// The context's TCP pairs (Gloo's tcp::Pair), all but its own rank's slot.
+std::vector<tcp::Pair*> tcp_pairs(gloo::Context& context) {
+  std::vector<tcp::Pair*> out;
+  for (int peer = 0; peer < context.size; ++peer) {
+    auto& pair = context.getPair(peer);
+    if (peer != context.rank && pair) out.push_back(&static_cast<tcp::Pair&>(*pair));
+  }
+  return out;
+}
 
 // Gloo's templated options only use sizeof(T): pick an unsigned type of the element size.
 template <typename F>
@@ -324,7 +336,7 @@ ProcessGroupGloo::~ProcessGroupGloo() {
     pending.buffer.reset();  // before the Work completes, as in p2p_loop
     pending.work->fail(std::make_exception_ptr(ShutdownError(
         "ProcessGroupGloo",
-        fmt::format("{} #{} cancelled: the group was destroyed", pending.is_send ? "send" : "recv",
+        fmt::format("{} #{} cancelled: the group was destroyed", pending.work->op(),
                     pending.work->sequence_number()))));
   }
   arrivals_.reset();
@@ -378,8 +390,7 @@ void ProcessGroupGloo::abort(const std::string& reason) {
   }
   for (auto& pending : unfinished) {
     pending.buffer.reset();
-    pending.work->fail(
-        abort_->error(pending.is_send ? "send" : "recv", pending.work->sequence_number()));
+    pending.work->fail(abort_->error(pending.work->op(), pending.work->sequence_number()));
   }
 }
 
@@ -396,21 +407,12 @@ void ProcessGroupGloo::complete_unless_aborted(const std::shared_ptr<WorkImpl>& 
   work->fail(abort_->error(work->op(), work->sequence_number()));
 }
 
-std::vector<tcp::Pair*> ProcessGroupGloo::pairs() const {
-  std::vector<tcp::Pair*> out;
-  for (int peer = 0; peer < size(); ++peer) {
-    auto& pair = context_->getPair(peer);
-    if (peer != rank() && pair) out.push_back(&static_cast<tcp::Pair&>(*pair));
-  }
-  return out;
-}
-
 void ProcessGroupGloo::fail_connections(const std::string& message, bool reset) {
   std::lock_guard fail_lock(fail_mutex_);  // abort() and the watcher: one at a time
   auto error = std::make_exception_ptr(gloo::IoException(message));
   // Every pair locked at once: no operation can be posted meanwhile, and Gloo's
   // event loop leaves them alone (it skips a locked pair).
-  const auto all = pairs();
+  const auto all = tcp_pairs(*context_);
   std::vector<std::unique_lock<std::mutex>> locks;
   std::vector<tcp::Pair*> failing;  // those still working; the others Gloo failed itself
   std::vector<BufferRef> refs;
@@ -515,16 +517,42 @@ WorkPtr ProcessGroupGloo::enqueue_collective(CollectiveDescriptor desc,
   return work;
 }
 
-WorkPtr ProcessGroupGloo::enqueue_p2p(
-    const char* op, std::function<void(std::uint32_t, const std::shared_ptr<WorkImpl>&)> run) {
+WorkPtr ProcessGroupGloo::enqueue_p2p(const char* op, Buffer buffer, bool is_send, int peer,
+                                      int tag) {
   std::shared_ptr<WorkImpl> work;
   {
     std::lock_guard lock(mutex_);
     if (stop_) throw ShutdownError("ProcessGroupGloo", "the group is being destroyed");
     if (abort_->is_set()) return failed_work(next_p2p_seq_++, op);
-    work = std::make_shared<WorkImpl>(next_p2p_seq_++, op,
-                                      options_.timeout + std::chrono::seconds(10));
-    queue_.push_back(Task{work, std::nullopt, std::move(run)});
+    const auto wait_bound = options_.timeout + std::chrono::seconds(10);
+    if (peer < 0) {
+      work = std::make_shared<RecvAnyWork>(next_p2p_seq_++, op, wait_bound);
+    } else {
+      work = std::make_shared<WorkImpl>(next_p2p_seq_++, op, wait_bound);
+    }
+    // Posted on the worker thread, in issue order with the collectives; completed by p2p_loop.
+    auto post = [this, buffer, is_send, peer, tag](std::uint32_t,
+                                                   const std::shared_ptr<WorkImpl>& posted) {
+      auto ub = context_->createUnboundBuffer(buffer.data, buffer.nbytes());
+      const std::uint64_t slot = kP2pSlotPrefix | static_cast<std::uint32_t>(tag);
+      if (is_send) {
+        ub->send(peer, slot);
+      } else if (peer >= 0) {
+        ub->recv(peer, slot);
+      } else {
+        std::vector<int> sources;
+        for (int r = 0; r < size(); ++r) {
+          if (r != rank()) sources.push_back(r);
+        }
+        ub->recv(sources, slot);
+      }
+      {
+        std::lock_guard p2p_lock(p2p_mutex_);
+        p2p_queue_.push_back(PendingP2p{posted, std::move(ub), is_send, peer, tag});
+      }
+      p2p_cv_.notify_one();
+    };
+    queue_.push_back(Task{work, std::nullopt, std::move(post)});
     queued_.fetch_add(1, std::memory_order_release);
   }
   cv_.notify_one();
@@ -689,7 +717,8 @@ void ProcessGroupGloo::allreduce_in_place(void* data, std::size_t count, DType d
   auto algorithm = options_.allreduce_algorithm;
   if (algorithm == AllreduceAlgorithm::kAuto) {
     algorithm = shm_                 ? AllreduceAlgorithm::kSharedMemory
-                : use_direct(nbytes) ? AllreduceAlgorithm::kDirect
+                : nbytes * static_cast<std::size_t>(size() - 1) <= options_.direct_max_bytes
+                    ? AllreduceAlgorithm::kDirect
                                      : AllreduceAlgorithm::kRing;
   }
   if (algorithm == AllreduceAlgorithm::kSharedMemory) {
@@ -716,10 +745,6 @@ void ProcessGroupGloo::allreduce_in_place(void* data, std::size_t count, DType d
     gloo::allreduce(opts);
   }
   if (op == ReduceOp::kAvg) divide_by(data, count, dtype, size());
-}
-
-bool ProcessGroupGloo::use_direct(std::size_t nbytes) const {
-  return nbytes * static_cast<std::size_t>(size() - 1) <= options_.direct_max_bytes;
 }
 
 void ProcessGroupGloo::allreduce_direct(void* data, std::size_t count, DType dtype, ReduceOp op,
@@ -756,10 +781,7 @@ void ProcessGroupGloo::allreduce_direct(void* data, std::size_t count, DType dty
 
 WorkPtr ProcessGroupGloo::broadcast(Buffer buffer, int root) {
   check_cpu(buffer, "broadcast");
-  if (root < 0 || root >= size()) {
-    throw InvalidArgument("ProcessGroupGloo::broadcast",
-                          fmt::format("root {} is outside [0, {})", root, size()));
-  }
+  check_root("ProcessGroupGloo::broadcast", root, size());
   CollectiveDescriptor desc{
       CollectiveOp::kBroadcast, buffer.dtype, ReduceOp::kSum, root, 0, buffer.count};
   return enqueue_collective(desc, [this, buffer, root](std::uint32_t tag) {
@@ -776,17 +798,7 @@ WorkPtr ProcessGroupGloo::broadcast(Buffer buffer, int root) {
 WorkPtr ProcessGroupGloo::allgather(Buffer output, Buffer input) {
   check_cpu(output, "allgather");
   check_cpu(input, "allgather");
-  if (output.dtype != input.dtype) {
-    throw InvalidArgument("ProcessGroupGloo::allgather",
-                          fmt::format("output dtype {} differs from input dtype {}",
-                                      to_string(output.dtype), to_string(input.dtype)));
-  }
-  if (output.count != input.count * static_cast<std::size_t>(size())) {
-    throw InvalidArgument(
-        "ProcessGroupGloo::allgather",
-        fmt::format("output has {} elements; expected input count {} x size {} = {}", output.count,
-                    input.count, size(), input.count * static_cast<std::size_t>(size())));
-  }
+  check_chunks("ProcessGroupGloo::allgather", output, input, "output", "input", size());
   CollectiveDescriptor desc{
       CollectiveOp::kAllgather, input.dtype, ReduceOp::kSum, -1, 0, input.count};
   return enqueue_collective(desc, [this, output, input](std::uint32_t tag) {
@@ -808,17 +820,7 @@ WorkPtr ProcessGroupGloo::reduce_scatter(Buffer output, Buffer input, ReduceOp o
   check_cpu(output, "reduce_scatter");
   check_cpu(input, "reduce_scatter");
   auto fn = reduce_function(input.dtype, op);
-  if (output.dtype != input.dtype) {
-    throw InvalidArgument("ProcessGroupGloo::reduce_scatter",
-                          fmt::format("output dtype {} differs from input dtype {}",
-                                      to_string(output.dtype), to_string(input.dtype)));
-  }
-  if (input.count != output.count * static_cast<std::size_t>(size())) {
-    throw InvalidArgument(
-        "ProcessGroupGloo::reduce_scatter",
-        fmt::format("input has {} elements; expected output count {} x size {} = {}", input.count,
-                    output.count, size(), output.count * static_cast<std::size_t>(size())));
-  }
+  check_chunks("ProcessGroupGloo::reduce_scatter", input, output, "input", "output", size());
   CollectiveDescriptor desc{CollectiveOp::kReduceScatter, input.dtype, op, -1, 0, input.count};
   return enqueue_collective(desc, [this, output, input, op, fn](std::uint32_t tag) {
     if (output.count == 0) return;
@@ -835,10 +837,7 @@ WorkPtr ProcessGroupGloo::reduce_scatter(Buffer output, Buffer input, ReduceOp o
 WorkPtr ProcessGroupGloo::reduce(Buffer buffer, int root, ReduceOp op) {
   check_cpu(buffer, "reduce");
   auto fn = reduce_function(buffer.dtype, op);
-  if (root < 0 || root >= size()) {
-    throw InvalidArgument("ProcessGroupGloo::reduce",
-                          fmt::format("root {} is outside [0, {})", root, size()));
-  }
+  check_root("ProcessGroupGloo::reduce", root, size());
   CollectiveDescriptor desc{CollectiveOp::kReduce, buffer.dtype, op, root, 0, buffer.count};
   return enqueue_collective(desc, [this, buffer, root, op, fn](std::uint32_t tag) {
     if (buffer.count == 0) return;
@@ -872,7 +871,68 @@ WorkPtr ProcessGroupGloo::barrier() {
   });
 }
 
+WorkPtr ProcessGroupGloo::gather(Buffer output, Buffer input, int root) {
+  const char* origin = "ProcessGroupGloo::gather";
+  check_root(origin, root, size());
+  check_cpu(input, "gather");
+  if (rank() == root) {
+    check_cpu(output, "gather");
+    check_chunks(origin, output, input, "output", "input", size());
+  }
+  CollectiveDescriptor desc{CollectiveOp::kGather, input.dtype, ReduceOp::kSum, root, 0,
+                            input.count};
+  return enqueue_collective(desc, [this, output, input, root](std::uint32_t tag) {
+    if (input.count == 0) return;
+    if (size() == 1) {
+      if (output.data != input.data) std::memmove(output.data, input.data, input.nbytes());
+      return;
+    }
+    gather_into_root(context_, output, input, root, tag, options_.timeout);
+  });
+}
+
+WorkPtr ProcessGroupGloo::scatter(Buffer output, Buffer input, int root) {
+  const char* origin = "ProcessGroupGloo::scatter";
+  check_root(origin, root, size());
+  check_cpu(output, "scatter");
+  if (rank() == root) {
+    check_cpu(input, "scatter");
+    check_chunks(origin, input, output, "input", "output", size());
+  }
+  CollectiveDescriptor desc{CollectiveOp::kScatter, output.dtype, ReduceOp::kSum, root, 0,
+                            output.count};
+  return enqueue_collective(desc, [this, output, input, root](std::uint32_t tag) {
+    if (output.count == 0) return;
+    if (size() == 1) {
+      if (output.data != input.data) std::memmove(output.data, input.data, output.nbytes());
+      return;
+    }
+    scatter_from_root(context_, output, input, root, tag, options_.timeout);
+  });
+}
+
+WorkPtr ProcessGroupGloo::alltoall(Buffer output, Buffer input,
+                                   std::vector<std::size_t> output_counts,
+                                   std::vector<std::size_t> input_counts) {
+  const char* origin = "ProcessGroupGloo::alltoall";
+  check_cpu(output, "alltoall");
+  check_cpu(input, "alltoall");
+  auto split = split_alltoall(origin, output, input, output_counts, input_counts, rank(), size());
+  AlltoallCounts counts{input.dtype, std::move(split.input), std::move(split.output)};
+  CollectiveDescriptor desc{CollectiveOp::kAlltoall, input.dtype, ReduceOp::kSum, -1, 0,
+                            input.count};
+  return enqueue_collective(desc, [this, output, input, counts, origin](std::uint32_t tag) {
+    if (size() > 1) {
+      check_alltoall_counts(context_, counts, tag, options_.timeout, origin,
+                            fmt::format("group '{}' rank {}/{}", options_.name, rank(), size()));
+    }
+    alltoall_exchange(context_, output, input, counts, kAlltoallSlotPrefix | tag,
+                      options_.timeout);
+  });
+}
+
 // ---- point to point ---------------------------------------------------------
+
 
 WorkPtr ProcessGroupGloo::send(Buffer buffer, int dst, int tag) {
   check_cpu(buffer, "send");
@@ -882,16 +942,7 @@ WorkPtr ProcessGroupGloo::send(Buffer buffer, int dst, int tag) {
         fmt::format("destination {} must be another rank in [0, {})", dst, size()));
   }
   if (tag < 0) throw InvalidArgument("ProcessGroupGloo::send", fmt::format("tag {} < 0", tag));
-  return enqueue_p2p(
-      "send", [this, buffer, dst, tag](std::uint32_t, const std::shared_ptr<WorkImpl>& work) {
-        auto ub = context_->createUnboundBuffer(buffer.data, buffer.nbytes());
-        ub->send(dst, kP2pSlotPrefix | static_cast<std::uint32_t>(tag));
-        {
-          std::lock_guard lock(p2p_mutex_);
-          p2p_queue_.push_back(PendingP2p{work, std::move(ub), true, dst, tag});
-        }
-        p2p_cv_.notify_one();
-      });
+  return enqueue_p2p("send", buffer, /*is_send=*/true, dst, tag);
 }
 
 WorkPtr ProcessGroupGloo::recv(Buffer buffer, int src, int tag) {
@@ -901,16 +952,19 @@ WorkPtr ProcessGroupGloo::recv(Buffer buffer, int src, int tag) {
                           fmt::format("source {} must be another rank in [0, {})", src, size()));
   }
   if (tag < 0) throw InvalidArgument("ProcessGroupGloo::recv", fmt::format("tag {} < 0", tag));
-  return enqueue_p2p(
-      "recv", [this, buffer, src, tag](std::uint32_t, const std::shared_ptr<WorkImpl>& work) {
-        auto ub = context_->createUnboundBuffer(buffer.data, buffer.nbytes());
-        ub->recv(src, kP2pSlotPrefix | static_cast<std::uint32_t>(tag));
-        {
-          std::lock_guard lock(p2p_mutex_);
-          p2p_queue_.push_back(PendingP2p{work, std::move(ub), false, src, tag});
-        }
-        p2p_cv_.notify_one();
-      });
+  return enqueue_p2p("recv", buffer, /*is_send=*/false, src, tag);
+}
+
+WorkPtr ProcessGroupGloo::recv_any(Buffer buffer, int tag) {
+  check_cpu(buffer, "recv_any");
+  if (size() == 1) {
+    throw InvalidArgument("ProcessGroupGloo::recv_any",
+                          "a group of one rank has no other rank to receive from");
+  }
+  if (tag < 0) {
+    throw InvalidArgument("ProcessGroupGloo::recv_any", fmt::format("tag {} < 0", tag));
+  }
+  return enqueue_p2p("recv_any", buffer, /*is_send=*/false, /*peer=*/-1, tag);
 }
 
 void ProcessGroupGloo::p2p_loop() {
@@ -925,13 +979,14 @@ void ProcessGroupGloo::p2p_loop() {
       p2p_current_ = pending.buffer.get();
       p2p_current_is_send_ = pending.is_send;
     }
-    const char* op = pending.is_send ? "send" : "recv";
+    const std::string& op = pending.work->op();
     bool failed = false;
+    int source = -1;  // the rank a receive got its message from
     bool shutdown = false;  // the wait was cut short (destruction or abort)
     std::string what;
     try {
       if (!(pending.is_send ? pending.buffer->waitSend(options_.timeout)
-                            : pending.buffer->waitRecv(options_.timeout))) {
+                            : pending.buffer->waitRecv(&source, options_.timeout))) {
         failed = shutdown = true;
       }
     } catch (const std::exception& e) {
@@ -947,13 +1002,18 @@ void ProcessGroupGloo::p2p_loop() {
     // the transfer pending on a connection that may still be open).
     pending.buffer.reset();
     if (!failed) {
+      // peer -1: a recv_any, whose Work is a RecvAnyWork (enqueue_p2p).
+      if (pending.peer < 0) static_cast<RecvAnyWork&>(*pending.work).set_source_rank(source);
       complete_unless_aborted(pending.work);
       continue;
     }
     const auto seq = pending.work->sequence_number();
-    auto message = fmt::format("group '{}' rank {}: {} #{} {} rank {} (tag {}) failed: {}",
-                               options_.name, rank(), op, seq, pending.is_send ? "to" : "from",
-                               pending.peer, pending.tag, shutdown ? "aborted" : what);
+    auto message = fmt::format(
+        "group '{}' rank {}: {} #{} {} (tag {}) failed: {}", options_.name, rank(), op, seq,
+        pending.is_send  ? fmt::format("to rank {}", pending.peer)
+        : pending.peer < 0 ? std::string("from any rank")
+                           : fmt::format("from rank {}", pending.peer),
+        pending.tag, shutdown ? "aborted" : what);
     auto origin = fmt::format("ProcessGroupGloo::{}", op);
     if (abort_->is_set()) {
       pending.work->fail(abort_->error(op, seq));

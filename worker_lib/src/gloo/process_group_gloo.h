@@ -7,6 +7,7 @@
 #include <functional>
 #include <mutex>
 #include <optional>
+#include <vector>
 
 #include <gloo/context.h>
 #include <gloo/transport/device.h>
@@ -20,11 +21,19 @@
 #include "shm/shm_allreduce.h"
 #include "work_impl.h"
 
-namespace gloo::transport::tcp {
-class Pair;
-}  // namespace gloo::transport::tcp
-
 namespace ddp::detail {
+
+// The Work of a recv_any: it also names the rank the message came from.
+class RecvAnyWork final : public WorkImpl {
+ public:
+  using WorkImpl::WorkImpl;
+  int source_rank() const override { return source_.load(std::memory_order_acquire); }
+  // Before the Work completes: the rank received from.
+  void set_source_rank(int rank) { source_.store(rank, std::memory_order_release); }
+
+ private:
+  std::atomic<int> source_{-1};
+};
 
 class ProcessGroupGloo final : public ProcessGroupBase<GlooOptions> {
  public:
@@ -39,8 +48,13 @@ class ProcessGroupGloo final : public ProcessGroupBase<GlooOptions> {
   WorkPtr reduce_scatter(Buffer output, Buffer input, ReduceOp op) override;
   WorkPtr reduce(Buffer buffer, int root, ReduceOp op) override;
   WorkPtr barrier() override;
+  WorkPtr gather(Buffer output, Buffer input, int root) override;
+  WorkPtr scatter(Buffer output, Buffer input, int root) override;
+  WorkPtr alltoall(Buffer output, Buffer input, std::vector<std::size_t> output_counts,
+                   std::vector<std::size_t> input_counts) override;
   WorkPtr send(Buffer buffer, int dst, int tag) override;
   WorkPtr recv(Buffer buffer, int src, int tag) override;
+  WorkPtr recv_any(Buffer buffer, int tag) override;
   void abort(const std::string& reason) override;
 
  private:
@@ -53,13 +67,14 @@ class ProcessGroupGloo final : public ProcessGroupBase<GlooOptions> {
     std::shared_ptr<WorkImpl> work;
     std::unique_ptr<gloo::transport::UnboundBuffer> buffer;
     bool is_send;
-    int peer;
+    int peer;  // -1: any other rank (recv_any)
     int tag;
   };
 
   WorkPtr enqueue_collective(CollectiveDescriptor desc, std::function<void(std::uint32_t)> run);
-  WorkPtr enqueue_p2p(const char* op,
-                      std::function<void(std::uint32_t, const std::shared_ptr<WorkImpl>&)> run);
+  // A send to `peer`, or a receive from `peer` (-1: from any other rank, with a
+  // RecvAnyWork), posted on the worker thread in issue order.
+  WorkPtr enqueue_p2p(const char* op, Buffer buffer, bool is_send, int peer, int tag);
   void worker_loop();
   void p2p_loop();
   void run_task(Task& task);
@@ -71,12 +86,9 @@ class ProcessGroupGloo final : public ProcessGroupBase<GlooOptions> {
   void allreduce_in_place(void* data, std::size_t count, DType dtype, ReduceOp op, ReduceFn fn,
                           std::uint32_t tag);
   void allreduce_direct(void* data, std::size_t count, DType dtype, ReduceOp op, std::uint32_t tag);
-  bool use_direct(std::size_t nbytes) const;
   // Completes `work` (it succeeded) unless the group was aborted meanwhile: then
   // it fails with GroupChanged.
   void complete_unless_aborted(const std::shared_ptr<WorkImpl>& work);
-  // The group's TCP pairs (Gloo's tcp::Pair), all but this rank's own slot.
-  std::vector<gloo::transport::tcp::Pair*> pairs() const;
   // Fails every connection of the group that still works with an IoException
   // (`message`): every operation pending on one wakes at once, every later one
   // throws, and each is closed (with a TCP reset when `reset`, so that the

@@ -56,12 +56,36 @@ ncclDataType_t nccl_type(DType dtype) {
       return ncclInt64;
     case DType::kUInt8:
       return ncclUint8;
+    case DType::kInt8:
+      return ncclInt8;
+    case DType::kBool:
+      return ncclUint8;
   }
   throw InvalidArgument("ProcessGroupNccl",
                         fmt::format("unknown dtype {}", static_cast<int>(dtype)));
 }
 
-ncclRedOp_t nccl_op(ReduceOp op) {
+// `op` on every other rank than `rank`, in one NCCL group (ncclGroupStart/End).
+ncclResult_t with_every_peer(int rank, int size, const std::function<ncclResult_t(int)>& op) {
+  if (auto started = ncclGroupStart(); started != ncclSuccess) return started;
+  ncclResult_t status = ncclSuccess;
+  for (int peer = 0; peer < size && status == ncclSuccess; ++peer) {
+    if (peer != rank) status = op(peer);
+  }
+  const auto ended = ncclGroupEnd();
+  return status != ncclSuccess ? status : ended;
+}
+
+// torch's semantics for bool: sum is logical or (max on 0/1), product logical
+// and (min); no average.
+ncclRedOp_t nccl_op(ReduceOp op, DType dtype) {
+  if (dtype == DType::kBool) {
+    if (op == ReduceOp::kSum) return ncclMax;
+    if (op == ReduceOp::kProduct) return ncclMin;
+    if (op == ReduceOp::kAvg) {
+      throw InvalidArgument("ProcessGroupNccl", "reduce op avg is not defined for bool");
+    }
+  }
   switch (op) {
     case ReduceOp::kSum:
       return ncclSum;
@@ -73,6 +97,11 @@ ncclRedOp_t nccl_op(ReduceOp op) {
       return ncclMax;
     case ReduceOp::kProduct:
       return ncclProd;
+    case ReduceOp::kBand:
+    case ReduceOp::kBor:
+    case ReduceOp::kBxor:
+      throw InvalidArgument("ProcessGroupNccl",
+                            fmt::format("reduce op {} is not supported by NCCL", to_string(op)));
   }
   throw InvalidArgument("ProcessGroupNccl",
                         fmt::format("unknown reduce op {}", static_cast<int>(op)));
@@ -286,7 +315,7 @@ WorkPtr ProcessGroupNccl::enqueue(const char* op, progress::Kind kind, std::uint
 WorkPtr ProcessGroupNccl::allreduce(Buffer buffer, ReduceOp op) {
   check_device(buffer, "allreduce");
   auto type = nccl_type(buffer.dtype);
-  auto red = nccl_op(op);
+  auto red = nccl_op(op, buffer.dtype);
   return enqueue("allreduce", progress::Kind::kAllreduce, buffer.nbytes(), [&] {
     return ncclAllReduce(buffer.data, buffer.data, buffer.count, type, red, comm_, stream_);
   });
@@ -294,10 +323,7 @@ WorkPtr ProcessGroupNccl::allreduce(Buffer buffer, ReduceOp op) {
 
 WorkPtr ProcessGroupNccl::broadcast(Buffer buffer, int root) {
   check_device(buffer, "broadcast");
-  if (root < 0 || root >= size()) {
-    throw InvalidArgument("ProcessGroupNccl::broadcast",
-                          fmt::format("root {} is outside [0, {})", root, size()));
-  }
+  check_root("ProcessGroupNccl::broadcast", root, size());
   auto type = nccl_type(buffer.dtype);
   return enqueue("broadcast", progress::Kind::kBroadcast, buffer.nbytes(), [&] {
     return ncclBroadcast(buffer.data, buffer.data, buffer.count, type, root, comm_, stream_);
@@ -331,7 +357,7 @@ WorkPtr ProcessGroupNccl::reduce_scatter(Buffer output, Buffer input, ReduceOp o
                     to_string(input.dtype), output.count, to_string(output.dtype), size()));
   }
   auto type = nccl_type(input.dtype);
-  auto red = nccl_op(op);
+  auto red = nccl_op(op, input.dtype);
   return enqueue("reduce_scatter", progress::Kind::kReduceScatter, input.nbytes(), [&] {
     return ncclReduceScatter(input.data, output.data, output.count, type, red, comm_, stream_);
   });
@@ -339,12 +365,9 @@ WorkPtr ProcessGroupNccl::reduce_scatter(Buffer output, Buffer input, ReduceOp o
 
 WorkPtr ProcessGroupNccl::reduce(Buffer buffer, int root, ReduceOp op) {
   check_device(buffer, "reduce");
-  if (root < 0 || root >= size()) {
-    throw InvalidArgument("ProcessGroupNccl::reduce",
-                          fmt::format("root {} is outside [0, {})", root, size()));
-  }
+  check_root("ProcessGroupNccl::reduce", root, size());
   auto type = nccl_type(buffer.dtype);
-  auto red = nccl_op(op);
+  auto red = nccl_op(op, buffer.dtype);
   return enqueue("reduce", progress::Kind::kReduce, buffer.nbytes(), [&] {
     return ncclReduce(buffer.data, buffer.data, buffer.count, type, red, root, comm_, stream_);
   });
@@ -378,6 +401,95 @@ WorkPtr ProcessGroupNccl::recv(Buffer buffer, int src, int /*tag*/) {
   auto type = nccl_type(buffer.dtype);
   return enqueue("recv", progress::Kind::kNone, 0,
                  [&] { return ncclRecv(buffer.data, buffer.count, type, src, comm_, stream_); });
+}
+
+WorkPtr ProcessGroupNccl::gather(Buffer output, Buffer input, int root) {
+  const char* origin = "ProcessGroupNccl::gather";
+  check_root(origin, root, size());
+  check_device(input, "gather");
+  if (rank() == root) {
+    check_device(output, "gather");
+    check_chunks(origin, output, input, "output", "input", size());
+  }
+  auto type = nccl_type(input.dtype);
+  const std::size_t chunk_bytes = input.nbytes();
+  return enqueue("gather", progress::Kind::kGather, chunk_bytes, [&]() -> ncclResult_t {
+    if (input.count == 0) return ncclSuccess;
+    if (rank() != root) return ncclSend(input.data, input.count, type, root, comm_, stream_);
+    auto* out = static_cast<std::uint8_t*>(output.data);
+    if (cudaMemcpyAsync(out + static_cast<std::size_t>(root) * chunk_bytes, input.data,
+                        chunk_bytes, cudaMemcpyDeviceToDevice, stream_) != cudaSuccess) {
+      return ncclUnhandledCudaError;
+    }
+    return with_every_peer(rank(), size(), [&](int peer) {
+      return ncclRecv(out + static_cast<std::size_t>(peer) * chunk_bytes, input.count, type, peer,
+                      comm_, stream_);
+    });
+  });
+}
+
+WorkPtr ProcessGroupNccl::scatter(Buffer output, Buffer input, int root) {
+  const char* origin = "ProcessGroupNccl::scatter";
+  check_root(origin, root, size());
+  check_device(output, "scatter");
+  if (rank() == root) {
+    check_device(input, "scatter");
+    check_chunks(origin, input, output, "input", "output", size());
+  }
+  auto type = nccl_type(output.dtype);
+  const std::size_t chunk_bytes = output.nbytes();
+  return enqueue("scatter", progress::Kind::kScatter, chunk_bytes, [&]() -> ncclResult_t {
+    if (output.count == 0) return ncclSuccess;
+    if (rank() != root) return ncclRecv(output.data, output.count, type, root, comm_, stream_);
+    auto* in = static_cast<std::uint8_t*>(input.data);
+    if (cudaMemcpyAsync(output.data, in + static_cast<std::size_t>(root) * chunk_bytes,
+                        chunk_bytes, cudaMemcpyDeviceToDevice, stream_) != cudaSuccess) {
+      return ncclUnhandledCudaError;
+    }
+    return with_every_peer(rank(), size(), [&](int peer) {
+      return ncclSend(in + static_cast<std::size_t>(peer) * chunk_bytes, output.count, type, peer,
+                      comm_, stream_);
+    });
+  });
+}
+
+WorkPtr ProcessGroupNccl::alltoall(Buffer output, Buffer input,
+                                   std::vector<std::size_t> output_counts,
+                                   std::vector<std::size_t> input_counts) {
+  const char* origin = "ProcessGroupNccl::alltoall";
+  check_device(output, "alltoall");
+  check_device(input, "alltoall");
+  const auto split =
+      split_alltoall(origin, output, input, output_counts, input_counts, rank(), size());
+  const auto& sends = split.input;
+  const auto& receives = split.output;
+  auto type = nccl_type(input.dtype);
+  const std::size_t esize = element_size(input.dtype);
+  return enqueue("alltoall", progress::Kind::kAlltoall, input.nbytes(), [&]() -> ncclResult_t {
+    auto* in = static_cast<std::uint8_t*>(input.data);
+    auto* out = static_cast<std::uint8_t*>(output.data);
+    std::size_t in_at = 0;
+    std::size_t out_at = 0;
+    if (auto started = ncclGroupStart(); started != ncclSuccess) return started;
+    ncclResult_t status = ncclSuccess;
+    for (int peer = 0; peer < size() && status == ncclSuccess; ++peer) {
+      const auto p = static_cast<std::size_t>(peer);
+      // This rank's own chunk goes through NCCL too: a send/recv pair to itself.
+      if (sends[p] > 0) status = ncclSend(in + in_at, sends[p], type, peer, comm_, stream_);
+      if (status == ncclSuccess && receives[p] > 0) {
+        status = ncclRecv(out + out_at, receives[p], type, peer, comm_, stream_);
+      }
+      in_at += sends[p] * esize;
+      out_at += receives[p] * esize;
+    }
+    const auto end = ncclGroupEnd();
+    return status != ncclSuccess ? status : end;
+  });
+}
+
+WorkPtr ProcessGroupNccl::recv_any(Buffer, int) {
+  throw InvalidArgument("ProcessGroupNccl::recv_any",
+                        "recv from any source is not supported by NCCL");
 }
 
 }  // namespace detail

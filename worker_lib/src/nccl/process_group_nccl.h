@@ -31,8 +31,13 @@ class ProcessGroupNccl final : public ProcessGroupBase<NcclOptions> {
   WorkPtr reduce_scatter(Buffer output, Buffer input, ReduceOp op) override;
   WorkPtr reduce(Buffer buffer, int root, ReduceOp op) override;
   WorkPtr barrier() override;
+  WorkPtr gather(Buffer output, Buffer input, int root) override;
+  WorkPtr scatter(Buffer output, Buffer input, int root) override;
+  WorkPtr alltoall(Buffer output, Buffer input, std::vector<std::size_t> output_counts,
+                   std::vector<std::size_t> input_counts) override;
   WorkPtr send(Buffer buffer, int dst, int tag) override;
   WorkPtr recv(Buffer buffer, int src, int tag) override;
+  WorkPtr recv_any(Buffer buffer, int tag) override;
   void abort(const std::string& reason) override;
 
  private:

@@ -94,6 +94,9 @@ struct AgentOptions {
   // Set OMP_NUM_THREADS=1 in workers when it is unset (torchrun does this when
   // nproc_per_node > 1).
   bool set_omp_num_threads = false;
+  // A folder of ddprun's own Python modules (the torch backend ddp_torch),
+  // appended to the workers' PYTHONPATH, after the user's entries; "" adds none.
+  std::string python_module_dir;
   // SIGTERM first, SIGKILL after this long when stopping workers.
   std::chrono::milliseconds stop_grace = std::chrono::seconds(30);
   // How long a stopping agent waits for the rendezvous store to take its word

@@ -32,6 +32,10 @@ struct HostFacts {
   // The first line of the file at `path`, without its "\n"; "" for an empty
   // or unreadable file.
   std::function<std::string(const std::string& path)> first_line;
+  // ddprun's own Python modules (ddp_torch): <folder of the ddprun
+  // executable>/../lib/ddprun/python when that folder exists, else "". May be
+  // left empty (a host without it).
+  std::function<std::string()> python_module_dir;
 };
 
 // This process's environment and this machine.

@@ -25,6 +25,10 @@ inline constexpr const char* kUseAgentStore = "TORCHELASTIC_USE_AGENT_STORE";
 inline constexpr const char* kErrorFile = "TORCHELASTIC_ERROR_FILE";
 inline constexpr const char* kNcclAsyncErrorHandling = "NCCL_ASYNC_ERROR_HANDLING";
 inline constexpr const char* kOmpNumThreads = "OMP_NUM_THREADS";
+// Python's module path: ddprun appends the folder of its own Python modules
+// (<prefix>/lib/ddprun/python, holding ddp_torch) after the user's entries,
+// when that folder exists beside the ddprun executable.
+inline constexpr const char* kPythonPath = "PYTHONPATH";
 
 // ddprun's own: where the agents' store is, and the key prefix this round's
 // workers own in it (a worker of an old round can never touch a new round's keys).
@@ -37,6 +41,10 @@ inline constexpr const char* kStorePrefix = "DDP_STORE_PREFIX";
 inline constexpr const char* kTimeout = "DDP_TIMEOUT";
 inline constexpr const char* kGlooSocketIfname = "GLOO_SOCKET_IFNAME";
 inline constexpr const char* kGlooHostname = "DDP_GLOO_HOSTNAME";
+// Optional, read by the torch backend "ddp" (torch_backend/): "0" turns off the
+// check, before every collective, that the ranks agree on its op, size, dtype
+// and root (one small exchange per collective).
+inline constexpr const char* kTorchCheck = "DDP_TORCH_CHECK";
 // The descriptor of this worker's progress page (ddp/worker_contract/progress_page.h),
 // inherited from the agent; unset when the agent does not watch progress.
 inline constexpr const char* kProgressFd = "DDP_PROGRESS_FD";

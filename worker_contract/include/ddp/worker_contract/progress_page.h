@@ -51,6 +51,8 @@ enum class Kind : std::uint32_t {
   kReduce,
   kBarrier,
   kAlltoall,
+  kGather,
+  kScatter,
 };
 const char* to_string(Kind kind);
 // The Kind a number written by someone else names, or nullopt when it names none.

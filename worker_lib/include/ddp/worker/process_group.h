@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <string>
 #include <type_traits>
@@ -28,7 +29,18 @@ namespace ddp {
 struct Half;      // half.h
 struct BFloat16;  // half.h
 
-enum class DType : std::uint8_t { kFloat32, kFloat64, kFloat16, kBFloat16, kInt32, kInt64, kUInt8 };
+// kInt8 is signed; kBool is one byte holding 0 or 1 (like torch.bool).
+enum class DType : std::uint8_t {
+  kFloat32,
+  kFloat64,
+  kFloat16,
+  kBFloat16,
+  kInt32,
+  kInt64,
+  kUInt8,
+  kInt8,
+  kBool,
+};
 
 std::size_t element_size(DType dtype);
 const char* to_string(DType dtype);
@@ -62,7 +74,11 @@ struct Buffer {
   }
 };
 
-enum class ReduceOp : std::uint8_t { kSum, kAvg, kMin, kMax, kProduct };
+// kBand, kBor, kBxor (bitwise and/or/xor) take the integer dtypes and kBool
+// only: any other dtype is InvalidArgument naming the op and the dtype, thrown
+// by the call before anything is sent. On kBool (torch's semantics): kSum is
+// logical or, kProduct logical and, kMin/kMax act on 0/1, kAvg is refused.
+enum class ReduceOp : std::uint8_t { kSum, kAvg, kMin, kMax, kProduct, kBand, kBor, kBxor };
 const char* to_string(ReduceOp op);
 
 // The handle of one asynchronous operation.
@@ -80,6 +96,18 @@ class Work {
   virtual std::exception_ptr exception() const = 0;
   // The group's sequence number of this operation (0, 1, 2, ... in issue order).
   virtual std::uint64_t sequence_number() const = 0;
+  // The rank a recv_any received from, once it completed successfully; -1 before
+  // that and for every other operation.
+  virtual int source_rank() const { return -1; }
+  // Calls `callback` once the operation completed (succeeded or failed): at once
+  // on the calling thread when it already has, else on the thread that completes
+  // it, after is_completed() turned true. The callback must be quick and must not
+  // throw or issue operations on the group. Returns false, and never calls
+  // `callback`, when this Work cannot notify (then use wait() or is_completed()).
+  virtual bool on_completion(std::function<void()> callback) {
+    (void)callback;
+    return false;
+  }
 };
 
 using WorkPtr = std::shared_ptr<Work>;
@@ -103,9 +131,29 @@ class ProcessGroup {
   // The reduction lands in `root`'s buffer; other ranks' buffers are unspecified.
   virtual WorkPtr reduce(Buffer buffer, int root, ReduceOp op = ReduceOp::kSum) = 0;
   virtual WorkPtr barrier() = 0;
+  // Rank r's input lands in `root`'s output at r * input.count; on `root`
+  // output.count == input.count * size(); on the other ranks output is ignored
+  // (may be empty).
+  virtual WorkPtr gather(Buffer output, Buffer input, int root) = 0;
+  // On `root` input.count == output.count * size(); rank r gets chunk r of it;
+  // on the other ranks input is ignored (may be empty).
+  virtual WorkPtr scatter(Buffer output, Buffer input, int root) = 0;
+  // Rank r's input chunk j goes to rank j's output chunk r; chunks lie back to
+  // back in rank order, with the element counts per peer given (size() entries
+  // each). Empty count vectors mean even splits (count / size() each, which must
+  // divide). Counts that do not add up to the buffers: InvalidArgument, thrown by
+  // the call. Peers that disagree (this rank's output count from j differs from
+  // j's input count to this rank): the Work fails on both with an error naming
+  // the ranks and counts, never a hang.
+  virtual WorkPtr alltoall(Buffer output, Buffer input, std::vector<std::size_t> output_counts,
+                           std::vector<std::size_t> input_counts) = 0;
   // Point to point; `tag` distinguishes concurrent messages between two ranks.
   virtual WorkPtr send(Buffer buffer, int dst, int tag = 0) = 0;
   virtual WorkPtr recv(Buffer buffer, int src, int tag = 0) = 0;
+  // Receives from whichever rank's send (with `tag`) arrives first; the Work's
+  // source_rank() names it once completed. Not every backend supports it (NCCL:
+  // InvalidArgument).
+  virtual WorkPtr recv_any(Buffer buffer, int tag = 0) = 0;
 
   // Ends the group because the job's membership changed: every operation
   // still pending and every later one fails with GroupChanged naming `reason`,
@@ -148,6 +196,14 @@ constexpr DType dtype_of<std::int64_t>() {
 template <>
 constexpr DType dtype_of<std::uint8_t>() {
   return DType::kUInt8;
+}
+template <>
+constexpr DType dtype_of<std::int8_t>() {
+  return DType::kInt8;
+}
+template <>
+constexpr DType dtype_of<bool>() {
+  return DType::kBool;
 }
 template <>
 constexpr DType dtype_of<Half>() {
