@@ -13,20 +13,21 @@ HangResponse::HangResponse(const AgentOptions& options, const ProgressWatch& wat
                            WorkerGroup& group, AgentEvents& events)
     : options_(options), watch_(watch), group_(group), events_(events) {}
 
-// A Python program writes no progress pages (it does not link ddp::worker):
-// with an explicit --hang_timeout, says which hangs can be seen and which
-// cannot. (The default, auto, ends no rank of such a program: see respond.)
+// A Python program writes progress pages only on the backend "ddp" (import
+// ddp_torch): with an explicit --hang_timeout, says which hangs can be seen
+// on another backend. (The default, auto, ends no rank that writes no page:
+// see respond.)
 void HangResponse::say_what_hangs_are_seen() const {
   const auto& timeout = options_.watch.hang_timeout;
   if (!group_.python() || !timeout || timeout->count() <= 0) return;
   const double s = timeout->count() / 1000.0;
-  events_.notice(
-      fmt::format("--hang_timeout={:g}: Python workers write no progress pages, so the only "
-                  "hang ddprun can see is a rank still running {:g} s after every other rank "
-                  "exited 0 (it is ended); a collective that never completes and a rank stuck in "
-                  "its own code are not seen (torch's collective timeouts and "
-                  "TORCHELASTIC_ENABLE_FILE_TIMER cover those)",
-                  s, s));
+  events_.notice(fmt::format(
+      "--hang_timeout={:g}: Python workers write progress pages only on the backend \"ddp\" "
+      "(import ddp_torch); on another backend the only hang ddprun can see is a rank still "
+      "running {:g} s after every other rank exited 0 (it is ended); a collective that never "
+      "completes and a rank stuck in its own code are not seen (torch's collective timeouts "
+      "and TORCHELASTIC_ENABLE_FILE_TIMER cover those)",
+      s, s));
 }
 
 void HangResponse::begin_round() {

@@ -991,8 +991,9 @@ TEST_F(DdprunTest, AnExplicitHangTimeoutSaysWhatItCanSeeOfAPythonProgram) {
   env["PATH"] = dir_.str() + "/bin:" + env["PATH"];
   const std::string script = (dir_.path() / "train.py").string();
   const std::string note =
-      "--hang_timeout=30: Python workers write no progress pages, so the only hang ddprun can see "
-      "is a rank still running 30 s after every other rank exited 0";
+      "--hang_timeout=30: Python workers write progress pages only on the backend \"ddp\" "
+      "(import ddp_torch); on another backend the only hang ddprun can see is a rank still "
+      "running 30 s after every other rank exited 0";
   auto given = run(cmd({"--standalone", "--nproc_per_node=2", "--hang_timeout=30"}, {script}), env,
                    dir_.path());
   EXPECT_EQ(given.code, 0) << given.err;

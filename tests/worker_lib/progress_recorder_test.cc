@@ -13,6 +13,7 @@
 
 #include "ddp/store/memory_store.h"
 #include "ddp/worker/ddp.h"
+#include "ddp/worker/step_recorder.h"
 #include "ddp/worker_contract/env_names.h"
 #include "progress_recorder.h"
 #include "test_util.h"
@@ -167,6 +168,32 @@ TEST_F(ProcessPageTest, DdpStepsAndNoSyncStepsAreMarked) {
   EXPECT_EQ(agent_->page->timed_steps.load(), 4u);  // every step but each rank's first
   EXPECT_GE(agent_->page->total_compute_ns.load(), 4 * 5'000'000);
   EXPECT_GE(agent_->page->last_step_ns.load(), agent_->page->groups[0].last_issued_ns.load());
+}
+
+// A training loop with its own DDP (the torch backend's) records its steps
+// through ddp::StepRecorder: the compute time runs from one step's end to the
+// next one's gradients, not through the wait for their all-reduce.
+TEST_F(ProcessPageTest, AStepRecorderMarksStepsWithTheirComputeTime) {
+  const auto steps_before = agent_->page->steps.load();
+  const auto no_sync_before = agent_->page->no_sync_steps.load();
+  const auto timed_before = agent_->page->timed_steps.load();
+  const auto compute_before = agent_->page->total_compute_ns.load();
+  StepRecorder recorder;
+  recorder.step_end(true);  // the first step: counted, its compute unknown
+  for (int step = 0; step < 2; ++step) {
+    std::this_thread::sleep_for(10ms);  // forward and backward
+    recorder.gradients_ready();
+    std::this_thread::sleep_for(200ms);  // waiting for the all-reduce
+    recorder.step_end(true);
+  }
+  recorder.step_end(false);
+  EXPECT_EQ(agent_->page->steps.load(), steps_before + 3);
+  EXPECT_EQ(agent_->page->no_sync_steps.load(), no_sync_before + 1);
+  EXPECT_EQ(agent_->page->timed_steps.load(), timed_before + 2);
+  const auto compute = agent_->page->total_compute_ns.load() - compute_before;
+  EXPECT_GE(compute, 2 * 10'000'000);
+  EXPECT_LT(compute, 2 * 200'000'000);  // the all-reduce's wait is not in it
+  EXPECT_GE(agent_->page->last_wall_ns.load(), 210'000'000);
 }
 
 TEST(WorkTrackerProgress, CompletionsOfCollectivesReachTheHookInIssueOrder) {

@@ -3,6 +3,7 @@
 #include <pybind11/chrono.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include "ddp/worker/step_recorder.h"
 #include "process_group_ddp.h"
 
 namespace {
@@ -22,4 +23,10 @@ PYBIND11_MODULE(_C, module) {
              pybind11::arg("rank"), pybind11::arg("size"), pybind11::arg("timeout"),
              pybind11::call_guard<pybind11::gil_scoped_release>(),
              "Creates a process group of backend 'ddp' (torch.distributed's creator signature)");
+  // ddp_torch/steps.py records torch's DistributedDataParallel steps through it.
+  pybind11::class_<ddp::StepRecorder>(module, "StepRecorder",
+                                      "DDP step boundaries into the worker's progress page")
+      .def(pybind11::init<>())
+      .def("gradients_ready", &ddp::StepRecorder::gradients_ready)
+      .def("step_end", &ddp::StepRecorder::step_end, pybind11::arg("synchronized"));
 }

@@ -11,6 +11,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "ddp/worker/step_recorder.h"
 #include "ddp/worker_contract/env_names.h"
 
 namespace ddp::detail {
@@ -113,3 +114,13 @@ void StepProgress::step_end(bool synchronized) {
 }
 
 }  // namespace ddp::detail
+
+namespace ddp {
+
+StepRecorder::StepRecorder() : progress_(std::make_unique<detail::StepProgress>()) {}
+StepRecorder::~StepRecorder() = default;
+
+void StepRecorder::gradients_ready() { progress_->gradients_ready(); }
+void StepRecorder::step_end(bool synchronized) { progress_->step_end(synchronized); }
+
+}  // namespace ddp

@@ -10,7 +10,7 @@ ddprun puts this package on its workers' PYTHONPATH; under torchrun, add
 import torch  # noqa: F401  (loads libtorch before the extension)
 import torch.distributed as _dist
 
-from ddp_torch import _C
+from ddp_torch import _C, steps
 
 BACKEND = "ddp"
 
@@ -23,5 +23,6 @@ def _register():
 
 
 _register()
+steps.install()
 
 __all__ = ["BACKEND"]
