@@ -24,6 +24,7 @@ joins the suite's feature sets (--features; see suite_cases.py). Exits 77
 import argparse
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -57,6 +58,10 @@ def parse_args(argv):
                         help="let each rank turn on DDP's ReplicatedTensor mode as torch's "
                              "TestDistBackend does (under Python 3.11 every DDP test then fails "
                              "on every backend: see suite_cases.py)")
+    parser.add_argument("--gates-as", metavar="NAME", default="",
+                        help="let the suite choose its tests as for this backend (its decorators "
+                             "skip many by backend name: 'Only gloo backend supports timeouts'), "
+                             "and run them on --backend; see suite_cases.py")
     parser.add_argument("--backend-module",
                         help="module that registers the backend (default: ddp_torch for ddp, "
                              "none for torch's own backends)")
@@ -116,6 +121,7 @@ def set_up_environment(args, temp_dir):
     os.environ["TORCH_SUITE_BACKEND_MODULE"] = args.backend_module
     os.environ["TORCH_SUITE_BACKEND_FEATURES"] = args.features
     os.environ["TORCH_SUITE_START_METHOD"] = args.start_method
+    os.environ["TORCH_SUITE_GATES_AS"] = args.gates_as
     os.environ["TORCH_SUITE_REPLICATED_TENSOR_DDP"] = "1" if args.replicated_tensor_ddp else "0"
     # The forkserver imports suite_cases by name, and Python 3.11's forkserver
     # does not take the driver's sys.path (it takes the environment).
@@ -141,9 +147,8 @@ class OutcomeRecorder(unittest.TextTestResult):
         name = test.id().rsplit(".", 1)[-1]
         seconds = time.monotonic() - self._started
         self.outcomes[name] = {"outcome": outcome, "reason": reason, "seconds": round(seconds, 2)}
-        first_line = reason.strip().splitlines()[-1] if reason.strip() else ""
-        print(f"{outcome:7} {name} ({seconds:.1f} s){'  ' + first_line[:200] if first_line else ''}",
-              flush=True)
+        line = summary_line(reason)
+        print(f"{outcome:7} {name} ({seconds:.1f} s){'  ' + line[:200] if line else ''}", flush=True)
 
     def addSuccess(self, test):
         super().addSuccess(test)
@@ -182,6 +187,17 @@ def select_tests(args):
     if args.only:
         names = [name for name in names if name in args.only]
     return names, expected, exclusions
+
+
+def summary_line(reason):
+    """The line of a test's traceback that says what went wrong: the last
+    exception line (a rank's error comes with torch's C++ frames after it),
+    else the last line."""
+    lines = [line.strip() for line in reason.strip().splitlines() if line.strip()]
+    for line in reversed(lines):
+        if re.match(r"^[\w.]*(Error|Exception|Timeout)\w*: ", line):
+            return line
+    return lines[-1] if lines else ""
 
 
 def suite_test_names(case_class):
@@ -232,6 +248,7 @@ def run(args):
     print(f"torch_suite backend={args.backend} world_size={args.world_size} "
           f"init_method={args.init_method} start_method={args.start_method} "
           f"replicated_tensor_ddp={int(args.replicated_tensor_ddp)} "
+          f"gates_as={args.gates_as or args.backend} "
           f"tests={len(outcomes)} passed={counts['pass']} "
           f"failed={counts['fail']} errors={counts['error']} skipped={counts['skip']} "
           f"wall_s={wall:.0f}", flush=True)
@@ -270,8 +287,8 @@ def check(args, names, expected, exclusions, outcomes):
         print(f"stale exclusion: {name} is not on {args.check}; remove it from {args.exclusions}")
     for name in not_passing:
         o = outcomes.get(name, {"outcome": "not run", "reason": ""})
-        last = o["reason"].strip().splitlines()[-1] if o["reason"].strip() else ""
-        print(f"NOT PASSING on {args.backend}: {name}: {o['outcome']} {last[:300]}")
+        print(f"NOT PASSING on {args.backend}: {name}: {o['outcome']} "
+              f"{summary_line(o['reason'])[:300]}")
     if stale or not_passing:
         return 1
     excluded = f", {len(exclusions)} excluded with reasons in {args.exclusions}" if exclusions else ""

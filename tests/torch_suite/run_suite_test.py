@@ -86,6 +86,15 @@ class CheckTest(unittest.TestCase):
         self.assertEqual(code, 1)
         self.assertIn("NOT PASSING on ddp: test_b: error RuntimeError: no reduce_scatter", printed)
 
+    def test_the_reason_is_the_exception_line_not_the_cpp_frames_after_it(self):
+        reason = ("Traceback\nRuntimeError: ProcessGroup ddp does not support allgather_coalesced\n"
+                  "Exception raised from allgather_coalesced at ProcessGroup.hpp:1\n"
+                  "frame #0: c10::Error::Error() + 0x1\nframe #25: _start + 0x21\n")
+        code, printed = self.verdict(["test_a"], ["test_a"], {}, outcome("test_a", "error", reason))
+        self.assertEqual(code, 1)
+        self.assertIn("test_a: error RuntimeError: ProcessGroup ddp does not support "
+                      "allgather_coalesced", printed)
+
     def test_a_skip_is_not_a_pass(self):
         code, printed = self.verdict(["test_a"], ["test_a"], {},
                                      outcome("test_a", "skip", "Only gloo backend supports timeouts"))

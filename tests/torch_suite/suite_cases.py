@@ -26,6 +26,14 @@ suite expects it to be set before its module is imported:
                    suite fails on every backend before it communicates.
   TORCH_SUITE_VERBOSE
                    "1": keep the suite's INFO log (each rank's start and barriers)
+  TORCH_SUITE_GATES_AS
+                   a backend name, or empty: the suite's module is imported with
+                   BACKEND set to it, so that its decorators, which pick the tests
+                   to run by backend name ("Only gloo backend supports timeouts",
+                   require_backend({"gloo"}), ...), pick the tests they pick for
+                   that backend; then the module's BACKEND becomes the real one,
+                   which init_process_group and the test bodies use. With "gloo",
+                   a plugin backend runs every test Gloo runs.
   TORCH_SUITE_BACKEND_FEATURES
                    the suite's feature sets (DistTestCases.backend_feature in
                    torch.testing._internal.common_distributed) that BACKEND
@@ -83,7 +91,14 @@ for _feature in filter(None, os.environ.get("TORCH_SUITE_BACKEND_FEATURES", "").
 import multiprocessing.context  # noqa: E402
 
 import torch.multiprocessing  # noqa: E402
+_backend = os.environ["BACKEND"]
+_gates_as = os.environ.get("TORCH_SUITE_GATES_AS", "")
+if _gates_as:
+    os.environ["BACKEND"] = _gates_as
 from torch.testing._internal.distributed import distributed_test  # noqa: E402
+
+os.environ["BACKEND"] = _backend
+distributed_test.BACKEND = _backend
 from torch.testing._internal.distributed.distributed_test import (  # noqa: E402
     DistributedTest,
     TestDistBackend,
