@@ -116,6 +116,12 @@ def set_up_environment(args, temp_dir):
     os.environ["BACKEND"] = args.backend
     os.environ["WORLD_SIZE"] = str(args.world_size)
     os.environ["TEMP_DIR"] = temp_dir
+    # Everything the suite and multiprocessing make in the temporary folder
+    # goes under the driver's own, removed at the end: torch's
+    # MultiProcessTestCase leaves its store file of every test, and the
+    # forkserver's socket folder outlives a driver that leaves with os._exit.
+    os.environ["TMPDIR"] = temp_dir
+    tempfile.tempdir = temp_dir
     os.environ["INIT_METHOD"] = "env://" if args.init_method == "env" else f"file://{temp_dir}/"
     os.environ["DISTRIBUTED_TESTS_DEFAULT_TIMEOUT"] = str(args.test_timeout)
     os.environ["TORCH_SUITE_BACKEND_MODULE"] = args.backend_module
