@@ -7,9 +7,11 @@ runs it) against one backend, and records or checks which tests pass.
       runs the suite (or the named tests) and prints one line a test and a summary
   run_suite.py --backend gloo --write-passing passing_on_gloo.txt
       also writes the names of the tests that passed, sorted, to the file
-  run_suite.py --backend ddp --check passing_on_gloo.txt --exclusions excluded_on_ddp.txt
-      runs every test the list names but the excluded ones; exits 1 unless each
-      passes, and when an exclusion names a test that is not on the list
+  run_suite.py --backend ddp --gates-as gloo --check passing_on_gloo.txt \
+               --exclusions excluded_on_ddp.txt
+      runs every test the list names but the excluded ones, the suite choosing
+      its tests as for Gloo; exits 1 unless each passes, and when an exclusion
+      names a test that is not on the list
   --results FILE   writes every test's outcome and reason as JSON
 
 The backend is set up as torch's driver sets it up: BACKEND, WORLD_SIZE,

@@ -91,6 +91,9 @@ for _feature in filter(None, os.environ.get("TORCH_SUITE_BACKEND_FEATURES", "").
 import multiprocessing.context  # noqa: E402
 
 import torch.multiprocessing  # noqa: E402
+
+# The suite's decorators read BACKEND once, on import; init_process_group and
+# the test bodies read the module's BACKEND when they run.
 _backend = os.environ["BACKEND"]
 _gates_as = os.environ.get("TORCH_SUITE_GATES_AS", "")
 if _gates_as:
@@ -99,6 +102,7 @@ from torch.testing._internal.distributed import distributed_test  # noqa: E402
 
 os.environ["BACKEND"] = _backend
 distributed_test.BACKEND = _backend
+
 from torch.testing._internal.distributed.distributed_test import (  # noqa: E402
     DistributedTest,
     TestDistBackend,
