@@ -166,31 +166,36 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDdp::follow(c10d::OpType type, const 
                          std::move(outputs), completer_);
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupDdp::broadcast(std::vector<at::Tensor>& tensors,
-                                                          const c10d::BroadcastOptions& opts) {
-  const char* op = "broadcast";
+c10::intrusive_ptr<c10d::Work> ProcessGroupDdp::in_place(
+    c10d::OpType type, const char* op, std::vector<at::Tensor>& tensors,
+    const std::function<ddp::WorkPtr(ddp::ProcessGroup&, Buffer)>& issue) {
   StagedTensor staged(only_tensor(tensors, op), op);
-  TORCH_CHECK(opts.rootTensor == 0, "ddp backend: broadcast takes one tensor, rootTensor 0");
-  check_root(static_cast<int>(opts.rootRank), getSize(), op);
   auto& group = group_for(staged.tensor(), op);
   sync_current_stream(staged.tensor());
-  auto work = group.broadcast(staged.buffer(), static_cast<int>(opts.rootRank));
+  auto work = issue(group, staged.buffer());
   return follow(
-      c10d::OpType::BROADCAST, op, std::move(work), [staged] { staged.write_back(); }, tensors);
+      type, op, std::move(work), [staged] { staged.write_back(); }, tensors);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupDdp::broadcast(std::vector<at::Tensor>& tensors,
+                                                          const c10d::BroadcastOptions& opts) {
+  const int root = static_cast<int>(opts.rootRank);
+  TORCH_CHECK(opts.rootTensor == 0, "ddp backend: broadcast takes one tensor, rootTensor 0");
+  check_root(root, getSize(), "broadcast");
+  return in_place(
+      c10d::OpType::BROADCAST, "broadcast", tensors,
+      [&](ddp::ProcessGroup& group, Buffer buffer) { return group.broadcast(buffer, root); });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupDdp::allreduce(std::vector<at::Tensor>& tensors,
                                                           const c10d::AllreduceOptions& opts) {
-  if (tensors.size() == 1) {
-    const char* op = "allreduce";
-    StagedTensor staged(tensors[0], op);
-    auto& group = group_for(staged.tensor(), op);
-    sync_current_stream(staged.tensor());
-    auto work = group.allreduce(staged.buffer(), ddp_reduce_op(opts.reduceOp, op));
-    return follow(
-        c10d::OpType::ALLREDUCE, op, std::move(work), [staged] { staged.write_back(); }, tensors);
+  if (tensors.size() != 1) {
+    return allreduce_flat(c10d::OpType::ALLREDUCE, "allreduce", tensors, opts.reduceOp);
   }
-  return allreduce_flat(c10d::OpType::ALLREDUCE, "allreduce", tensors, opts.reduceOp);
+  const ReduceOp reduce_op = ddp_reduce_op(opts.reduceOp, "allreduce");
+  return in_place(
+      c10d::OpType::ALLREDUCE, "allreduce", tensors,
+      [&](ddp::ProcessGroup& group, Buffer buffer) { return group.allreduce(buffer, reduce_op); });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupDdp::allreduce_coalesced(
@@ -215,16 +220,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDdp::allreduce_flat(c10d::OpType type
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupDdp::reduce(std::vector<at::Tensor>& tensors,
                                                        const c10d::ReduceOptions& opts) {
-  const char* op = "reduce";
-  StagedTensor staged(only_tensor(tensors, op), op);
+  const int root = static_cast<int>(opts.rootRank);
   TORCH_CHECK(opts.rootTensor == 0, "ddp backend: reduce takes one tensor, rootTensor 0");
-  check_root(static_cast<int>(opts.rootRank), getSize(), op);
-  auto& group = group_for(staged.tensor(), op);
-  sync_current_stream(staged.tensor());
-  auto work = group.reduce(staged.buffer(), static_cast<int>(opts.rootRank),
-                           ddp_reduce_op(opts.reduceOp, op));
-  return follow(
-      c10d::OpType::REDUCE, op, std::move(work), [staged] { staged.write_back(); }, tensors);
+  check_root(root, getSize(), "reduce");
+  const ReduceOp reduce_op = ddp_reduce_op(opts.reduceOp, "reduce");
+  return in_place(c10d::OpType::REDUCE, "reduce", tensors,
+                  [&](ddp::ProcessGroup& group, Buffer buffer) {
+                    return group.reduce(buffer, root, reduce_op);
+                  });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupDdp::allgather(
@@ -414,36 +417,25 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDdp::alltoall(std::vector<at::Tensor>
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupDdp::send(std::vector<at::Tensor>& tensors, int dst,
                                                      int tag) {
-  const char* op = "send";
-  StagedTensor staged(only_tensor(tensors, op), op);
-  check_root(dst, getSize(), op);
-  auto& group = group_for(staged.tensor(), op);
-  sync_current_stream(staged.tensor());
-  auto work = group.send(staged.buffer(), dst, tag);
-  return follow(c10d::OpType::SEND, op, std::move(work), [staged] {}, {});
+  check_root(dst, getSize(), "send");
+  return in_place(
+      c10d::OpType::SEND, "send", tensors,
+      [&](ddp::ProcessGroup& group, Buffer buffer) { return group.send(buffer, dst, tag); });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupDdp::recv(std::vector<at::Tensor>& tensors, int src,
                                                      int tag) {
-  const char* op = "recv";
-  StagedTensor staged(only_tensor(tensors, op), op);
-  check_root(src, getSize(), op);
-  auto& group = group_for(staged.tensor(), op);
-  sync_current_stream(staged.tensor());
-  auto work = group.recv(staged.buffer(), src, tag);
-  return follow(
-      c10d::OpType::RECV, op, std::move(work), [staged] { staged.write_back(); }, tensors);
+  check_root(src, getSize(), "recv");
+  return in_place(
+      c10d::OpType::RECV, "recv", tensors,
+      [&](ddp::ProcessGroup& group, Buffer buffer) { return group.recv(buffer, src, tag); });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupDdp::recvAnysource(std::vector<at::Tensor>& tensors,
                                                               int tag) {
-  const char* op = "recv from any source";
-  StagedTensor staged(only_tensor(tensors, op), op);
-  auto& group = group_for(staged.tensor(), op);
-  sync_current_stream(staged.tensor());
-  auto work = group.recv_any(staged.buffer(), tag);
-  return follow(
-      c10d::OpType::RECVANYSOURCE, op, std::move(work), [staged] { staged.write_back(); }, tensors);
+  return in_place(
+      c10d::OpType::RECVANYSOURCE, "recv from any source", tensors,
+      [&](ddp::ProcessGroup& group, Buffer buffer) { return group.recv_any(buffer, tag); });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupDdp::barrier(const c10d::BarrierOptions& /*opts*/) {
