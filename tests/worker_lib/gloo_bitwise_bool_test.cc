@@ -21,8 +21,8 @@ using namespace std::chrono_literals;
 using ::testing::HasSubstr;
 
 const std::vector<DType>& bitwise_dtypes() {
-  static const std::vector<DType> kAll = {DType::kInt32, DType::kInt64, DType::kUInt8,
-                                          DType::kInt8, DType::kBool};
+  static const std::vector<DType> kAll = {DType::kInt32, DType::kInt64, DType::kUInt8, DType::kInt8,
+                                          DType::kBool};
   return kAll;
 }
 const std::vector<ReduceOp>& bitwise_ops() {
@@ -114,8 +114,7 @@ TEST_P(BitwiseAllreduceTest, EveryIntegerDtypeAndBoolMatchesTheRanksOwnResult) {
           for (std::size_t i = 0; i < count; ++i) {
             ASSERT_EQ(buf.get(i), static_cast<double>(expected_bits(dtype, op, world, i)))
                 << "rank " << r << " algorithm " << to_string(algorithm) << " dtype "
-                << to_string(dtype) << " op " << to_string(op) << " count " << count << " i "
-                << i;
+                << to_string(dtype) << " op " << to_string(op) << " count " << count << " i " << i;
           }
         });
       }
@@ -156,8 +155,7 @@ TEST(GlooBitwise, ReduceAndReduceScatterTakeTheBitwiseOpsAndBool) {
         fill(in, r);
         ASSERT_TRUE(groups[r]->reduce_scatter(out.view(), in.view(), op)->wait());
         for (std::size_t i = 0; i < chunk; ++i) {
-          ASSERT_EQ(out.get(i),
-                    static_cast<double>(expected_bits(dtype, op, world, r * chunk + i)))
+          ASSERT_EQ(out.get(i), static_cast<double>(expected_bits(dtype, op, world, r * chunk + i)))
               << "reduce_scatter " << to_string(dtype) << " " << to_string(op) << " rank " << r;
         }
       });

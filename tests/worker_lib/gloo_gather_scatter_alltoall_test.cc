@@ -229,9 +229,10 @@ TEST(GlooCollectiveCheck, DisagreementsOnTheNewCollectivesAreErrorsOnEveryRank) 
     counts[r] = error_of(groups[r]->scatter(Buffer::of(part), Buffer::of(whole), 0));
     // Rank 0 calls an all-to-all, rank 1 a gather to itself, rank 2 a gather to rank 0.
     std::vector<float> gathered(9), mine(3), theirs(3);
-    kinds[r] = r == 0 ? error_of(groups[r]->alltoall(Buffer::of(theirs), Buffer::of(mine), {}, {}))
-                      : error_of(groups[r]->gather(Buffer::of(gathered), Buffer::of(mine),
-                                                   r == 1 ? 1 : 0));
+    kinds[r] =
+        r == 0
+            ? error_of(groups[r]->alltoall(Buffer::of(theirs), Buffer::of(mine), {}, {}))
+            : error_of(groups[r]->gather(Buffer::of(gathered), Buffer::of(mine), r == 1 ? 1 : 0));
     // Every rank skipped each bad collective: the group goes on working.
     std::vector<std::int8_t> ok(3, 1);
     ASSERT_TRUE(groups[r]->allreduce(Buffer::of(ok))->wait());
@@ -245,8 +246,10 @@ TEST(GlooCollectiveCheck, DisagreementsOnTheNewCollectivesAreErrorsOnEveryRank) 
     EXPECT_THAT(counts[r], HasSubstr("ranks [0,1] called scatter(seq=1, count=4"));
     EXPECT_THAT(counts[r], HasSubstr("ranks [2] called scatter(seq=1, count=5"));
     EXPECT_THAT(kinds[r], HasSubstr("ranks [0] called alltoall(seq=2, dtype=float32)"));
-    EXPECT_THAT(kinds[r], HasSubstr("ranks [1] called gather(seq=2, count=3, dtype=float32, root=1)"));
-    EXPECT_THAT(kinds[r], HasSubstr("ranks [2] called gather(seq=2, count=3, dtype=float32, root=0)"));
+    EXPECT_THAT(kinds[r],
+                HasSubstr("ranks [1] called gather(seq=2, count=3, dtype=float32, root=1)"));
+    EXPECT_THAT(kinds[r],
+                HasSubstr("ranks [2] called gather(seq=2, count=3, dtype=float32, root=0)"));
   }
 }
 

@@ -150,7 +150,8 @@ TEST_F(ProcessPageTest, GatherScatterAndAlltoallAreCountedWithTheirKindsAndSends
     ASSERT_TRUE(groups[r]->alltoall(Buffer::of(out), Buffer::of(in), {}, {})->wait());
     // Point to point is not a collective: the page does not count it.
     std::vector<double> message(3);
-    auto p2p = r == 0 ? groups[r]->send(Buffer::of(message), 1) : groups[r]->recv_any(Buffer::of(message));
+    auto p2p =
+        r == 0 ? groups[r]->send(Buffer::of(message), 1) : groups[r]->recv_any(Buffer::of(message));
     ASSERT_TRUE(p2p->wait());
   });
   expect_last(progress::Kind::kAlltoall, 48, 3);

@@ -155,9 +155,9 @@ struct TypedBuffer {
 
 inline const std::vector<DType>& all_dtypes() {
   // Every dtype but kBool, whose reductions are logical (gloo_bitwise_bool_test).
-  static const std::vector<DType> kAll = {DType::kFloat32, DType::kFloat64, DType::kFloat16,
-                                          DType::kBFloat16, DType::kInt32, DType::kInt64,
-                                          DType::kUInt8, DType::kInt8};
+  static const std::vector<DType> kAll = {DType::kFloat32,  DType::kFloat64, DType::kFloat16,
+                                          DType::kBFloat16, DType::kInt32,   DType::kInt64,
+                                          DType::kUInt8,    DType::kInt8};
   return kAll;
 }
 inline const std::vector<ReduceOp>& all_ops() {
