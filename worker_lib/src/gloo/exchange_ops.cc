@@ -33,7 +33,8 @@ void gather_into_root(const std::shared_ptr<gloo::Context>& context, const Buffe
                       std::chrono::milliseconds timeout) {
   gloo::GatherOptions opts(context);
   opts.setInput(static_cast<std::uint8_t*>(input.data), input.nbytes());
-  if (context->rank == root) opts.setOutput(static_cast<std::uint8_t*>(output.data), output.nbytes());
+  if (context->rank == root)
+    opts.setOutput(static_cast<std::uint8_t*>(output.data), output.nbytes());
   opts.setRoot(root);
   opts.setTag(tag);
   opts.setTimeout(timeout);
