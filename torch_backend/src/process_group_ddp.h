@@ -98,6 +98,11 @@ class ProcessGroupDdp final : public c10d::ProcessGroup {
   c10::intrusive_ptr<c10d::Work> in_place(
       c10d::OpType type, const char* op, std::vector<at::Tensor>& tensors,
       const std::function<ddp::WorkPtr(ddp::ProcessGroup&, Buffer)>& issue);
+  // An output and an input tensor (the *_base collectives): `issue` starts the
+  // ddp operation on their buffers (output, input); the output is written back.
+  c10::intrusive_ptr<c10d::Work> out_of_place(
+      c10d::OpType type, const char* op, at::Tensor& output, at::Tensor& input,
+      const std::function<ddp::WorkPtr(ddp::ProcessGroup&, Buffer, Buffer)>& issue);
   // allreduce and allreduce_coalesced: `tensors` reduced through one flat buffer.
   c10::intrusive_ptr<c10d::Work> allreduce_flat(c10d::OpType type, const char* op,
                                                 std::vector<at::Tensor>& tensors,
