@@ -618,8 +618,9 @@ void ProcessGroupGloo::run_task(Task& task) {
     progress_.completed(seq);
     complete_unless_aborted(task.work);
   } catch (const InvalidArgument&) {
-    // A DETAIL mismatch: every rank saw the same descriptors and skipped the
-    // collective, so the group stays consistent and usable.
+    // A DETAIL mismatch, or all-to-all counts that disagree: every rank saw the
+    // same descriptors (counts) and skipped the collective, so the group stays
+    // consistent and usable.
     progress_.completed(seq);
     task.work->fail(std::current_exception());
   } catch (const std::exception& e) {
