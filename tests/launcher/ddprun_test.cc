@@ -84,11 +84,19 @@ TEST_P(EnvTest, WorkerEnvironmentIsExactlyTheContract) {
     std::set<std::string> expected_keys = contract;
     for (const auto& [k, v] : env) expected_keys.insert(k);
     if (n > 1) expected_keys.insert("OMP_NUM_THREADS");
+    // A build with the torch backend has ddprun's Python module folder beside
+    // bin/: ddprun puts it on PYTHONPATH (the environment here has none).
+    const fs::path module_dir = fs::path(bin_dir()).parent_path() / "lib" / "ddprun" / "python";
+    if (fs::is_directory(module_dir)) expected_keys.insert("PYTHONPATH");
     std::set<std::string> keys;
     for (auto it = wenv.begin(); it != wenv.end(); ++it) keys.insert(it.key());
     EXPECT_EQ(keys, expected_keys) << "rank " << rank;
 
     for (const auto& [k, v] : env) EXPECT_EQ(wenv[k], v) << k;
+    if (fs::is_directory(module_dir)) {
+      EXPECT_EQ(fs::weakly_canonical(wenv["PYTHONPATH"].get<std::string>()),
+                fs::weakly_canonical(module_dir));
+    }
     const std::string r = std::to_string(rank);
     EXPECT_EQ(wenv["LOCAL_RANK"], r);
     EXPECT_EQ(wenv["RANK"], r);

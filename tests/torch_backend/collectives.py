@@ -8,14 +8,13 @@ the case: integers and bool bit-identical, floats within torch's tolerances
 (torch.testing.assert_close). Prints "ok <n> checks, <m> against gloo" and exits
 0, or raises at the first difference (the launcher then fails).
 """
-import os
-import sys
 from datetime import timedelta
 
 import torch
 import torch.distributed as dist
 
-import ddp_torch  # noqa: F401  registers "ddp"
+import ddp_torch  # noqa: F401  (registers "ddp")
+import rank_main
 
 R = dist.ReduceOp
 FLOATS = [torch.float16, torch.bfloat16, torch.float32, torch.float64]
@@ -261,6 +260,14 @@ def check_async(c, rank, size):
     expected = reduce_alone([value(r, torch.float32) for r in range(size)], R.SUM)
     c.same(t, expected, "async all_reduce wait()")
     c.same(doubled.wait(), expected * 2, "async all_reduce get_future().then()")
+    # A callback that issues the next collective (as PowerSGD's comm hook does):
+    # futures complete outside ddp's locks, so this cannot deadlock.
+    def reduce_again(fut):
+        again = fut.value()[0].clone()
+        dist.all_reduce(again)
+        return again
+    chained = dist.all_reduce(value(rank, torch.float32).clone(), async_op=True).get_future()
+    c.same(chained.then(reduce_again).wait(), expected * size, "a collective issued in a future's callback")
     works = [dist.broadcast(torch.full((3,), float(rank)), src=r, async_op=True) for r in range(size)]
     for work in works:
         work.wait()
@@ -315,15 +322,7 @@ def main():
     check_refusals(c, rank, size)
     dist.barrier()
     print(f"rank {rank}: ok {c.count} checks, {c.against_gloo} against gloo", flush=True)
-    sys.stdout.flush()
-    os._exit(0)  # torch 1.13 can deadlock at exit in ~ProcessGroupGloo
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except BaseException:
-        import traceback
-        traceback.print_exc()
-        sys.stderr.flush()
-        os._exit(1)
+    rank_main.run(main)

@@ -8,8 +8,6 @@ Checks: each model's parameters are bit-identical across ranks, and the "ddp"
 model matches the Gloo model within torch's tolerances. Prints "ok ..." and
 exits 0, or raises (exit 1).
 """
-import os
-import sys
 from datetime import timedelta
 
 import torch
@@ -17,7 +15,8 @@ import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-import ddp_torch  # noqa: F401
+import ddp_torch  # noqa: F401  (registers "ddp")
+import rank_main
 
 STEPS = 6
 
@@ -67,7 +66,6 @@ def main():
     dist.barrier()
     print(f"rank {rank}: ok DDP on ddp bit-identical across ranks and matching gloo "
           f"(max difference {(on_ddp - on_gloo).abs().max().item():.3g})", flush=True)
-    os._exit(0)
 
 
 def model_params():
@@ -75,10 +73,4 @@ def model_params():
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except BaseException:
-        import traceback
-        traceback.print_exc()
-        sys.stderr.flush()
-        os._exit(1)
+    rank_main.run(main)

@@ -19,7 +19,8 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-import ddp_torch  # noqa: F401
+import ddp_torch  # noqa: F401  (registers "ddp")
+import rank_main
 
 
 def expect_error(what, call, *needles, within=10.0):
@@ -87,12 +88,5 @@ def dead(rank):
 
 
 if __name__ == "__main__":
-    try:
-        {"mismatch": mismatch, "timeout": timeout, "dead": dead}[sys.argv[1]](int(os.environ["RANK"]))
-        sys.stdout.flush()
-        os._exit(0)
-    except BaseException:
-        import traceback
-        traceback.print_exc()
-        sys.stderr.flush()
-        os._exit(1)
+    rank_main.run({"mismatch": mismatch, "timeout": timeout, "dead": dead}[sys.argv[1]],
+                  int(os.environ["RANK"]))

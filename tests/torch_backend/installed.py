@@ -8,8 +8,10 @@ import torch
 import torch.distributed as dist
 
 import ddp_torch
+import rank_main
 
-try:
+
+def main():
     where = os.path.realpath(ddp_torch.__file__)
     expected = os.path.realpath(sys.argv[1])
     assert where.startswith(expected + os.sep), f"ddp_torch from {where}, not from {expected}"
@@ -19,9 +21,7 @@ try:
     dist.all_reduce(t)
     assert t.item() == 3.0, t
     print(f"rank {dist.get_rank()}: ok ddp_torch from {where}", flush=True)
-    os._exit(0)
-except BaseException:
-    import traceback
-    traceback.print_exc()
-    sys.stderr.flush()
-    os._exit(1)
+
+
+if __name__ == "__main__":
+    rank_main.run(main)

@@ -21,8 +21,8 @@ using namespace std::chrono_literals;
 using ::testing::HasSubstr;
 
 const std::vector<DType>& bitwise_dtypes() {
-  static const std::vector<DType> kAll = {DType::kInt32, DType::kInt64, DType::kUInt8,
-                                          DType::kInt8, DType::kBool};
+  static const std::vector<DType> kAll = {DType::kInt32, DType::kInt64, DType::kUInt8, DType::kInt8,
+                                          DType::kBool};
   return kAll;
 }
 const std::vector<ReduceOp>& bitwise_ops() {
@@ -48,38 +48,18 @@ std::int64_t input_bits(DType dtype, int rank, std::size_t i) {
   return (k * 19 + 3) % 128 - (k % 2 ? 64 : 0);  // fits int8, negative for odd k
 }
 
-// What the reduction of every rank's element i is, computed here alone.
+// What the reduction of every rank's element i is, computed here alone. On
+// bool (0/1) sum is or, product and, min and, max or.
 std::int64_t expected_bits(DType dtype, ReduceOp op, int world, std::size_t i) {
-  std::int64_t acc = input_bits(dtype, 0, i);
-  for (int r = 1; r < world; ++r) {
-    const auto v = input_bits(dtype, r, i);
-    switch (op) {
-      case ReduceOp::kBand:
-        acc &= v;
-        break;
-      case ReduceOp::kBor:
-        acc |= v;
-        break;
-      case ReduceOp::kBxor:
-        acc ^= v;
-        break;
-      case ReduceOp::kSum:  // bool: any
-        acc = (acc != 0 || v != 0) ? 1 : 0;
-        break;
-      case ReduceOp::kProduct:  // bool: all
-        acc = (acc != 0 && v != 0) ? 1 : 0;
-        break;
-      case ReduceOp::kMin:
-        acc = std::min(acc, v);
-        break;
-      case ReduceOp::kMax:
-        acc = std::max(acc, v);
-        break;
-      case ReduceOp::kAvg:
-        ADD_FAILURE() << "no average here";
-    }
+  if (dtype == DType::kBool) {
+    if (op == ReduceOp::kSum || op == ReduceOp::kMax) op = ReduceOp::kBor;
+    if (op == ReduceOp::kProduct || op == ReduceOp::kMin) op = ReduceOp::kBand;
   }
-  return acc;
+  auto acc = static_cast<double>(input_bits(dtype, 0, i));
+  for (int r = 1; r < world; ++r) {
+    acc = combine(op, acc, static_cast<double>(input_bits(dtype, r, i)));
+  }
+  return static_cast<std::int64_t>(acc);
 }
 
 void fill(TypedBuffer& buf, int rank, std::size_t first = 0) {
@@ -114,8 +94,7 @@ TEST_P(BitwiseAllreduceTest, EveryIntegerDtypeAndBoolMatchesTheRanksOwnResult) {
           for (std::size_t i = 0; i < count; ++i) {
             ASSERT_EQ(buf.get(i), static_cast<double>(expected_bits(dtype, op, world, i)))
                 << "rank " << r << " algorithm " << to_string(algorithm) << " dtype "
-                << to_string(dtype) << " op " << to_string(op) << " count " << count << " i "
-                << i;
+                << to_string(dtype) << " op " << to_string(op) << " count " << count << " i " << i;
           }
         });
       }
@@ -156,8 +135,7 @@ TEST(GlooBitwise, ReduceAndReduceScatterTakeTheBitwiseOpsAndBool) {
         fill(in, r);
         ASSERT_TRUE(groups[r]->reduce_scatter(out.view(), in.view(), op)->wait());
         for (std::size_t i = 0; i < chunk; ++i) {
-          ASSERT_EQ(out.get(i),
-                    static_cast<double>(expected_bits(dtype, op, world, r * chunk + i)))
+          ASSERT_EQ(out.get(i), static_cast<double>(expected_bits(dtype, op, world, r * chunk + i)))
               << "reduce_scatter " << to_string(dtype) << " " << to_string(op) << " rank " << r;
         }
       });

@@ -17,15 +17,6 @@ using namespace std::chrono_literals;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-std::string error_of(const WorkPtr& work) {
-  try {
-    work->wait();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
-
 TEST(GlooFailures, RankThatNeverArrivesGivesTimeoutErrorNamingIt) {
   const int world = 3;
   GlooOptions options;
@@ -72,7 +63,7 @@ TEST(GlooFailures, DetailCheckReportsSizeMismatchInsteadOfHanging) {
   std::vector<std::string> errors(world);
   run_threads(world, [&](int r) {
     std::vector<float> buf(r == 1 ? 20 : 10, 1.0f);
-    errors[r] = error_of(groups[r]->allreduce(Buffer::of(buf)));
+    errors[r] = error_text(groups[r]->allreduce(Buffer::of(buf)));
     // Every rank skipped the bad collective: the group goes on working.
     std::vector<float> ok(8, 2.0f);
     groups[r]->allreduce(Buffer::of(ok))->wait();
@@ -94,8 +85,8 @@ TEST(GlooFailures, DetailCheckReportsDifferentOperations) {
   std::vector<std::string> errors(world);
   run_threads(world, [&](int r) {
     std::vector<double> buf(16, 1.0);
-    errors[r] = r == 0 ? error_of(groups[r]->broadcast(Buffer::of(buf), 0))
-                       : error_of(groups[r]->allreduce(Buffer::of(buf), ReduceOp::kMax));
+    errors[r] = r == 0 ? error_text(groups[r]->broadcast(Buffer::of(buf), 0))
+                       : error_text(groups[r]->allreduce(Buffer::of(buf), ReduceOp::kMax));
   });
   for (int r = 0; r < world; ++r) {
     EXPECT_THAT(errors[r], HasSubstr("broadcast(seq=0, count=16, dtype=float64, root=0)"));

@@ -31,57 +31,31 @@ double value_in(DType dtype, int rank, int to, std::size_t i) {
   return dtype == DType::kBool ? static_cast<double>(static_cast<int>(v) % 2) : v;
 }
 
-std::string error_of(const WorkPtr& work) {
-  try {
-    work->wait();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
-
-TEST(GlooGather, EveryDtypeFromEveryRoot) {
+TEST(GlooGatherScatter, EveryDtypeFromEveryRoot) {
   const int world = 3;
   const std::size_t n = 1001;
   auto groups = make_groups(world, std::make_shared<MemoryStore>());
   for (DType dtype : all_dtypes()) {
     for (int root = 0; root < world; ++root) {
       run_threads(world, [&](int r) {
-        TypedBuffer in(dtype, n);
-        for (std::size_t i = 0; i < n; ++i) in.set(i, value_from(r, root, i));
-        // Only the root has an output: the others pass an empty buffer.
-        TypedBuffer out(dtype, r == root ? n * world : 0);
-        ASSERT_TRUE(groups[r]->gather(out.view(), in.view(), root)->wait());
+        // Gather: only the root has an output; the others pass an empty buffer.
+        TypedBuffer mine(dtype, n);
+        for (std::size_t i = 0; i < n; ++i) mine.set(i, value_from(r, root, i));
+        TypedBuffer gathered(dtype, r == root ? n * world : 0);
+        ASSERT_TRUE(groups[r]->gather(gathered.view(), mine.view(), root)->wait());
+        // Scatter back what the root gathered: only the root has an input.
+        TypedBuffer back(dtype, n);
+        ASSERT_TRUE(groups[r]->scatter(back.view(), gathered.view(), root)->wait());
+        for (std::size_t i = 0; i < n; ++i) {
+          ASSERT_EQ(back.get(i), value_from(r, root, i))
+              << "scatter " << to_string(dtype) << " root " << root << " rank " << r;
+        }
         if (r != root) return;
         for (int src = 0; src < world; ++src) {
           for (std::size_t i = 0; i < n; ++i) {
-            ASSERT_EQ(out.get(src * n + i), value_from(src, root, i))
-                << to_string(dtype) << " root " << root << " from " << src << " i " << i;
+            ASSERT_EQ(gathered.get(src * n + i), value_from(src, root, i))
+                << "gather " << to_string(dtype) << " root " << root << " from " << src;
           }
-        }
-      });
-    }
-  }
-}
-
-TEST(GlooScatter, EveryDtypeFromEveryRoot) {
-  const int world = 3;
-  const std::size_t n = 1001;
-  auto groups = make_groups(world, std::make_shared<MemoryStore>());
-  for (DType dtype : all_dtypes()) {
-    for (int root = 0; root < world; ++root) {
-      run_threads(world, [&](int r) {
-        TypedBuffer in(dtype, r == root ? n * world : 0);
-        if (r == root) {
-          for (int to = 0; to < world; ++to) {
-            for (std::size_t i = 0; i < n; ++i) in.set(to * n + i, value_from(root, to, i));
-          }
-        }
-        TypedBuffer out(dtype, n);
-        ASSERT_TRUE(groups[r]->scatter(out.view(), in.view(), root)->wait());
-        for (std::size_t i = 0; i < n; ++i) {
-          ASSERT_EQ(out.get(i), value_from(root, r, i))
-              << to_string(dtype) << " root " << root << " rank " << r << " i " << i;
         }
       });
     }
@@ -207,7 +181,7 @@ TEST(GlooAlltoall, PeersThatDisagreeOnTheDtypeFailOnEveryRank) {
   run_threads(world, [&](int r) {
     TypedBuffer in(r == 0 ? DType::kFloat32 : DType::kInt32, 4);
     TypedBuffer out(in.dtype, 4);
-    errors[r] = error_of(groups[r]->alltoall(out.view(), in.view(), {}, {}));
+    errors[r] = error_text(groups[r]->alltoall(out.view(), in.view(), {}, {}));
   });
   for (int r = 0; r < world; ++r) {
     EXPECT_THAT(errors[r], HasSubstr("rank 0 exchanges float32 but rank 1 int32"));
@@ -224,14 +198,15 @@ TEST(GlooCollectiveCheck, DisagreementsOnTheNewCollectivesAreErrorsOnEveryRank) 
   run_threads(world, [&](int r) {
     const int root = r == 1 ? 2 : 0;
     std::vector<float> in(4), out(r == root ? 12 : 0);
-    roots[r] = error_of(groups[r]->gather(Buffer::of(out), Buffer::of(in), root));
+    roots[r] = error_text(groups[r]->gather(Buffer::of(out), Buffer::of(in), root));
     std::vector<float> part(r == 2 ? 5 : 4), whole(r == 0 ? part.size() * world : 0);
-    counts[r] = error_of(groups[r]->scatter(Buffer::of(part), Buffer::of(whole), 0));
+    counts[r] = error_text(groups[r]->scatter(Buffer::of(part), Buffer::of(whole), 0));
     // Rank 0 calls an all-to-all, rank 1 a gather to itself, rank 2 a gather to rank 0.
     std::vector<float> gathered(9), mine(3), theirs(3);
-    kinds[r] = r == 0 ? error_of(groups[r]->alltoall(Buffer::of(theirs), Buffer::of(mine), {}, {}))
-                      : error_of(groups[r]->gather(Buffer::of(gathered), Buffer::of(mine),
-                                                   r == 1 ? 1 : 0));
+    kinds[r] =
+        r == 0
+            ? error_text(groups[r]->alltoall(Buffer::of(theirs), Buffer::of(mine), {}, {}))
+            : error_text(groups[r]->gather(Buffer::of(gathered), Buffer::of(mine), r == 1 ? 1 : 0));
     // Every rank skipped each bad collective: the group goes on working.
     std::vector<std::int8_t> ok(3, 1);
     ASSERT_TRUE(groups[r]->allreduce(Buffer::of(ok))->wait());
@@ -245,8 +220,10 @@ TEST(GlooCollectiveCheck, DisagreementsOnTheNewCollectivesAreErrorsOnEveryRank) 
     EXPECT_THAT(counts[r], HasSubstr("ranks [0,1] called scatter(seq=1, count=4"));
     EXPECT_THAT(counts[r], HasSubstr("ranks [2] called scatter(seq=1, count=5"));
     EXPECT_THAT(kinds[r], HasSubstr("ranks [0] called alltoall(seq=2, dtype=float32)"));
-    EXPECT_THAT(kinds[r], HasSubstr("ranks [1] called gather(seq=2, count=3, dtype=float32, root=1)"));
-    EXPECT_THAT(kinds[r], HasSubstr("ranks [2] called gather(seq=2, count=3, dtype=float32, root=0)"));
+    EXPECT_THAT(kinds[r],
+                HasSubstr("ranks [1] called gather(seq=2, count=3, dtype=float32, root=1)"));
+    EXPECT_THAT(kinds[r],
+                HasSubstr("ranks [2] called gather(seq=2, count=3, dtype=float32, root=0)"));
   }
 }
 

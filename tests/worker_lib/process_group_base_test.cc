@@ -83,8 +83,14 @@ class TestGroup final : public ProcessGroupBase<TestOptions> {
   WorkPtr reduce_scatter(Buffer, Buffer, ReduceOp) override { return nullptr; }
   WorkPtr reduce(Buffer, int, ReduceOp) override { return nullptr; }
   WorkPtr barrier() override { return nullptr; }
+  WorkPtr gather(Buffer, Buffer, int) override { return nullptr; }
+  WorkPtr scatter(Buffer, Buffer, int) override { return nullptr; }
+  WorkPtr alltoall(Buffer, Buffer, std::vector<std::size_t>, std::vector<std::size_t>) override {
+    return nullptr;
+  }
   WorkPtr send(Buffer, int, int) override { return nullptr; }
   WorkPtr recv(Buffer, int, int) override { return nullptr; }
+  WorkPtr recv_any(Buffer, int) override { return nullptr; }
   void abort(const std::string& reason) override { abort_->set(reason); }
 
   using ProcessGroupBase::abort_;
@@ -128,6 +134,42 @@ TEST(ProcessGroupBaseTest, WorkIssuedAfterTheAbortFailsAtOnceWithItsReason) {
   EXPECT_THAT(message_of(work->exception()),
               HasSubstr("group 'grads' rank 0/2: broadcast #4 failed: the group was aborted: the "
                         "round ended"));
+}
+
+TEST(CollectiveArgumentChecks, RootsChunksAndAlltoallCounts) {
+  EXPECT_NO_THROW(check_root("op", 2, 3));
+  EXPECT_THROW(check_root("op", 3, 3), InvalidArgument);
+  EXPECT_THROW(check_root("op", -1, 3), InvalidArgument);
+  std::vector<float> six(6), two(2);
+  std::vector<double> six_doubles(6);
+  EXPECT_NO_THROW(check_chunks("op", Buffer::of(six), Buffer::of(two), "output", "input", 3));
+  EXPECT_THROW(check_chunks("op", Buffer::of(six), Buffer::of(two), "output", "input", 2),
+               InvalidArgument);
+  try {
+    check_chunks("ProcessGroupTest::gather", Buffer::of(six_doubles), Buffer::of(two), "output",
+                 "input", 3);
+    ADD_FAILURE() << "float64 chunks of float32 accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_THAT(e.what(), HasSubstr("ProcessGroupTest::gather"));
+    EXPECT_THAT(e.what(), HasSubstr("output dtype float64 differs from input dtype float32"));
+  }
+  // Even splits when no counts are given; counts as given otherwise.
+  auto even = split_alltoall("op", Buffer::of(six), Buffer::of(six), {}, {}, 1, 3);
+  EXPECT_EQ(even.input, (std::vector<std::uint64_t>{2, 2, 2}));
+  EXPECT_EQ(even.output, (std::vector<std::uint64_t>{2, 2, 2}));
+  auto uneven = split_alltoall("op", Buffer::of(two), Buffer::of(six), {1, 0, 1}, {5, 0, 1}, 1, 3);
+  EXPECT_EQ(uneven.input, (std::vector<std::uint64_t>{5, 0, 1}));
+  EXPECT_EQ(uneven.output, (std::vector<std::uint64_t>{1, 0, 1}));
+  EXPECT_THROW(split_alltoall("op", Buffer::of(two), Buffer::of(two), {}, {}, 0, 3),
+               InvalidArgument);  // 2 elements do not split among 3 ranks
+  EXPECT_THROW(split_alltoall("op", Buffer::of(six), Buffer::of(six), {6}, {6}, 0, 3),
+               InvalidArgument);  // one count for three ranks
+  EXPECT_THROW(split_alltoall("op", Buffer::of(six), Buffer::of(six), {2, 2, 2}, {2, 2, 1}, 0, 3),
+               InvalidArgument);  // the input counts add up to 5, not 6
+  EXPECT_THROW(split_alltoall("op", Buffer::of(six), Buffer::of(six), {1, 2, 3}, {3, 2, 1}, 0, 3),
+               InvalidArgument);  // rank 0 sends itself 3 but expects 1
+  EXPECT_THROW(split_alltoall("op", Buffer::of(six_doubles), Buffer::of(six), {}, {}, 0, 3),
+               InvalidArgument);
 }
 
 }  // namespace

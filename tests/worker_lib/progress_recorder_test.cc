@@ -114,6 +114,53 @@ TEST_F(ProcessPageTest, EveryCollectiveOfAGroupIsCountedWithItsKindAndSize) {
   EXPECT_EQ(seen, 2);
 }
 
+TEST_F(ProcessPageTest, GatherScatterAndAlltoallAreCountedWithTheirKindsAndSendsAreNot) {
+  GlooOptions options;
+  options.timeout = 20s;
+  options.name = "exchanged";
+  auto groups = make_groups(2, std::make_shared<MemoryStore>(), options);
+  auto slots = [&] {
+    std::vector<const progress::GroupSlot*> found;
+    for (const auto& slot : agent_->page->groups) {
+      if (slot.in_use.load() != 0 && std::string(slot.name) == "exchanged") found.push_back(&slot);
+    }
+    return found;
+  };
+  ASSERT_EQ(slots().size(), 2u);
+  auto expect_last = [&](progress::Kind kind, std::uint64_t bytes, std::uint64_t count) {
+    for (const auto* slot : slots()) {
+      EXPECT_EQ(static_cast<progress::Kind>(slot->last_kind.load()), kind)
+          << progress::to_string(kind);
+      EXPECT_EQ(slot->last_bytes.load(), bytes) << progress::to_string(kind);
+      EXPECT_EQ(slot->issued.load(), count);
+      EXPECT_EQ(slot->completed.load(), count);
+    }
+  };
+  run_threads(2, [&](int r) {
+    std::vector<std::int32_t> mine(10), all(r == 0 ? 20 : 0);
+    ASSERT_TRUE(groups[r]->gather(Buffer::of(all), Buffer::of(mine), 0)->wait());
+  });
+  expect_last(progress::Kind::kGather, 40, 1);
+  run_threads(2, [&](int r) {
+    std::vector<std::int32_t> mine(10), all(r == 1 ? 20 : 0);
+    ASSERT_TRUE(groups[r]->scatter(Buffer::of(mine), Buffer::of(all), 1)->wait());
+  });
+  expect_last(progress::Kind::kScatter, 40, 2);
+  run_threads(2, [&](int r) {
+    std::vector<double> in(6), out(6);
+    ASSERT_TRUE(groups[r]->alltoall(Buffer::of(out), Buffer::of(in), {}, {})->wait());
+    // Point to point is not a collective: the page does not count it.
+    std::vector<double> message(3);
+    auto p2p =
+        r == 0 ? groups[r]->send(Buffer::of(message), 1) : groups[r]->recv_any(Buffer::of(message));
+    ASSERT_TRUE(p2p->wait());
+  });
+  expect_last(progress::Kind::kAlltoall, 48, 3);
+  EXPECT_STREQ(progress::to_string(progress::Kind::kGather), "gather");
+  EXPECT_EQ(progress::kind_of(static_cast<std::int64_t>(progress::Kind::kScatter)),
+            progress::Kind::kScatter);
+}
+
 TEST_F(ProcessPageTest, IssueAndCompletionStampTheOldestWait) {
   detail::GroupProgress group("stamped", 0, 2);
   const progress::GroupSlot* slot = nullptr;

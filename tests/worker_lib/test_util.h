@@ -1,6 +1,7 @@
 // Helpers for multi-rank tests: ranks as threads over one in-process store.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -8,6 +9,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -155,9 +157,9 @@ struct TypedBuffer {
 
 inline const std::vector<DType>& all_dtypes() {
   // Every dtype but kBool, whose reductions are logical (gloo_bitwise_bool_test).
-  static const std::vector<DType> kAll = {DType::kFloat32, DType::kFloat64, DType::kFloat16,
-                                          DType::kBFloat16, DType::kInt32, DType::kInt64,
-                                          DType::kUInt8, DType::kInt8};
+  static const std::vector<DType> kAll = {DType::kFloat32,  DType::kFloat64, DType::kFloat16,
+                                          DType::kBFloat16, DType::kInt32,   DType::kInt64,
+                                          DType::kUInt8,    DType::kInt8};
   return kAll;
 }
 inline const std::vector<ReduceOp>& all_ops() {
@@ -169,6 +171,41 @@ inline const std::vector<ReduceOp>& all_ops() {
 inline bool is_signed(DType d) { return d != DType::kUInt8; }
 inline bool is_integral(DType d) {
   return d == DType::kInt32 || d == DType::kInt64 || d == DType::kUInt8 || d == DType::kInt8;
+}
+
+// `a op b` as the references compute it, in doubles (exact for the small
+// integers the tests use): kAvg gives the sum; the bitwise ops act on integers.
+inline double combine(ReduceOp op, double a, double b) {
+  const auto ia = static_cast<std::int64_t>(a);
+  const auto ib = static_cast<std::int64_t>(b);
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAvg:
+      return a + b;
+    case ReduceOp::kProduct:
+      return a * b;
+    case ReduceOp::kMin:
+      return std::min(a, b);
+    case ReduceOp::kMax:
+      return std::max(a, b);
+    case ReduceOp::kBand:
+      return static_cast<double>(ia & ib);
+    case ReduceOp::kBor:
+      return static_cast<double>(ia | ib);
+    case ReduceOp::kBxor:
+      return static_cast<double>(ia ^ ib);
+  }
+  return NAN;
+}
+
+// The text of the error `work` failed with, or "" when it succeeded.
+inline std::string error_text(const WorkPtr& work) {
+  try {
+    work->wait();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
 }
 
 // Input of `rank` at element i for `op`: small integers so that every dtype
@@ -185,33 +222,7 @@ inline double input_value(ReduceOp op, DType dtype, int rank, std::size_t i) {
 // The reference result at element i, computed here independently of the library.
 inline double expected_value(ReduceOp op, DType dtype, int world, std::size_t i) {
   double acc = input_value(op, dtype, 0, i);
-  for (int r = 1; r < world; ++r) {
-    double v = input_value(op, dtype, r, i);
-    switch (op) {
-      case ReduceOp::kSum:
-      case ReduceOp::kAvg:
-        acc += v;
-        break;
-      case ReduceOp::kProduct:
-        acc *= v;
-        break;
-      case ReduceOp::kMin:
-        acc = std::min(acc, v);
-        break;
-      case ReduceOp::kMax:
-        acc = std::max(acc, v);
-        break;
-      case ReduceOp::kBand:
-        acc = static_cast<double>(static_cast<std::int64_t>(acc) & static_cast<std::int64_t>(v));
-        break;
-      case ReduceOp::kBor:
-        acc = static_cast<double>(static_cast<std::int64_t>(acc) | static_cast<std::int64_t>(v));
-        break;
-      case ReduceOp::kBxor:
-        acc = static_cast<double>(static_cast<std::int64_t>(acc) ^ static_cast<std::int64_t>(v));
-        break;
-    }
-  }
+  for (int r = 1; r < world; ++r) acc = combine(op, acc, input_value(op, dtype, r, i));
   if (op != ReduceOp::kAvg) return acc;
   switch (dtype) {
     case DType::kFloat32:

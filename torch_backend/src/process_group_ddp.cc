@@ -113,6 +113,32 @@ void sync_current_stream(const at::Tensor& tensor) {
   guard.getStream(tensor.device()).synchronize();
 }
 
+// all_to_all_single's splits (rows of dim 0 per rank) as element counts per
+// rank; empty splits: empty counts (even), once dim 0 divides by `size`.
+std::vector<std::size_t> split_counts(const std::vector<int64_t>& splits, const at::Tensor& tensor,
+                                      int size, const char* which) {
+  const char* op = "alltoall_base";
+  std::vector<std::size_t> counts;
+  if (splits.empty()) {
+    TORCH_CHECK(tensor.dim() == 0 || tensor.size(0) % size == 0, "ddp backend: ", op, ": the ",
+                which, "'s dim 0 (", tensor.dim() == 0 ? 0 : tensor.size(0),
+                ") does not divide equally across the group's ", size, " ranks");
+    return counts;
+  }
+  TORCH_CHECK(static_cast<int>(splits.size()) == size, "ddp backend: ", op, ": ", splits.size(),
+              " ", which, " splits for ", size, " ranks");
+  const std::int64_t rows = tensor.dim() == 0 ? 1 : tensor.size(0);
+  const std::int64_t row_elements = rows == 0 ? 0 : tensor.numel() / rows;
+  TORCH_CHECK(std::accumulate(splits.begin(), splits.end(), std::int64_t{0}) == rows,
+              "ddp backend: ", op, ": the ", which, " splits do not add up to its dim 0 (", rows,
+              ")");
+  for (auto split : splits) {
+    TORCH_CHECK(split >= 0, "ddp backend: ", op, ": negative ", which, " split ", split);
+    counts.push_back(static_cast<std::size_t>(split * row_elements));
+  }
+  return counts;
+}
+
 void check_root(int root, int size, const char* op) {
   TORCH_CHECK(root >= 0 && root < size, "ddp backend: ", op, ": root rank ", root,
               " is not in [0, ", size, ")");
@@ -166,31 +192,48 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDdp::follow(c10d::OpType type, const 
                          std::move(outputs), completer_);
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupDdp::broadcast(std::vector<at::Tensor>& tensors,
-                                                          const c10d::BroadcastOptions& opts) {
-  const char* op = "broadcast";
+c10::intrusive_ptr<c10d::Work> ProcessGroupDdp::in_place(
+    c10d::OpType type, const char* op, std::vector<at::Tensor>& tensors,
+    const std::function<ddp::WorkPtr(ddp::ProcessGroup&, Buffer)>& issue) {
   StagedTensor staged(only_tensor(tensors, op), op);
-  TORCH_CHECK(opts.rootTensor == 0, "ddp backend: broadcast takes one tensor, rootTensor 0");
-  check_root(static_cast<int>(opts.rootRank), getSize(), op);
   auto& group = group_for(staged.tensor(), op);
   sync_current_stream(staged.tensor());
-  auto work = group.broadcast(staged.buffer(), static_cast<int>(opts.rootRank));
+  auto work = issue(group, staged.buffer());
   return follow(
-      c10d::OpType::BROADCAST, op, std::move(work), [staged] { staged.write_back(); }, tensors);
+      type, op, std::move(work), [staged] { staged.write_back(); }, tensors);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupDdp::out_of_place(
+    c10d::OpType type, const char* op, at::Tensor& output, at::Tensor& input,
+    const std::function<ddp::WorkPtr(ddp::ProcessGroup&, Buffer, Buffer)>& issue) {
+  StagedTensor in(input, op);
+  StagedTensor out(output, op);
+  check_same_dtype_and_device({output}, input, op);
+  auto& group = group_for(input, op);
+  sync_current_stream(input);
+  auto work = issue(group, out.buffer(), in.buffer());
+  return follow(type, op, std::move(work), [in, out] { out.write_back(); }, {output});
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupDdp::broadcast(std::vector<at::Tensor>& tensors,
+                                                          const c10d::BroadcastOptions& opts) {
+  const int root = static_cast<int>(opts.rootRank);
+  TORCH_CHECK(opts.rootTensor == 0, "ddp backend: broadcast takes one tensor, rootTensor 0");
+  check_root(root, getSize(), "broadcast");
+  return in_place(
+      c10d::OpType::BROADCAST, "broadcast", tensors,
+      [&](ddp::ProcessGroup& group, Buffer buffer) { return group.broadcast(buffer, root); });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupDdp::allreduce(std::vector<at::Tensor>& tensors,
                                                           const c10d::AllreduceOptions& opts) {
-  if (tensors.size() == 1) {
-    const char* op = "allreduce";
-    StagedTensor staged(tensors[0], op);
-    auto& group = group_for(staged.tensor(), op);
-    sync_current_stream(staged.tensor());
-    auto work = group.allreduce(staged.buffer(), ddp_reduce_op(opts.reduceOp, op));
-    return follow(
-        c10d::OpType::ALLREDUCE, op, std::move(work), [staged] { staged.write_back(); }, tensors);
+  if (tensors.size() != 1) {
+    return allreduce_flat(c10d::OpType::ALLREDUCE, "allreduce", tensors, opts.reduceOp);
   }
-  return allreduce_flat(c10d::OpType::ALLREDUCE, "allreduce", tensors, opts.reduceOp);
+  const ReduceOp reduce_op = ddp_reduce_op(opts.reduceOp, "allreduce");
+  return in_place(
+      c10d::OpType::ALLREDUCE, "allreduce", tensors,
+      [&](ddp::ProcessGroup& group, Buffer buffer) { return group.allreduce(buffer, reduce_op); });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupDdp::allreduce_coalesced(
@@ -215,16 +258,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDdp::allreduce_flat(c10d::OpType type
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupDdp::reduce(std::vector<at::Tensor>& tensors,
                                                        const c10d::ReduceOptions& opts) {
-  const char* op = "reduce";
-  StagedTensor staged(only_tensor(tensors, op), op);
+  const int root = static_cast<int>(opts.rootRank);
   TORCH_CHECK(opts.rootTensor == 0, "ddp backend: reduce takes one tensor, rootTensor 0");
-  check_root(static_cast<int>(opts.rootRank), getSize(), op);
-  auto& group = group_for(staged.tensor(), op);
-  sync_current_stream(staged.tensor());
-  auto work = group.reduce(staged.buffer(), static_cast<int>(opts.rootRank),
-                           ddp_reduce_op(opts.reduceOp, op));
-  return follow(
-      c10d::OpType::REDUCE, op, std::move(work), [staged] { staged.write_back(); }, tensors);
+  check_root(root, getSize(), "reduce");
+  const ReduceOp reduce_op = ddp_reduce_op(opts.reduceOp, "reduce");
+  return in_place(c10d::OpType::REDUCE, "reduce", tensors,
+                  [&](ddp::ProcessGroup& group, Buffer buffer) {
+                    return group.reduce(buffer, root, reduce_op);
+                  });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupDdp::allgather(
@@ -248,16 +289,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDdp::allgather(
 c10::intrusive_ptr<c10d::Work> ProcessGroupDdp::_allgather_base(
     at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions& /*opts*/) {
   const char* op = "_allgather_base";
-  StagedTensor in(input, op);
-  StagedTensor out(output, op);
-  check_same_dtype_and_device({output}, input, op);
   TORCH_CHECK(output.numel() == input.numel() * getSize(), "ddp backend: ", op, ": the output has ",
               output.numel(), " elements, expected ", getSize(), " x ", input.numel());
-  auto& group = group_for(input, op);
-  sync_current_stream(input);
-  auto work = group.allgather(out.buffer(), in.buffer());
-  return follow(c10d::OpType::_ALLGATHER_BASE, op, std::move(work), [in, out] { out.write_back(); },
-                {output});
+  return out_of_place(
+      c10d::OpType::_ALLGATHER_BASE, op, output, input,
+      [](ddp::ProcessGroup& group, Buffer out, Buffer in) { return group.allgather(out, in); });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupDdp::gather(
@@ -331,55 +367,27 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDdp::reduce_scatter(
 c10::intrusive_ptr<c10d::Work> ProcessGroupDdp::_reduce_scatter_base(
     at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) {
   const char* op = "_reduce_scatter_base";
-  StagedTensor in(input, op);
-  StagedTensor out(output, op);
-  check_same_dtype_and_device({output}, input, op);
   TORCH_CHECK(input.numel() == output.numel() * getSize(), "ddp backend: ", op, ": the input has ",
               input.numel(), " elements, expected ", getSize(), " x ", output.numel());
-  auto& group = group_for(input, op);
-  sync_current_stream(input);
-  auto work = group.reduce_scatter(out.buffer(), in.buffer(), ddp_reduce_op(opts.reduceOp, op));
-  return follow(c10d::OpType::_REDUCE_SCATTER_BASE, op, std::move(work),
-                [in, out] { out.write_back(); }, {output});
+  const ReduceOp reduce_op = ddp_reduce_op(opts.reduceOp, op);
+  return out_of_place(c10d::OpType::_REDUCE_SCATTER_BASE, op, output, input,
+                      [&](ddp::ProcessGroup& group, Buffer out, Buffer in) {
+                        return group.reduce_scatter(out, in, reduce_op);
+                      });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupDdp::alltoall_base(
     at::Tensor& output, at::Tensor& input, std::vector<int64_t>& output_splits,
     std::vector<int64_t>& input_splits, const c10d::AllToAllOptions& /*opts*/) {
   const char* op = "alltoall_base";
-  StagedTensor in(input, op);
-  StagedTensor out(output, op);
   check_same_dtype_and_device({output}, input, op);
-  auto counts_of = [&](const std::vector<int64_t>& splits, const at::Tensor& tensor,
-                       const char* which) {
-    std::vector<std::size_t> counts;
-    if (splits.empty()) {
-      TORCH_CHECK(tensor.dim() == 0 || tensor.size(0) % getSize() == 0, "ddp backend: ", op,
-                  ": the ", which, "'s dim 0 (", tensor.dim() == 0 ? 0 : tensor.size(0),
-                  ") does not divide equally across the group's ", getSize(), " ranks");
-      return counts;  // even splits
-    }
-    TORCH_CHECK(static_cast<int>(splits.size()) == getSize(), "ddp backend: ", op, ": ",
-                splits.size(), " ", which, " splits for ", getSize(), " ranks");
-    const std::int64_t rows = tensor.dim() == 0 ? 1 : tensor.size(0);
-    const std::int64_t row_elements = rows == 0 ? 0 : tensor.numel() / rows;
-    TORCH_CHECK(std::accumulate(splits.begin(), splits.end(), std::int64_t{0}) == rows,
-                "ddp backend: ", op, ": the ", which, " splits do not add up to its dim 0 (", rows,
-                ")");
-    for (auto split : splits) {
-      TORCH_CHECK(split >= 0, "ddp backend: ", op, ": negative ", which, " split ", split);
-      counts.push_back(static_cast<std::size_t>(split * row_elements));
-    }
-    return counts;
-  };
-  auto output_counts = counts_of(output_splits, output, "output");
-  auto input_counts = counts_of(input_splits, input, "input");
-  auto& group = group_for(input, op);
-  sync_current_stream(input);
-  auto work =
-      group.alltoall(out.buffer(), in.buffer(), std::move(output_counts), std::move(input_counts));
-  return follow(c10d::OpType::ALLTOALL_BASE, op, std::move(work), [in, out] { out.write_back(); },
-                {output});
+  auto output_counts = split_counts(output_splits, output, getSize(), "output");
+  auto input_counts = split_counts(input_splits, input, getSize(), "input");
+  return out_of_place(c10d::OpType::ALLTOALL_BASE, op, output, input,
+                      [&](ddp::ProcessGroup& group, Buffer out, Buffer in) {
+                        return group.alltoall(out, in, std::move(output_counts),
+                                              std::move(input_counts));
+                      });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupDdp::alltoall(std::vector<at::Tensor>& outputs,
@@ -414,36 +422,25 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDdp::alltoall(std::vector<at::Tensor>
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupDdp::send(std::vector<at::Tensor>& tensors, int dst,
                                                      int tag) {
-  const char* op = "send";
-  StagedTensor staged(only_tensor(tensors, op), op);
-  check_root(dst, getSize(), op);
-  auto& group = group_for(staged.tensor(), op);
-  sync_current_stream(staged.tensor());
-  auto work = group.send(staged.buffer(), dst, tag);
-  return follow(c10d::OpType::SEND, op, std::move(work), [staged] {}, {});
+  check_root(dst, getSize(), "send");
+  return in_place(
+      c10d::OpType::SEND, "send", tensors,
+      [&](ddp::ProcessGroup& group, Buffer buffer) { return group.send(buffer, dst, tag); });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupDdp::recv(std::vector<at::Tensor>& tensors, int src,
                                                      int tag) {
-  const char* op = "recv";
-  StagedTensor staged(only_tensor(tensors, op), op);
-  check_root(src, getSize(), op);
-  auto& group = group_for(staged.tensor(), op);
-  sync_current_stream(staged.tensor());
-  auto work = group.recv(staged.buffer(), src, tag);
-  return follow(
-      c10d::OpType::RECV, op, std::move(work), [staged] { staged.write_back(); }, tensors);
+  check_root(src, getSize(), "recv");
+  return in_place(
+      c10d::OpType::RECV, "recv", tensors,
+      [&](ddp::ProcessGroup& group, Buffer buffer) { return group.recv(buffer, src, tag); });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupDdp::recvAnysource(std::vector<at::Tensor>& tensors,
                                                               int tag) {
-  const char* op = "recv from any source";
-  StagedTensor staged(only_tensor(tensors, op), op);
-  auto& group = group_for(staged.tensor(), op);
-  sync_current_stream(staged.tensor());
-  auto work = group.recv_any(staged.buffer(), tag);
-  return follow(
-      c10d::OpType::RECVANYSOURCE, op, std::move(work), [staged] { staged.write_back(); }, tensors);
+  return in_place(
+      c10d::OpType::RECVANYSOURCE, "recv from any source", tensors,
+      [&](ddp::ProcessGroup& group, Buffer buffer) { return group.recv_any(buffer, tag); });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupDdp::barrier(const c10d::BarrierOptions& /*opts*/) {

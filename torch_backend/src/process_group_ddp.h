@@ -23,6 +23,7 @@
 
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -92,6 +93,16 @@ class ProcessGroupDdp final : public c10d::ProcessGroup {
   c10::intrusive_ptr<c10d::Work> follow(c10d::OpType type, const char* op, ddp::WorkPtr work,
                                         std::function<void()> finish,
                                         std::vector<at::Tensor> outputs);
+  // One tensor used in place (sent, received, reduced, broadcast): `issue`
+  // starts the ddp operation on its buffer.
+  c10::intrusive_ptr<c10d::Work> in_place(
+      c10d::OpType type, const char* op, std::vector<at::Tensor>& tensors,
+      const std::function<ddp::WorkPtr(ddp::ProcessGroup&, Buffer)>& issue);
+  // An output and an input tensor (the *_base collectives): `issue` starts the
+  // ddp operation on their buffers (output, input); the output is written back.
+  c10::intrusive_ptr<c10d::Work> out_of_place(
+      c10d::OpType type, const char* op, at::Tensor& output, at::Tensor& input,
+      const std::function<ddp::WorkPtr(ddp::ProcessGroup&, Buffer, Buffer)>& issue);
   // allreduce and allreduce_coalesced: `tensors` reduced through one flat buffer.
   c10::intrusive_ptr<c10d::Work> allreduce_flat(c10d::OpType type, const char* op,
                                                 std::vector<at::Tensor>& tensors,

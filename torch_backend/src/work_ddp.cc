@@ -3,7 +3,25 @@
 #include <ATen/core/ivalue.h>
 #include <c10/util/Exception.h>
 
+#include <algorithm>
+
 namespace ddp::torch_backend {
+namespace {
+
+// The CUDA devices of `tensors`: a future whose value holds CUDA tensors must
+// name their devices (it records events on their streams when completed).
+std::vector<c10::Device> cuda_devices_of(const std::vector<at::Tensor>& tensors) {
+  std::vector<c10::Device> devices;
+  for (const auto& tensor : tensors) {
+    if (tensor.is_cuda() &&
+        std::find(devices.begin(), devices.end(), tensor.device()) == devices.end()) {
+      devices.push_back(tensor.device());
+    }
+  }
+  return devices;
+}
+
+}  // namespace
 
 c10::intrusive_ptr<WorkDdp> WorkDdp::follow(int rank, c10d::OpType type, std::string op,
                                             ddp::WorkPtr work, std::function<void()> finish,
@@ -27,8 +45,9 @@ c10::intrusive_ptr<WorkDdp> WorkDdp::follow(int rank, c10d::OpType type, std::st
 WorkDdp::WorkDdp(int rank, c10d::OpType type, std::string op, ddp::WorkPtr work,
                  std::function<void()> finish, std::vector<at::Tensor> outputs)
     : c10d::Work(rank, type), op_(std::move(op)), work_(std::move(work)),
-      outputs_(std::move(outputs)), future_(c10::make_intrusive<c10::ivalue::Future>(
-                                        c10::ListType::create(c10::TensorType::get()))),
+      outputs_(std::move(outputs)),
+      future_(c10::make_intrusive<c10::ivalue::Future>(
+          c10::ListType::create(c10::TensorType::get()), cuda_devices_of(outputs_))),
       finish_(std::move(finish)) {}
 
 std::exception_ptr WorkDdp::settle() {

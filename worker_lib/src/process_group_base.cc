@@ -44,9 +44,9 @@ void check_root(const char* origin, int root, int size) {
 void check_chunks(const char* origin, const Buffer& whole, const Buffer& chunk,
                   const char* whole_name, const char* chunk_name, int size) {
   if (whole.dtype != chunk.dtype) {
-    throw InvalidArgument(origin, fmt::format("{} dtype {} differs from {} dtype {}", whole_name,
-                                              to_string(whole.dtype), chunk_name,
-                                              to_string(chunk.dtype)));
+    throw InvalidArgument(origin,
+                          fmt::format("{} dtype {} differs from {} dtype {}", whole_name,
+                                      to_string(whole.dtype), chunk_name, to_string(chunk.dtype)));
   }
   const auto expected = chunk.count * static_cast<std::size_t>(size);
   if (whole.count != expected) {
@@ -60,8 +60,7 @@ namespace {
 
 // The element counts per peer of an all-to-all's `buffer` (`which`: "input" or
 // "output"): `counts` as given, or an even split when empty.
-std::vector<std::uint64_t> split_counts(const char* origin, const char* which,
-                                        const Buffer& buffer,
+std::vector<std::uint64_t> split_counts(const char* origin, const char* which, const Buffer& buffer,
                                         const std::vector<std::size_t>& counts, int size) {
   const auto n = static_cast<std::size_t>(size);
   if (counts.empty()) {
@@ -73,16 +72,17 @@ std::vector<std::uint64_t> split_counts(const char* origin, const char* which,
     return std::vector<std::uint64_t>(n, buffer.count / n);
   }
   if (counts.size() != n) {
-    throw InvalidArgument(origin, fmt::format("{} counts has {} entries; expected one per rank ({})",
-                                              which, counts.size(), size));
+    throw InvalidArgument(origin,
+                          fmt::format("{} counts has {} entries; expected one per rank ({})", which,
+                                      counts.size(), size));
   }
   std::size_t total = 0;
   for (auto c : counts) total += c;
   if (total != buffer.count) {
-    throw InvalidArgument(origin, fmt::format("{} counts [{}] add up to {}, but the {} has {} "
-                                              "elements",
-                                              which, fmt::join(counts, ", "), total, which,
-                                              buffer.count));
+    throw InvalidArgument(origin,
+                          fmt::format("{} counts [{}] add up to {}, but the {} has {} "
+                                      "elements",
+                                      which, fmt::join(counts, ", "), total, which, buffer.count));
   }
   return {counts.begin(), counts.end()};
 }

@@ -191,6 +191,11 @@ class ThreadWorld {
           case ReduceOp::kProduct:
             acc[i] *= p[i];
             break;
+          case ReduceOp::kBand:
+          case ReduceOp::kBor:
+          case ReduceOp::kBxor:
+            throw BackendError("ThreadProcessGroup",
+                               "bitwise reductions are not implemented by the test double");
         }
       }
     }
@@ -250,6 +255,10 @@ class ThreadWorld {
         case DType::kBFloat16:
           reduce_16<BFloat16>(s);
           break;
+        case DType::kInt8:
+        case DType::kBool:
+          throw BackendError("ThreadProcessGroup", std::string(to_string(s.in[0].dtype)) +
+                                                       " is not implemented by the test double");
       }
     } else if (s.op == "broadcast") {
       const Buffer& src = s.in[s.root];

@@ -178,8 +178,8 @@ std::string find_alltoall_mismatch(const std::vector<AlltoallCounts>& per_rank) 
   std::string message;
   for (std::size_t r = 1; r < per_rank.size(); ++r) {
     if (per_rank[r].dtype != per_rank[0].dtype) {
-      message += fmt::format(" rank 0 exchanges {} but rank {} {};",
-                             to_string(per_rank[0].dtype), r, to_string(per_rank[r].dtype));
+      message += fmt::format(" rank 0 exchanges {} but rank {} {};", to_string(per_rank[0].dtype),
+                             r, to_string(per_rank[r].dtype));
     }
   }
   for (std::size_t from = 0; from < per_rank.size(); ++from) {

@@ -33,7 +33,8 @@ void gather_into_root(const std::shared_ptr<gloo::Context>& context, const Buffe
                       std::chrono::milliseconds timeout) {
   gloo::GatherOptions opts(context);
   opts.setInput(static_cast<std::uint8_t*>(input.data), input.nbytes());
-  if (context->rank == root) opts.setOutput(static_cast<std::uint8_t*>(output.data), output.nbytes());
+  if (context->rank == root)
+    opts.setOutput(static_cast<std::uint8_t*>(output.data), output.nbytes());
   opts.setRoot(root);
   opts.setTag(tag);
   opts.setTimeout(timeout);
@@ -64,10 +65,10 @@ void check_alltoall_counts(const std::shared_ptr<gloo::Context>& context,
                            std::chrono::milliseconds timeout, const std::string& origin,
                            const std::string& context_text) {
   const auto n = static_cast<std::size_t>(context->size);
-  const auto words = mine.encode();
+  auto words = mine.encode();
   std::vector<std::uint64_t> all(n * words.size());
   gloo::AllgatherOptions opts(context);
-  opts.setInput(const_cast<std::uint64_t*>(words.data()), words.size());
+  opts.setInput(words.data(), words.size());
   opts.setOutput(all.data(), all.size());
   opts.setTag(tag);
   opts.setTimeout(timeout);

@@ -335,9 +335,8 @@ ProcessGroupGloo::~ProcessGroupGloo() {
   for (auto& pending : unfinished) {
     pending.buffer.reset();  // before the Work completes, as in p2p_loop
     pending.work->fail(std::make_exception_ptr(ShutdownError(
-        "ProcessGroupGloo",
-        fmt::format("{} #{} cancelled: the group was destroyed", pending.work->op(),
-                    pending.work->sequence_number()))));
+        "ProcessGroupGloo", fmt::format("{} #{} cancelled: the group was destroyed",
+                                        pending.work->op(), pending.work->sequence_number()))));
   }
   arrivals_.reset();
   context_.reset();
@@ -619,8 +618,9 @@ void ProcessGroupGloo::run_task(Task& task) {
     progress_.completed(seq);
     complete_unless_aborted(task.work);
   } catch (const InvalidArgument&) {
-    // A DETAIL mismatch: every rank saw the same descriptors and skipped the
-    // collective, so the group stays consistent and usable.
+    // A DETAIL mismatch, or all-to-all counts that disagree: every rank saw the
+    // same descriptors (counts) and skipped the collective, so the group stays
+    // consistent and usable.
     progress_.completed(seq);
     task.work->fail(std::current_exception());
   } catch (const std::exception& e) {
@@ -716,10 +716,11 @@ void ProcessGroupGloo::allreduce_in_place(void* data, std::size_t count, DType d
   const std::size_t nbytes = count * element_size(dtype);
   auto algorithm = options_.allreduce_algorithm;
   if (algorithm == AllreduceAlgorithm::kAuto) {
-    algorithm = shm_                 ? AllreduceAlgorithm::kSharedMemory
-                : nbytes * static_cast<std::size_t>(size() - 1) <= options_.direct_max_bytes
-                    ? AllreduceAlgorithm::kDirect
-                                     : AllreduceAlgorithm::kRing;
+    // Direct while what each rank sends (bytes x (size - 1)) is small enough.
+    const bool direct = nbytes * static_cast<std::size_t>(size() - 1) <= options_.direct_max_bytes;
+    algorithm = shm_     ? AllreduceAlgorithm::kSharedMemory
+                : direct ? AllreduceAlgorithm::kDirect
+                         : AllreduceAlgorithm::kRing;
   }
   if (algorithm == AllreduceAlgorithm::kSharedMemory) {
     // The average is taken inside, on each rank's share of the buffer.
@@ -879,8 +880,8 @@ WorkPtr ProcessGroupGloo::gather(Buffer output, Buffer input, int root) {
     check_cpu(output, "gather");
     check_chunks(origin, output, input, "output", "input", size());
   }
-  CollectiveDescriptor desc{CollectiveOp::kGather, input.dtype, ReduceOp::kSum, root, 0,
-                            input.count};
+  CollectiveDescriptor desc{
+      CollectiveOp::kGather, input.dtype, ReduceOp::kSum, root, 0, input.count};
   return enqueue_collective(desc, [this, output, input, root](std::uint32_t tag) {
     if (input.count == 0) return;
     if (size() == 1) {
@@ -899,8 +900,8 @@ WorkPtr ProcessGroupGloo::scatter(Buffer output, Buffer input, int root) {
     check_cpu(input, "scatter");
     check_chunks(origin, input, output, "input", "output", size());
   }
-  CollectiveDescriptor desc{CollectiveOp::kScatter, output.dtype, ReduceOp::kSum, root, 0,
-                            output.count};
+  CollectiveDescriptor desc{
+      CollectiveOp::kScatter, output.dtype, ReduceOp::kSum, root, 0, output.count};
   return enqueue_collective(desc, [this, output, input, root](std::uint32_t tag) {
     if (output.count == 0) return;
     if (size() == 1) {
@@ -919,20 +920,18 @@ WorkPtr ProcessGroupGloo::alltoall(Buffer output, Buffer input,
   check_cpu(input, "alltoall");
   auto split = split_alltoall(origin, output, input, output_counts, input_counts, rank(), size());
   AlltoallCounts counts{input.dtype, std::move(split.input), std::move(split.output)};
-  CollectiveDescriptor desc{CollectiveOp::kAlltoall, input.dtype, ReduceOp::kSum, -1, 0,
-                            input.count};
+  CollectiveDescriptor desc{
+      CollectiveOp::kAlltoall, input.dtype, ReduceOp::kSum, -1, 0, input.count};
   return enqueue_collective(desc, [this, output, input, counts, origin](std::uint32_t tag) {
     if (size() > 1) {
       check_alltoall_counts(context_, counts, tag, options_.timeout, origin,
                             fmt::format("group '{}' rank {}/{}", options_.name, rank(), size()));
     }
-    alltoall_exchange(context_, output, input, counts, kAlltoallSlotPrefix | tag,
-                      options_.timeout);
+    alltoall_exchange(context_, output, input, counts, kAlltoallSlotPrefix | tag, options_.timeout);
   });
 }
 
 // ---- point to point ---------------------------------------------------------
-
 
 WorkPtr ProcessGroupGloo::send(Buffer buffer, int dst, int tag) {
   check_cpu(buffer, "send");
@@ -981,7 +980,7 @@ void ProcessGroupGloo::p2p_loop() {
     }
     const std::string& op = pending.work->op();
     bool failed = false;
-    int source = -1;  // the rank a receive got its message from
+    int source = -1;        // the rank a receive got its message from
     bool shutdown = false;  // the wait was cut short (destruction or abort)
     std::string what;
     try {
@@ -1008,12 +1007,12 @@ void ProcessGroupGloo::p2p_loop() {
       continue;
     }
     const auto seq = pending.work->sequence_number();
-    auto message = fmt::format(
-        "group '{}' rank {}: {} #{} {} (tag {}) failed: {}", options_.name, rank(), op, seq,
-        pending.is_send  ? fmt::format("to rank {}", pending.peer)
-        : pending.peer < 0 ? std::string("from any rank")
-                           : fmt::format("from rank {}", pending.peer),
-        pending.tag, shutdown ? "aborted" : what);
+    auto message = fmt::format("group '{}' rank {}: {} #{} {} (tag {}) failed: {}", options_.name,
+                               rank(), op, seq,
+                               pending.is_send    ? fmt::format("to rank {}", pending.peer)
+                               : pending.peer < 0 ? std::string("from any rank")
+                                                  : fmt::format("from rank {}", pending.peer),
+                               pending.tag, shutdown ? "aborted" : what);
     auto origin = fmt::format("ProcessGroupGloo::{}", op);
     if (abort_->is_set()) {
       pending.work->fail(abort_->error(op, seq));

@@ -417,8 +417,8 @@ WorkPtr ProcessGroupNccl::gather(Buffer output, Buffer input, int root) {
     if (input.count == 0) return ncclSuccess;
     if (rank() != root) return ncclSend(input.data, input.count, type, root, comm_, stream_);
     auto* out = static_cast<std::uint8_t*>(output.data);
-    if (cudaMemcpyAsync(out + static_cast<std::size_t>(root) * chunk_bytes, input.data,
-                        chunk_bytes, cudaMemcpyDeviceToDevice, stream_) != cudaSuccess) {
+    if (cudaMemcpyAsync(out + static_cast<std::size_t>(root) * chunk_bytes, input.data, chunk_bytes,
+                        cudaMemcpyDeviceToDevice, stream_) != cudaSuccess) {
       return ncclUnhandledCudaError;
     }
     return with_every_peer(rank(), size(), [&](int peer) {
@@ -442,8 +442,8 @@ WorkPtr ProcessGroupNccl::scatter(Buffer output, Buffer input, int root) {
     if (output.count == 0) return ncclSuccess;
     if (rank() != root) return ncclRecv(output.data, output.count, type, root, comm_, stream_);
     auto* in = static_cast<std::uint8_t*>(input.data);
-    if (cudaMemcpyAsync(output.data, in + static_cast<std::size_t>(root) * chunk_bytes,
-                        chunk_bytes, cudaMemcpyDeviceToDevice, stream_) != cudaSuccess) {
+    if (cudaMemcpyAsync(output.data, in + static_cast<std::size_t>(root) * chunk_bytes, chunk_bytes,
+                        cudaMemcpyDeviceToDevice, stream_) != cudaSuccess) {
       return ncclUnhandledCudaError;
     }
     return with_every_peer(rank(), size(), [&](int peer) {

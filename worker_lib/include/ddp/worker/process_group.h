@@ -144,7 +144,8 @@ class ProcessGroup {
   // divide). Counts that do not add up to the buffers: InvalidArgument, thrown by
   // the call. Peers that disagree (this rank's output count from j differs from
   // j's input count to this rank): the Work fails on both with an error naming
-  // the ranks and counts, never a hang.
+  // the ranks and counts, never a hang (Gloo: InvalidArgument at once, on every
+  // rank; NCCL: by its watchdog's timeout). output and input must not overlap.
   virtual WorkPtr alltoall(Buffer output, Buffer input, std::vector<std::size_t> output_counts,
                            std::vector<std::size_t> input_counts) = 0;
   // Point to point; `tag` distinguishes concurrent messages between two ranks.

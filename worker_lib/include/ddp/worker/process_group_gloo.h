@@ -11,23 +11,35 @@
 // shared-memory segment (rank 0 creates it in /dev/shm; 2 x shm_slot_bytes per rank).
 // When every rank could map it, all-reduce (and reduce_scatter, which is built
 // on it) bypasses TCP; otherwise the group quietly keeps to TCP. Broadcast,
-// allgather, reduce, barrier and send/recv always use TCP.
+// allgather, reduce, gather, scatter, alltoall, barrier and send/recv always use
+// TCP.
 //
-// Every collective supports float32, float64, float16, bfloat16, int32, int64
-// and uint8, and the reductions SUM, AVG, MIN, MAX, PRODUCT (float16/bfloat16
-// reduce in float and round once per step; integer AVG truncates toward zero;
-// integer SUM/PRODUCT wrap like PyTorch's).
+// Every collective supports float32, float64, float16, bfloat16, int32, int64,
+// uint8, int8 and bool, and the reductions SUM, AVG, MIN, MAX, PRODUCT, and
+// BAND, BOR, BXOR on the integer dtypes and bool (float16/bfloat16 reduce in
+// float and round once per step; integer AVG truncates toward zero; integer
+// SUM/PRODUCT wrap like PyTorch's; on bool SUM is logical or, PRODUCT logical
+// and, AVG is refused). Every path of the all-reduce (shared memory, direct,
+// ring, bcube) takes every dtype and reduction.
+//
+// gather and scatter are Gloo's. alltoall first exchanges every rank's counts
+// (a small allgather) and fails on every rank with InvalidArgument naming the
+// ranks and counts that disagree (the group stays usable); then each rank sends
+// and receives only the chunks that hold data. Its output and input must not
+// overlap. recv_any receives from whichever other rank's send with its tag
+// arrives first (Gloo's receive from a set of ranks) and names it in
+// Work::source_rank().
 //
 // Failures: a collective that does not complete within options.timeout fails
 // its Work with TimeoutError("ProcessGroupGloo::<op>", "... seq N ... ranks that
 // did not arrive: [..]"); a peer whose connection broke gives NetworkError with
 // the same details. After such a failure the group is unusable: every later
 // operation fails with BackendError (create a new group). With debug_detail,
-// ranks calling different collectives / sizes / dtypes get InvalidArgument
-// naming each rank's call, and the group stays usable.
+// ranks calling different collectives / sizes / dtypes / ops / roots get
+// InvalidArgument naming each rank's call, and the group stays usable.
 //
-// Sequence numbers: collectives are numbered 0, 1, 2, ... per group; send/recv
-// are numbered separately (they are not collectives: only two ranks take part).
+// Sequence numbers: collectives are numbered 0, 1, 2, ... per group; send, recv
+// and recv_any are numbered separately (they are not collectives: only two ranks take part).
 //
 // Abort (ProcessGroup::abort, from any thread): queued operations and every
 // later one fail at once with GroupChanged naming the reason. The operation in

@@ -8,7 +8,11 @@
 // Collectives are enqueued on the group's own CUDA stream in issue order and
 // return at once; each Work is backed by a CUDA event recorded after the
 // operation (wait() synchronizes on it). Buffers must be on options.device.
-// float16 and bfloat16 use NCCL's native types; kAvg uses ncclAvg.
+// float16 and bfloat16 use NCCL's native types; kAvg uses ncclAvg; on bool, kSum
+// is ncclMax (logical or) and kProduct ncclMin (logical and). gather, scatter and
+// alltoall are grouped ncclSend/ncclRecv (alltoall does not exchange the counts
+// first: peers that disagree on them fail by the watchdog's timeout). kBand,
+// kBor, kBxor and recv_any throw InvalidArgument ("... is not supported by NCCL").
 //
 // A watchdog thread polls outstanding Works: one older than options.timeout,
 // or an asynchronous NCCL error (ncclCommGetAsyncError), aborts the
