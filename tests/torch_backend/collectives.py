@@ -175,6 +175,23 @@ def check_gathers(c, rank, size, gloo):
             dist.all_gather(g, value(rank, dtype), group=group)
             return torch.cat(g)
         compare_gloo(c, torch.cat(out), gloo_result(gloo, on_gloo), f"all_gather {dtype}")
+    # all_gather_coalesced: several inputs of different sizes, one per output list entry.
+    for dtype in (torch.float32, torch.int64, torch.bool):
+        inputs = [value(rank, dtype, n=3), value(rank, dtype, n=6, offset=1).view(2, 3)]
+        lists = [[torch.zeros(3, dtype=dtype), torch.zeros(2, 3, dtype=dtype)] for _ in range(size)]
+        dist.all_gather_coalesced(lists, inputs)
+        for r in range(size):
+            c.same(lists[r][0], value(r, dtype, n=3), f"all_gather_coalesced {dtype} [{r}][0]")
+            c.same(lists[r][1], value(r, dtype, n=6, offset=1).view(2, 3),
+                   f"all_gather_coalesced {dtype} [{r}][1]")
+
+        def coalesced_on_gloo(group, dtype=dtype):
+            ins = [value(rank, dtype, n=3), value(rank, dtype, n=6, offset=1).view(2, 3)]
+            outs = [[torch.zeros(3, dtype=dtype), torch.zeros(2, 3, dtype=dtype)] for _ in range(size)]
+            dist.all_gather_coalesced(outs, ins, group=group)
+            return torch.cat([t.flatten() for lst in outs for t in lst])
+        compare_gloo(c, torch.cat([t.flatten() for lst in lists for t in lst]),
+                     gloo_result(gloo, coalesced_on_gloo), f"all_gather_coalesced {dtype}")
     objects = [None] * size
     dist.all_gather_object(objects, {"rank": rank, "text": "x" * rank})
     c.count += 1

@@ -38,10 +38,15 @@ void FutureCompleter::loop() {
   for (;;) {
     cv_.wait(lock, [&] { return stopping_ || !tasks_.empty(); });
     if (tasks_.empty()) break;  // stopping, and everything posted has run
-    auto task = std::move(tasks_.front());
-    tasks_.pop_front();
-    lock.unlock();
-    task();
+    {
+      auto task = std::move(tasks_.front());
+      tasks_.pop_front();
+      lock.unlock();
+      task();
+      // Destroyed here, unlocked: what the task held (a Work, its tensors)
+      // may need the GIL to go, and a thread holding the GIL may be waiting
+      // in stop() for this lock.
+    }
     lock.lock();
   }
   ended_ = true;

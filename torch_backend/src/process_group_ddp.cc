@@ -1,5 +1,7 @@
 #include "process_group_ddp.h"
 
+#include <Python.h>
+
 #include <ATen/ops/cat.h>
 #include <ATen/ops/empty.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
@@ -156,6 +158,11 @@ ProcessGroupDdp::ProcessGroupDdp(const c10::intrusive_ptr<c10d::Store>& store, i
 }
 
 ProcessGroupDdp::~ProcessGroupDdp() {
+  // The last reference may be dropped from Python, with the GIL held, while a
+  // completion still needs it (a future's Python callback; a tensor whose
+  // Python object is freed with the task that held it): waiting for the
+  // completer with the GIL would deadlock. So the wait lets the GIL go.
+  PyThreadState* python = Py_IsInitialized() && PyGILState_Check() ? PyEval_SaveThread() : nullptr;
   // The groups fail what is still queued; the completer then runs those
   // completions before it ends.
   cpu_group_.reset();
@@ -164,6 +171,7 @@ ProcessGroupDdp::~ProcessGroupDdp() {
     cuda_group_.reset();
   }
   completer_->stop();
+  if (python != nullptr) PyEval_RestoreThread(python);
 }
 
 ddp::ProcessGroup& ProcessGroupDdp::group_for(const at::Tensor& tensor, const char* op) {
@@ -283,6 +291,37 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDdp::allgather(
   auto targets = outputs[0];
   return follow(
       c10d::OpType::ALLGATHER, op, std::move(work),
+      [input, flat, targets] { unflatten_into(flat.contiguous(), targets); }, targets);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupDdp::allgather_coalesced(
+    std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::AllgatherOptions& /*opts*/) {
+  const char* op = "allgather_coalesced";
+  TORCH_CHECK(!inputs.empty(), "ddp backend: ", op, " got no tensors");
+  check_same_dtype_and_device(inputs, inputs[0], op);
+  TORCH_CHECK(static_cast<int>(outputs.size()) == getSize(), "ddp backend: ", op, " needs ",
+              getSize(), " output lists, one per rank");
+  // One allgather of every input flattened: rank r's share lands at r * n,
+  // in the order of the inputs, which is the order of its output list.
+  std::vector<at::Tensor> targets;
+  for (auto& list : outputs) {
+    TORCH_CHECK(list.size() == inputs.size(), "ddp backend: ", op, ": an output list has ",
+                list.size(), " tensors for ", inputs.size(), " inputs");
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      TORCH_CHECK(list[i].numel() == inputs[i].numel(), "ddp backend: ", op, ": output ", i,
+                  " has ", list[i].numel(), " elements, its input ", inputs[i].numel());
+      targets.push_back(list[i]);
+    }
+  }
+  check_same_dtype_and_device(targets, inputs[0], op);
+  StagedTensor input(flat_copy(inputs), op);
+  StagedTensor flat(flat_empty(input.tensor().numel() * getSize(), input.tensor()), op);
+  auto& group = group_for(input.tensor(), op);
+  sync_current_stream(input.tensor());
+  auto work = group.allgather(flat.buffer(), input.buffer());
+  return follow(
+      c10d::OpType::ALLGATHER_COALESCED, op, std::move(work),
       [input, flat, targets] { unflatten_into(flat.contiguous(), targets); }, targets);
 }
 
