@@ -112,6 +112,25 @@ void run_equivalence(Backend backend, const Config& cfg) {
 
 class TorchDdp : public ::testing::TestWithParam<Backend> {};
 
+TEST_P(TorchDdp, Int8AndBoolBuffersComeFromRankZero) {
+  const int world = 2;
+  std::vector<Net> nets(world);
+  std::vector<::torch::Tensor> counters(world), masks(world);
+  for (int r = 0; r < world; ++r) {
+    counters[r] =
+        nets[r]->register_buffer("counter", ::torch::full({5}, r == 0 ? -7 : 3, ::torch::kInt8));
+    masks[r] =
+        nets[r]->register_buffer("mask", ::torch::tensor({r == 0, r != 0, r == 0}, ::torch::kBool));
+  }
+  auto groups = make_groups(GetParam(), world);
+  run_threads(world, [&](int r) { ddp::torch::DistributedDataParallel model(nets[r], groups[r]); });
+  for (int r = 0; r < world; ++r) {
+    EXPECT_TRUE(::torch::equal(counters[r], ::torch::full({5}, -7, ::torch::kInt8))) << r;
+    EXPECT_TRUE(::torch::equal(masks[r], ::torch::tensor({true, false, true}, ::torch::kBool)))
+        << r;
+  }
+}
+
 TEST_P(TorchDdp, OrdinaryLoopMatchesOneProcess) { run_equivalence(GetParam(), {}); }
 
 TEST_P(TorchDdp, TinyBucketsAndBucketViewsMatchOneProcess) {

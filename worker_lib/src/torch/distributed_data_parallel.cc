@@ -28,8 +28,11 @@ DType to_dtype(c10::ScalarType t, const std::string& what) {
     case c10::ScalarType::Long:
       return DType::kInt64;
     case c10::ScalarType::Byte:
-    case c10::ScalarType::Bool:
       return DType::kUInt8;
+    case c10::ScalarType::Char:
+      return DType::kInt8;
+    case c10::ScalarType::Bool:
+      return DType::kBool;
     default:
       throw InvalidArgument(kOrigin,
                             fmt::format("{} has unsupported dtype {}", what, c10::toString(t)));
@@ -42,9 +45,8 @@ Buffer to_buffer(const ::torch::Tensor& t, const std::string& what) {
                           what + " is not on the CPU (the adapter supports CPU tensors only)");
   }
   if (!t.is_contiguous()) throw InvalidArgument(kOrigin, what + " is not contiguous");
-  DType dtype = to_dtype(t.scalar_type(), what);
-  if (t.scalar_type() == c10::ScalarType::Bool) dtype = DType::kUInt8;
-  return Buffer{t.data_ptr(), static_cast<std::size_t>(t.numel()), dtype, Device::cpu()};
+  return Buffer{t.data_ptr(), static_cast<std::size_t>(t.numel()), to_dtype(t.scalar_type(), what),
+                Device::cpu()};
 }
 
 }  // namespace
