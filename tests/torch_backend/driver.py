@@ -2,6 +2,8 @@
 
     driver.py collectives ddprun|torchrun NPROC   collectives.py on NPROC ranks
     driver.py ddp ddprun|torchrun                 ddp_train.py on 2 ranks
+    driver.py steps                               steps.py on 2 ranks under ddprun
+                                                  --status_port (DDP steps in /status)
     driver.py errors mismatch|timeout|dead        errors.py, 2 ranks started here (env://)
     driver.py installed                           `cmake --install --component ddp_torch`
                                                   into a temporary prefix, the built ddprun
@@ -72,16 +74,16 @@ def run(argv, env, tmp):
     return proc.returncode, out
 
 
-def launch(launcher, nproc, script, package_dir, tmp):
+def launch(launcher, nproc, script, package_dir, tmp, extra_flags=(), script_args=()):
     env = base_env(tmp)
-    flags = [f"--nproc_per_node={nproc}", "--monitor_interval=0.1"]
+    flags = [f"--nproc_per_node={nproc}", "--monitor_interval=0.1", *extra_flags]
     if launcher == "ddprun":
         argv = [str(Path(os.environ["DDP_BUILD_BIN"]) / "ddprun"), "--standalone"] + flags
     else:
         env["PYTHONPATH"] = str(package_dir)
         argv = [PYTHON, str(TORCHRUN), "--nnodes=1", "--rdzv_backend=c10d",
                 f"--rdzv_endpoint=127.0.0.1:{free_port()}", "--rdzv_id=torch_backend_test"] + flags
-    return run(argv + [str(HERE / script)], env, tmp)
+    return run(argv + [str(HERE / script), *script_args], env, tmp)
 
 
 def spawn_pair(scenario, package_dir, tmp):
@@ -153,6 +155,12 @@ def main():
                 print(f"---- rank {rank} (exit {codes[rank]})\n{out}")
             ranks_ok = 2 if arg != "dead" else 1  # the dead rank says nothing
             passed = all(c == 0 for c in codes) and check_ok_lines("".join(outputs), ranks_ok)
+        elif test == "steps":
+            port = free_port()
+            code, out = launch("ddprun", 2, "steps.py", package_dir, tmp,
+                               [f"--status_port={port}"], [str(port)])
+            print(out)
+            passed = code == 0 and check_ok_lines(out, 2)
         else:
             nproc = int(sys.argv[3]) if test == "collectives" else 2
             script = {"collectives": "collectives.py", "ddp": "ddp_train.py"}[test]
