@@ -11,11 +11,11 @@ the run completed, 1 after printing the exception.
              batch per rank; --warmup steps untimed, then --steps timed between two
              barriers. Writes samples_per_s, step_ms (the slower rank's), params, loss.
   allreduce  torch.distributed.all_reduce (float32, SUM) for each of --sizes bytes: a
-             check that ones sum to the world size, --warmup untimed ops (2 at most
-             above 16 MiB), then as many ops as rank 0's timing of one says fit in
-             --seconds (at least 5). Writes, per size, the iterations, the mean time
-             per op (the slower rank's) and the bus bandwidth as nccl-tests define it:
-             bytes / time * 2(n-1)/n.
+             check that ones sum to the world size, --warmup untimed ops (at least 1,
+             at most 2 above 16 MiB), then as many ops as fit in --seconds at the
+             warm-up's mean time on rank 0 (at least 5). Writes, per size, the
+             iterations, the mean time per op (the slower rank's) and the bus bandwidth
+             as nccl-tests define it: bytes / time * 2(n-1)/n.
 
 Usage: torch_backend_worker.py --backend gloo|ddp --mode train|allreduce --out FILE [options]
 """
@@ -119,11 +119,11 @@ def time_allreduce(a, torch, dist, size):
     t = torch.empty(size // 4, dtype=torch.float32)
     check_sum(torch, dist, t)
     t.zero_()  # zeros stay zeros: no overflow, whatever the iteration count
-    for _ in range(a.warmup if size <= LARGE else min(a.warmup, 2)):
-        dist.all_reduce(t)
+    warmups = max(1, a.warmup if size <= LARGE else min(a.warmup, 2))
     t0 = time.perf_counter()
-    dist.all_reduce(t)
-    one = time.perf_counter() - t0
+    for _ in range(warmups):
+        dist.all_reduce(t)
+    one = (time.perf_counter() - t0) / warmups
     iters = torch.tensor([min(100000, max(5, int(a.seconds / max(one, 1e-7))))])
     dist.broadcast(iters, 0)  # rank 0's count, so that both ranks run the same number
     iters = int(iters.item())
