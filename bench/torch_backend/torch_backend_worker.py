@@ -11,9 +11,9 @@ the run completed, 1 after printing the exception.
              batch per rank; --warmup steps untimed, then --steps timed between two
              barriers. Writes samples_per_s, step_ms (the slower rank's), params, loss.
   allreduce  torch.distributed.all_reduce (float32, SUM) for each of --sizes bytes: a
-             check that ones sum to the world size, --warmup untimed ops (at least 1,
-             at most 2 above 16 MiB), then as many ops as fit in --seconds at the
-             warm-up's mean time on rank 0 (at least 5). Writes, per size, the
+             check that ones sum to the world size, --warmup untimed ops (at least 2,
+             2 above 16 MiB), then as many ops as fit in --seconds at the mean time of
+             the warm-up's ops after the first on rank 0 (at least 5). Writes, per size, the
              iterations, the mean time per op (the slower rank's) and the bus bandwidth
              as nccl-tests define it: bytes / time * 2(n-1)/n.
 
@@ -119,7 +119,8 @@ def time_allreduce(a, torch, dist, size):
     t = torch.empty(size // 4, dtype=torch.float32)
     check_sum(torch, dist, t)
     t.zero_()  # zeros stay zeros: no overflow, whatever the iteration count
-    warmups = max(1, a.warmup if size <= LARGE else min(a.warmup, 2))
+    dist.all_reduce(t)  # the first: whatever a backend sets up on first use, untimed
+    warmups = max(1, a.warmup - 1 if size <= LARGE else 1)
     t0 = time.perf_counter()
     for _ in range(warmups):
         dist.all_reduce(t)
