@@ -21,12 +21,13 @@ back) goes to stderr:
   torch_backend_progress ranks=2 step_ms_unrecorded=<a> step_ms_recorded=<b> overhead_pct=<c> runs=<r> recorded_steps=<s> recorded_collectives=<k>
 
 Samples/s and bus bandwidth are each backend's best round (the same rule for both: the
-round least disturbed by other work on the machine); the progress line compares the
-medians of the "ddp" training runs with and without pages. busbw is nccl-tests'
-all-reduce bus bandwidth, bytes / time * 2(n-1)/n, in GB/s (10^9 bytes). recorded_steps
-and recorded_collectives are what the pages of the last recorded run held (the fewest
-over its ranks); a page that recorded no DDP step or no collective makes the progress
-figure invalid, and the line says so.
+round least disturbed by other work on the machine); busbw is nccl-tests' all-reduce bus
+bandwidth, bytes / time * 2(n-1)/n, in GB/s (10^9 bytes). The progress line gives the
+median step times of the "ddp" training runs with and without pages, and overhead_pct:
+over the rounds, the median of each round's pair (run side by side, in turns first) of
+recorded / unrecorded - 1. recorded_steps and recorded_collectives are what the pages of
+the last recorded run held (the fewest over its ranks); a page that recorded no DDP step
+or no collective makes the progress figure invalid, and the line says so.
 
 When ddp_torch cannot be imported, the driver says why on stderr and exits 2 without
 running anything; a run that fails or outlasts --run-timeout makes it exit 1.
@@ -226,10 +227,22 @@ def describe(label, result):
     return text
 
 
-# The runs of one round, in the order of round 0; each round starts one further on, so
-# that no configuration always follows the same one.
-CONFIGS = [("train", "gloo", False), ("train", "ddp", True), ("train", "ddp", False),
-           ("allreduce", "gloo", False), ("allreduce", "ddp", True)]
+TRAIN_GLOO = ("train", "gloo", False)
+TRAIN_RECORDED = ("train", "ddp", True)
+TRAIN_UNRECORDED = ("train", "ddp", False)
+ALLREDUCE_GLOO = ("allreduce", "gloo", False)
+ALLREDUCE_DDP = ("allreduce", "ddp", True)
+CONFIGS = [TRAIN_GLOO, TRAIN_RECORDED, TRAIN_UNRECORDED, ALLREDUCE_GLOO, ALLREDUCE_DDP]
+
+
+def round_order(k):
+    """The runs of round k. The blocks rotate, one further on each round, so that no run
+    always follows the same one; the training runs with and without pages stay side by
+    side (each pair is compared on its own) and swap places every round."""
+    pair = [TRAIN_RECORDED, TRAIN_UNRECORDED] if k % 2 == 0 else [TRAIN_UNRECORDED, TRAIN_RECORDED]
+    blocks = [[TRAIN_GLOO], pair, [ALLREDUCE_GLOO], [ALLREDUCE_DDP]]
+    blocks = blocks[k % len(blocks):] + blocks[:k % len(blocks)]
+    return [config for block in blocks for config in block]
 
 
 def label(config):
@@ -243,8 +256,7 @@ def run_rounds(a, env):
     results = {config: [] for config in CONFIGS}
     with tempfile.TemporaryDirectory(prefix="torch_backend_bench_") as tmp:
         for k in range(a.rounds):
-            for i in range(len(CONFIGS)):
-                config = CONFIGS[(i + k) % len(CONFIGS)]
+            for config in round_order(k):
                 result = run(a, env, tmp, *config)
                 log(f"round {k}, {describe(label(config), result)}")
                 results[config].append(result)
@@ -256,8 +268,8 @@ def ratio(y, x):
 
 
 def print_training(results):
-    gloo = results[("train", "gloo", False)]
-    ddp = results[("train", "ddp", True)]
+    gloo = results[TRAIN_GLOO]
+    ddp = results[TRAIN_RECORDED]
     params = {r["params"] for r in gloo + ddp}
     if len(params) != 1:
         raise RunFailed(f"the runs trained models of different sizes: {sorted(params)}")
@@ -268,8 +280,8 @@ def print_training(results):
 
 
 def print_allreduce(results):
-    gloo = results[("allreduce", "gloo", False)]
-    ddp = results[("allreduce", "ddp", True)]
+    gloo = results[ALLREDUCE_GLOO]
+    ddp = results[ALLREDUCE_DDP]
     for i, size in enumerate(s["bytes"] for s in gloo[0]["sizes"]):
         x = max(r["sizes"][i]["busbw_gbps"] for r in gloo)
         y = max(r["sizes"][i]["busbw_gbps"] for r in ddp)
@@ -278,14 +290,17 @@ def print_allreduce(results):
 
 
 def print_progress(results):
-    on = results[("train", "ddp", True)]
-    off = results[("train", "ddp", False)]
+    on = results[TRAIN_RECORDED]
+    off = results[TRAIN_UNRECORDED]
     on_ms = statistics.median(r["step_ms"] for r in on)
     off_ms = statistics.median(r["step_ms"] for r in off)
+    # Each round's pair ran side by side: the median of the pairs' ratios is steadier than
+    # the ratio of the medians while other work on the machine comes and goes.
+    overhead = statistics.median(r["step_ms"] / u["step_ms"] - 1 for r, u in zip(on, off))
     steps = min(on[-1]["page_steps"])
     collectives = min(on[-1]["page_collectives"])
     line = (f"torch_backend_progress ranks={RANKS} step_ms_unrecorded={off_ms:.3f} "
-            f"step_ms_recorded={on_ms:.3f} overhead_pct={(on_ms / off_ms - 1) * 100:.2f} "
+            f"step_ms_recorded={on_ms:.3f} overhead_pct={overhead * 100:.2f} "
             f"runs={len(on)} recorded_steps={steps} recorded_collectives={collectives}")
     if steps == 0 or collectives == 0:
         line += " (INVALID: a rank's page recorded no DDP step or no collective)"
