@@ -22,12 +22,13 @@ back) goes to stderr:
 
 Samples/s and bus bandwidth are each backend's best round (the same rule for both: the
 round least disturbed by other work on the machine); busbw is nccl-tests' all-reduce bus
-bandwidth, bytes / time * 2(n-1)/n, in GB/s (10^9 bytes). The progress line gives the
-median step times of the "ddp" training runs with and without pages, and overhead_pct:
-over the rounds, the median of each round's pair (run side by side, in turns first) of
-recorded / unrecorded - 1. recorded_steps and recorded_collectives are what the pages of
-the last recorded run held (the fewest over its ranks); a page that recorded no DDP step
-or no collective makes the progress figure invalid, and the line says so.
+bandwidth, bytes / time * 2(n-1)/n, in GB/s (10^9 bytes, 4 significant digits). The
+progress line gives the median step times of the "ddp" training runs with and without
+pages, and overhead_pct: over the rounds, the median of each round's pair (run side by
+side, in turns first) of recorded / unrecorded - 1. recorded_steps and
+recorded_collectives are what the pages of the last recorded run held (the fewest over its
+ranks); a page that recorded no DDP step or no collective makes the progress figure
+invalid, and the line says so.
 
 When ddp_torch cannot be imported, the driver says why on stderr and exits 2 without
 running anything; a run that fails or outlasts --run-timeout makes it exit 1.
@@ -39,6 +40,7 @@ folder, build/ of this checkout by default), which is where the build puts it.
 import argparse
 import fcntl
 import json
+import math
 import mmap
 import os
 import signal
@@ -219,7 +221,7 @@ def describe(label, result):
                 f"step_ms={result['step_ms']:.3f} loss={result['loss']:.6f}")
     else:
         text = label + ":" + "".join(
-            f" {s['bytes']}B={s['busbw_gbps']:.4f}GB/s({s['iters']}x{s['time_us']:.1f}us)"
+            f" {s['bytes']}B={four_digits(s['busbw_gbps'])}GB/s({s['iters']}x{s['time_us']:.1f}us)"
             for s in result["sizes"])
     if "page_steps" in result:
         text += (f" pages: pid={result['page_pids']} steps={result['page_steps']} "
@@ -267,6 +269,14 @@ def ratio(y, x):
     return f"{y / x:.2f}" if x > 0 else "inf"
 
 
+def four_digits(x):
+    """x with 4 significant digits, never in exponent notation (a 4 KiB all-reduce's busbw
+    is a few thousandths of a GB/s)."""
+    if x <= 0:
+        return "0"
+    return f"{x:.{max(0, 3 - math.floor(math.log10(x)))}f}"
+
+
 def print_training(results):
     gloo = results[TRAIN_GLOO]
     ddp = results[TRAIN_RECORDED]
@@ -285,8 +295,8 @@ def print_allreduce(results):
     for i, size in enumerate(s["bytes"] for s in gloo[0]["sizes"]):
         x = max(r["sizes"][i]["busbw_gbps"] for r in gloo)
         y = max(r["sizes"][i]["busbw_gbps"] for r in ddp)
-        print(f"torch_allreduce bytes={size} ranks={RANKS} gloo_busbw_gbps={x:.4f} "
-              f"ddp_busbw_gbps={y:.4f} ratio={ratio(y, x)}")
+        print(f"torch_allreduce bytes={size} ranks={RANKS} gloo_busbw_gbps={four_digits(x)} "
+              f"ddp_busbw_gbps={four_digits(y)} ratio={ratio(y, x)}")
 
 
 def print_progress(results):

@@ -96,9 +96,18 @@ def case_missing(source):
 NUMBER = r"([0-9]+(?:\.[0-9]+)?)"
 
 
+def bounds(text):
+    """The interval a printed figure rounds: half a unit of its last digit either side."""
+    half = 0.5 * 10 ** -(len(text.split(".")[1]) if "." in text else 0)
+    return float(text) - half, float(text) + half
+
+
 def check_ratio(m, line):
-    x, y, ratio = float(m.group(1)), float(m.group(2)), float(m.group(3))
-    check(x > 0 and y > 0 and abs(ratio - y / x) <= 0.01 + 0.005 * y / x,
+    """ratio=<y/x>, as printed (2 decimals), from the unrounded x and y: within what the
+    rounding of all three allows."""
+    (x_lo, x_hi), (y_lo, y_hi) = bounds(m.group(1)), bounds(m.group(2))
+    ratio = float(m.group(3))
+    check(x_lo > 0 and y_lo / x_hi - 0.005 <= ratio <= y_hi / x_lo + 0.005,
           f"ratio={ratio} is not y/x in: {line}")
 
 
