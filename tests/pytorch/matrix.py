@@ -2,7 +2,18 @@
 under ddprun and under torchrun with the same flags, each run checked on its own
 and then against the other.
 
-    matrix.py CASE        CASE: ddp_train, env_record, module, no_python, resume
+    matrix.py CASE [BACKEND]   CASE: ddp_train, env_record, module, no_python, resume
+                               BACKEND: gloo (the default) or ddp (ddp_train,
+                               env_record and resume only)
+
+The scripts that communicate take their backend from DDP_TEST_BACKEND, which
+this driver sets to BACKEND in both launchers' environments. With "ddp" (the
+backend of ddp_torch, which the scripts then import) the workers must find
+ddp_torch: under ddprun through the PYTHONPATH ddprun itself gives them (the
+driver's own PYTHONPATH is not passed on), under torchrun through PYTHONPATH
+set here to the build's package folder, <build>/lib/ddprun/python, the build
+being the parent of $DDP_BUILD_BIN. Everything checked on gloo is checked on
+ddp.
 
 ddprun is $DDP_BUILD_BIN/ddprun; torchrun is run_torchrun.py (python3 -m
 torch.distributed.run, with a fix for torch 1.13 under Python 3.11). Both run
@@ -16,7 +27,8 @@ torchrun jobs at once (ctest -j) would meet in one store.
 
 Exit code: 0 when both launchers give the expected and the same outcome, 1
 otherwise (the problems and both launchers' output are printed), 2 for a bad
-command line, 77 (skipped) when /usr/bin/python3 has no torch.
+command line, 77 (skipped) when /usr/bin/python3 has no torch, or, with
+BACKEND ddp, when the build has no ddp_torch.
 """
 import importlib.util
 import json
@@ -44,6 +56,9 @@ COMMON_FLAGS = [f"--nproc_per_node={NPROC}", "--monitor_interval=0.1"]
 RUN_TIMEOUT_S = 120
 STOP_GRACE_S = 15
 LEFTOVER_GRACE_S = 5
+BACKENDS = ("gloo", "ddp")
+# The cases whose scripts take their backend from DDP_TEST_BACKEND.
+BACKEND_CASES = ("ddp_train", "env_record", "resume")
 
 
 def standalone_flags(launcher):
@@ -159,14 +174,31 @@ def launcher_env(work):
     return env
 
 
-def run_launcher(launcher, case, work, ddprun):
+def ddp_torch_folder(ddprun):
+    """The build's folder of the package ddp_torch (<build>/lib/ddprun/python)."""
+    return Path(ddprun).parent.parent / "lib" / "ddprun" / "python"
+
+
+def backend_env(env, launcher, backend, ddprun):
+    """DDP_TEST_BACKEND for the scripts, and with "ddp" where they find ddp_torch:
+    under ddprun only through the PYTHONPATH ddprun adds, under torchrun through
+    PYTHONPATH set to the build's package folder, as a torchrun user sets it."""
+    env["DDP_TEST_BACKEND"] = backend
+    if backend == "ddp":
+        env.pop("PYTHONPATH", None)
+        if launcher == "torchrun":
+            env["PYTHONPATH"] = str(ddp_torch_folder(ddprun))
+    return env
+
+
+def run_launcher(launcher, case, work, ddprun, backend="gloo"):
     out = work / launcher / "out"
     state = work / launcher / "state"
     out.mkdir(parents=True)
     state.mkdir()
     prefix = [str(ddprun)] if launcher == "ddprun" else [PYTHON, str(HERE / "run_torchrun.py")]
     argv = prefix + standalone_flags(launcher) + COMMON_FLAGS + case.flags + case.program(out, state)
-    env = launcher_env(work)
+    env = backend_env(launcher_env(work), launcher, backend, ddprun)
     start = time.monotonic()
     proc = subprocess.Popen(argv, cwd=work / "src", env=env, stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -507,35 +539,50 @@ def start_driver(argv, cases):
 
 
 def main(argv):
-    started = start_driver(argv, CASES)
+    backend = argv[2] if len(argv) == 3 else "gloo"
+    if len(argv) > 3 or backend not in BACKENDS or (backend != "gloo" and argv[1] not in BACKEND_CASES):
+        print(f"usage: {argv[0]} CASE [BACKEND]    (CASE: {', '.join(CASES)}; BACKEND: "
+              f"gloo, the default, or ddp, with {', '.join(BACKEND_CASES)} only)", file=sys.stderr)
+        return 2
+    started = start_driver(argv[:2], CASES)
     if isinstance(started, int):
         return started
     name, ddprun = started
     case = CASES[name]
+    if backend == "ddp":
+        package = ddp_torch_folder(ddprun) / "ddp_torch" / "__init__.py"
+        if not package.is_file():
+            print(f"skipped: the build has no ddp_torch (no {package}: configure with "
+                  f"DDP_WITH_TORCH=ON and build the ddp_torch target)")
+            return 77
 
     work = Path(tempfile.mkdtemp(prefix="ddprun-pytorch-"))
     try:
         shutil.copytree(HERE / "scripts", work / "src")
         (work / "tmp").mkdir()
-        print(f"{name}: {case.what}")
-        runs = {launcher: run_launcher(launcher, case, work, ddprun) for launcher in LAUNCHERS}
+        print(f"{name} on {backend}: {case.what}")
+        runs = {launcher: run_launcher(launcher, case, work, ddprun, backend) for launcher in LAUNCHERS}
         checks = Checks()
         for run in runs.values():
             scoped = checks.about(run.launcher)
             scoped.expect(run.code is not None, f"did not finish within {RUN_TIMEOUT_S} s")
             scoped.expect(not run.leftovers, f"processes left running after it exited: {run.leftovers}")
             case.check(run, scoped)
+            if name in BACKEND_CASES:
+                for rank, result in run.rank_results(Checks()).items():
+                    scoped.expect(result.get("backend") == backend, f"rank {rank} ran on backend "
+                                  f"{result.get('backend')!r}, expected {backend!r}")
         case.compare(runs["ddprun"], runs["torchrun"], checks.about("ddprun vs torchrun"))
         for run in runs.values():
             print(f"{run.launcher:>8}: exit code {run.code}, {run.seconds:.1f} s")
         if checks.problems:
             for run in runs.values():
                 print_run(run)
-            print(f"FAIL {name}:")
+            print(f"FAIL {name} on {backend}:")
             for problem in checks.problems:
                 print(f"  {problem}")
             return 1
-        print(f"PASS {name}: the same outcome under ddprun and torchrun")
+        print(f"PASS {name} on {backend}: the same outcome under ddprun and torchrun")
         return 0
     finally:
         for session in list(_live_sessions):

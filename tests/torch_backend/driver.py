@@ -9,6 +9,10 @@
                                                   into a temporary prefix, the built ddprun
                                                   copied to its bin/: installed.py on 2 ranks
                                                   finds ddp_torch in <prefix>/lib/ddprun/python
+    driver.py cuda                                cuda.py on 2 ranks under ddprun: CUDA tensors
+                                                  through ddp::worker's NCCL groups; skipped
+                                                  unless torch sees 2 CUDA devices and the
+                                                  build has NCCL (DDP_WITH_NCCL=1, set by CMake)
 
 Under ddprun ($DDP_BUILD_BIN/ddprun --standalone) the workers find ddp_torch
 through the PYTHONPATH ddprun's agent gives them: the test's own environment
@@ -131,6 +135,25 @@ def installed(tmp):
     return run(argv, base_env(tmp), tmp)
 
 
+def cuda_missing_reason():
+    """Why `driver.py cuda` cannot run here, or None: it needs a build with NCCL
+    and a torch that sees at least 2 CUDA devices (asked only with NCCL)."""
+    if os.environ.get("DDP_WITH_NCCL") != "1":
+        return "the build has no NCCL (DDP_WITH_NCCL is off; CUDA tensors need ddp::worker's NCCL groups)"
+    reasons = []
+    count_devices = "import torch; print(torch.cuda.device_count(), torch.version.cuda)"
+    probe = subprocess.run([PYTHON, "-c", count_devices], capture_output=True, text=True)
+    if probe.returncode != 0:
+        reasons.append(f"{PYTHON} could not count CUDA devices: {probe.stderr.strip()[-300:]}")
+    else:
+        count, cuda_version = probe.stdout.split()
+        if cuda_version == "None":
+            reasons.append(f"{PYTHON}'s torch is built without CUDA")
+        elif int(count) < 2:
+            reasons.append(f"torch sees {count} CUDA device(s), the test needs 2")
+    return "; ".join(reasons) or None
+
+
 def check_ok_lines(output, ranks):
     oks = set(int(r) for r in re.findall(r"rank (\d+): ok", output))
     return oks == set(range(ranks))
@@ -143,6 +166,10 @@ def main():
     if not (package_dir / "ddp_torch" / "__init__.py").exists():
         skip(f"no ddp_torch in {package_dir} (build the ddp_torch target)")
     test, arg = sys.argv[1], (sys.argv[2:] or [""])[0]
+    if test == "cuda":
+        reason = cuda_missing_reason()
+        if reason:
+            skip(reason)
     tmp = Path(tempfile.mkdtemp(prefix="ddp-torch-backend-"))
     try:
         if test == "installed":
@@ -155,6 +182,10 @@ def main():
                 print(f"---- rank {rank} (exit {codes[rank]})\n{out}")
             ranks_ok = 2 if arg != "dead" else 1  # the dead rank says nothing
             passed = all(c == 0 for c in codes) and check_ok_lines("".join(outputs), ranks_ok)
+        elif test == "cuda":
+            code, out = launch("ddprun", 2, "cuda.py", package_dir, tmp)
+            print(out)
+            passed = code == 0 and check_ok_lines(out, 2)
         elif test == "steps":
             port = free_port()
             code, out = launch("ddprun", 2, "steps.py", package_dir, tmp,

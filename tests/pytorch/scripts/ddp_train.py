@@ -2,6 +2,8 @@
 # DistributedSampler(shuffle=True) + DataLoader, set_epoch every epoch.
 # Each rank writes <out>/rank<RANK>.json: the sample indices it saw per epoch,
 # its losses and the final parameters.
+# The backend is Gloo, or what DDP_TEST_BACKEND names: with "ddp" (ddprun's own,
+# tests/pytorch/matrix.py's ddp cases) the script imports ddp_torch, which registers it.
 import argparse
 import json
 import os
@@ -11,6 +13,10 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, TensorDataset
 from torch.utils.data.distributed import DistributedSampler
+
+BACKEND = os.environ.get("DDP_TEST_BACKEND", "gloo")
+if BACKEND == "ddp":
+    import ddp_torch  # noqa: F401  (registers the backend "ddp")
 
 
 def make_dataset(size):
@@ -27,7 +33,7 @@ def main():
     parser.add_argument("--samples", type=int, default=24)
     args = parser.parse_args()
 
-    dist.init_process_group("gloo")
+    dist.init_process_group(BACKEND)
     rank = dist.get_rank()
     torch.manual_seed(0)
 
@@ -54,6 +60,7 @@ def main():
     result = {
         "rank": rank,
         "world_size": dist.get_world_size(),
+        "backend": dist.get_backend(),
         "seen": seen,
         "losses": losses,
         "params": [p.detach().flatten().tolist() for p in model.module.parameters()],

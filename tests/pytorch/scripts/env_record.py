@@ -3,12 +3,18 @@
 # which writes the traceback to TORCHELASTIC_ERROR_FILE for the launcher's
 # failure report. Each rank writes <out>/rank<RANK>.json first: its whole
 # environment and what the ranks agreed on.
+# The backend is Gloo, or what DDP_TEST_BACKEND names: with "ddp" (ddprun's own,
+# tests/pytorch/matrix.py's ddp cases) the script imports ddp_torch, which registers it.
 import json
 import os
 import sys
 
 import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
+
+BACKEND = os.environ.get("DDP_TEST_BACKEND", "gloo")
+if BACKEND == "ddp":
+    import ddp_torch  # noqa: F401  (registers the backend "ddp")
 
 # What torchrun (torch 1.13) sets in every worker.
 TORCHRUN_VARIABLES = [
@@ -37,14 +43,15 @@ def main():
     if missing:
         raise RuntimeError(f"torchrun variables missing: {missing}")
 
-    dist.init_process_group("gloo")  # env://: MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE
+    dist.init_process_group(BACKEND)  # env://: MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE
     rank = dist.get_rank()
     assert rank == int(env["RANK"]) and dist.get_world_size() == int(env["WORLD_SIZE"])
     everyone = [None] * dist.get_world_size()
     dist.all_gather_object(everyone, {"rank": rank, "shared": shared_values(env),
                                       "error_file": env["TORCHELASTIC_ERROR_FILE"]})
     with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
-        json.dump({"rank": rank, "environ": dict(os.environ), "gathered": everyone}, f)
+        json.dump({"rank": rank, "backend": dist.get_backend(), "environ": dict(os.environ),
+                   "gathered": everyone}, f)
     dist.barrier()
     dist.destroy_process_group()
     if rank == 1:

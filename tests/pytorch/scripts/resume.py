@@ -7,6 +7,8 @@
 #
 # Each rank appends one line per attempt to <out>/rank<RANK>.attempts and writes
 # its final state to <out>/rank<RANK>.json.
+# The backend is Gloo, or what DDP_TEST_BACKEND names: with "ddp" (ddprun's own,
+# tests/pytorch/matrix.py's ddp cases) the script imports ddp_torch, which registers it.
 import argparse
 import json
 import os
@@ -14,6 +16,10 @@ import sys
 
 import torch
 import torch.distributed as dist
+
+BACKEND = os.environ.get("DDP_TEST_BACKEND", "gloo")
+if BACKEND == "ddp":
+    import ddp_torch  # noqa: F401  (registers the backend "ddp")
 
 PLANNED_EXIT_CODE = 3
 
@@ -40,7 +46,7 @@ def main():
     args = parser.parse_args()
 
     restart_count = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
-    dist.init_process_group("gloo")
+    dist.init_process_group(BACKEND)
     rank = dist.get_rank()
     start, w = load_checkpoint(args.checkpoint)
     with open(os.path.join(args.out, f"rank{rank}.attempts"), "a") as f:
@@ -58,7 +64,8 @@ def main():
             sys.exit(PLANNED_EXIT_CODE)
 
     with open(os.path.join(args.out, f"rank{rank}.json"), "w") as f:
-        json.dump({"rank": rank, "w": w.tolist(), "restart_count": restart_count,
+        json.dump({"rank": rank, "backend": dist.get_backend(), "w": w.tolist(),
+                   "restart_count": restart_count,
                    "max_restarts": os.environ["TORCHELASTIC_MAX_RESTARTS"]}, f)
     dist.destroy_process_group()
 
