@@ -149,19 +149,31 @@ class ElasticLookingHandler final : public RendezvousHandler {
   std::chrono::milliseconds grace_;
 };
 
+// The inode of descriptor `fd`'s file, read through its /proc path: not a call
+// on the descriptor itself, which another agent's thread of this test may be
+// creating or closing at that moment (a data race ThreadSanitizer reports).
+ino_t inode_of(int fd) {
+  struct stat st {};
+  const std::string path = "/proc/self/fd/" + std::to_string(fd);
+  return ::stat(path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode) ? st.st_ino : 0;
+}
+
 // The agent's end of the control channel whose worker end is `worker`: the
 // SEQPACKET socket of this process whose datagram arrives at `worker` (one
-// probe sent from each candidate, read back at `worker`); -1 when none.
+// probe sent from the candidate, read back at `worker`); -1 when none. The
+// two ends of a socketpair get neighbouring inodes, so only a socket whose
+// inode is next to `worker`'s is probed: the other agent of a test, running
+// beside this one, gets no probe in its channels.
 int agent_end_of(int worker) {
-  struct stat own {};
-  if (::fstat(worker, &own) != 0) return -1;
+  const ino_t own = inode_of(worker);
+  if (own == 0) return -1;
   std::vector<int> fds;
   for (const auto& entry : fs::directory_iterator("/proc/self/fd")) {
     fds.push_back(std::stoi(entry.path().filename().string()));
   }
   for (int fd : fds) {
-    struct stat st {};
-    if (::fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode) || st.st_ino == own.st_ino) continue;
+    const ino_t ino = inode_of(fd);
+    if (fd == worker || (ino != own + 1 && ino + 1 != own)) continue;
     int type = 0;
     socklen_t len = sizeof(type);
     if (::getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) != 0 || type != SOCK_SEQPACKET) continue;
