@@ -16,53 +16,31 @@ import torch
 import torch.distributed as dist
 
 import ddp_torch  # noqa: F401  (registers "ddp")
+import collectives
 import rank_main
+from collectives import reduce_alone
 
 R = dist.ReduceOp
 DTYPES = [torch.float16, torch.float32, torch.float64, torch.int32, torch.int64]
 OPS = {"SUM": R.SUM, "PRODUCT": R.PRODUCT, "MIN": R.MIN, "MAX": R.MAX}
 
 
+# Inputs, the reduction each rank computes alone and the comparison are the CPU
+# matrix's (collectives.py); here every result must also stay on its device.
 def value(rank, dtype, n=1000, offset=0):
-    """Rank `rank`'s input: small values (exact in every dtype), different per rank."""
-    base = torch.arange(n, dtype=torch.int64) + 3 * rank + offset
-    if dtype.is_floating_point:
-        return ((base % 5) + 1).to(dtype) / 2  # halves: exact in float16
-    return ((base % 7) + 1).to(dtype)
+    return collectives.value(rank, dtype, n, offset)
 
 
-def reduce_alone(tensors, op):
-    acc = tensors[0].clone()
-    for t in tensors[1:]:
-        if op == R.SUM:
-            acc = acc + t
-        elif op == R.PRODUCT:
-            acc = acc * t
-        elif op == R.MIN:
-            acc = torch.minimum(acc, t)
-        else:
-            acc = torch.maximum(acc, t)
-    return acc
-
-
-class Checks:
+class Checks(collectives.Checks):
     def __init__(self, device):
+        super().__init__()
         self.device = device
-        self.count = 0
 
     def same(self, got, expected, what):
         """`got` (on this rank's device) equals `expected` (on the CPU)."""
-        self.count += 1
         if got.device != self.device:
             raise AssertionError(f"{what}: the result is on {got.device}, expected {self.device}")
-        got = got.cpu()
-        if got.dtype != expected.dtype or got.shape != expected.shape:
-            raise AssertionError(f"{what}: got {got.dtype}{list(got.shape)}, "
-                                 f"expected {expected.dtype}{list(expected.shape)}")
-        if got.dtype.is_floating_point:
-            torch.testing.assert_close(got, expected, msg=lambda m: f"{what}: {m}")
-        elif not torch.equal(got, expected):
-            raise AssertionError(f"{what}: got {got.tolist()}, expected {expected.tolist()}")
+        super().same(got.cpu(), expected, what)
 
 
 def main():
