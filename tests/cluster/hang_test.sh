@@ -106,32 +106,32 @@ grep -q 'HANG (behind) detected by node 0' "$tmp/node0.log" || fail "no report o
 grep -qE "culprit rank\(s\): ${culprits//,/, };" "$tmp/node0.log" || fail "node 0's report does not name rank(s) $culprits"
 grep -q 'rank 3 (node 1, ' "$tmp/node0.log" || fail "node 0's report does not place rank 3 on node 1"
 
+# Both nodes fail (no restarts), and node 1, the culprit's, names rank 3 and
+# says that it ended it.
+expect_node1_ended_rank3() {
+  for i in 0 1; do
+    rc=0
+    "$C" wait "$name" "$i" 60 >/dev/null || rc=$?
+    ((rc != 0 && rc != 124)) || fail "ddprun on node $i exited $rc (expected a failure: no restarts)"
+  done
+  grep -q 'culprit rank(s): 3;' "$tmp/node1.log" || fail "node 1's report does not name rank 3"
+  grep -q 'ended by ddprun after a hang' "$tmp/node1.log" || fail "node 1's failure report does not say why rank 3 ended"
+}
+
 case $scenario in
   pytorch)
-    for i in 0 1; do
-      rc=0
-      "$C" wait "$name" "$i" 60 >/dev/null || rc=$?
-      ((rc != 0 && rc != 124)) || fail "ddprun on node $i exited $rc (expected a failure: no restarts)"
-    done
-    grep -q 'culprit rank(s): 3;' "$tmp/node1.log" || fail "node 1's report does not name rank 3"
+    expect_node1_ended_rank3
     # Rank 3 stopped before its 20th step: it took 19, and so could no peer more.
     grep -qE "rank 3 \(node 1, .*; 19 steps" "$tmp/node0.log" || fail "node 0's report does not give rank 3's 19 DDP steps"
     grep -qE "rank 0 \(node 0, .*; 19 steps" "$tmp/node0.log" || fail "node 0's report does not give rank 0's 19 DDP steps"
     grep -q 'in stopped_before_its_step' "$tmp/node1.log" || fail "node 1's log has no Python traceback of rank 3"
-    grep -q 'ended by ddprun after a hang' "$tmp/node1.log" || fail "node 1's failure report does not say why rank 3 ended"
     ;;
   other_node)
-    for i in 0 1; do
-      rc=0
-      "$C" wait "$name" "$i" 60 >/dev/null || rc=$?
-      ((rc != 0 && rc != 124)) || fail "ddprun on node $i exited $rc (expected a failure: no restarts)"
-    done
+    expect_node1_ended_rank3
     incident1=$(find "$tmp/logs1" -name 'hang_*_node1.json' | head -1)
     [[ -n $incident1 ]] || fail "node 1 wrote no incident file"
-    grep -q 'culprit rank(s): 3;' "$tmp/node1.log" || fail "node 1's report does not name rank 3"
     grep -q 'native stacks of rank 3 (' "$tmp/node1.log" || fail "node 1's report has no stacks of rank 3"
     grep -q 'progress_worker_blocks_forever' "$incident1" || fail "rank 3's stacks do not show where it blocks"
-    grep -q 'ended by ddprun after a hang' "$tmp/node1.log" || fail "node 1's failure report does not say why rank 3 ended"
     grep -q 'action: none on this node' "$tmp/node0.log" || fail "node 0 should leave rank 3 to node 1"
     ;;
   unreachable)
