@@ -3,6 +3,7 @@
 #include <pybind11/chrono.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include "bindings.h"
 #include "ddp/worker/step_recorder.h"
 #include "process_group_ddp.h"
 
@@ -29,4 +30,6 @@ PYBIND11_MODULE(_C, module) {
       .def(pybind11::init<>())
       .def("gradients_ready", &ddp::StepRecorder::gradients_ready)
       .def("step_end", &ddp::StepRecorder::step_end, pybind11::arg("synchronized"));
+  ddp::torch_backend::bind_recovery(module);
+  ddp::torch_backend::bind_state(module);
 }

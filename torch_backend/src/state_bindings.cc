@@ -1,0 +1,7 @@
+#include "bindings.h"
+
+namespace ddp::torch_backend {
+
+void bind_state(pybind11::module_& /*module*/) {}
+
+}  // namespace ddp::torch_backend
