@@ -670,7 +670,7 @@ void ProcessGroupGloo::check_consistency(const CollectiveDescriptor& desc) {
   auto mismatch = find_mismatch(per_rank);
   if (!mismatch.empty()) {
     throw InvalidArgument(fmt::format("ProcessGroupGloo::{}", to_string(desc.op)),
-                          fmt::format("group '{}' collective #{} (DDP_DEBUG=DETAIL): {}",
+                          fmt::format("group '{}' collective #{} (checked across the ranks): {}",
                                       options_.name, desc.seq, mismatch));
   }
 }
