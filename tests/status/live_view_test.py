@@ -163,6 +163,8 @@ class Job:
         self.hang_timeout = hang_timeout
         self.port = free_port()
         self.agents = []
+        # The run's files (a hang's incident is kept after the run) go here, removed in stop().
+        self.log_dir = tempfile.mkdtemp(prefix="live_view_logs_")
         worker = [os.path.join(bin_dir(), "ddprun_progress_worker")] + (
             worker_args or ["slow", "3", "0", "--steps", "100000", "--step_ms", "40"])
         try:
@@ -179,7 +181,7 @@ class Job:
                     "--rdzv_conf=keep_alive_interval=0.5,keep_alive_max_attempt=4,"
                     "last_call_timeout=1,join_timeout=60",
                     "--max_restarts=3", "--stop_grace=5", f"--hang_timeout={self.hang_timeout}",
-                    "--status_port=0", "--no_python"]
+                    "--status_port=0", f"--log_dir={self.log_dir}", "--no_python"]
             if status_host:
                 args.append(f"--status_host={status_host}")
             # node 0 is started first, so that it hosts the store
@@ -211,6 +213,7 @@ class Job:
     def stop(self):
         for a in reversed(self.agents):
             a.stop()
+        shutil.rmtree(self.log_dir, ignore_errors=True)
 
     def __enter__(self):
         return self
