@@ -1,5 +1,5 @@
 // Failure behaviour of the Gloo backend: a rank that never arrives, ranks that
-// disagree under DDP_DEBUG=DETAIL, and the pure pieces behind the diagnostics.
+// disagree under the collective check (DDP_DEBUG=DETAIL), and the pure pieces behind the diagnostics.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -54,11 +54,16 @@ TEST(GlooFailures, RankThatNeverArrivesGivesTimeoutErrorNamingIt) {
   }
 }
 
-TEST(GlooFailures, DetailCheckReportsSizeMismatchInsteadOfHanging) {
+// The check exchanges the descriptors through the shared-memory segment when
+// the group has one (every rank on one host), else through Gloo's TCP pairs.
+class GlooDetailCheck : public ::testing::TestWithParam<bool> {};
+
+TEST_P(GlooDetailCheck, ReportsSizeMismatchInsteadOfHanging) {
   const int world = 3;
   GlooOptions options;
   options.timeout = 10s;
   options.debug_detail = true;
+  options.shared_memory = GetParam();
   auto groups = make_groups(world, std::make_shared<MemoryStore>(), options);
   std::vector<std::string> errors(world);
   run_threads(world, [&](int r) {
@@ -75,6 +80,9 @@ TEST(GlooFailures, DetailCheckReportsSizeMismatchInsteadOfHanging) {
     EXPECT_THAT(errors[r], HasSubstr("ranks [1] called allreduce(seq=0, count=20"));
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Paths, GlooDetailCheck, ::testing::Values(true, false),
+                         [](const auto& info) { return info.param ? "shm" : "tcp"; });
 
 TEST(GlooFailures, DetailCheckReportsDifferentOperations) {
   const int world = 2;

@@ -91,8 +91,11 @@ struct GlooOptions {
   // GLOO_SOCKET_IFNAME) takes precedence over hostname.
   std::string hostname;
   std::string iface;
-  // The DDP_DEBUG=DETAIL consistency check before each collective.
-  // nullopt: on when the environment has DDP_DEBUG=DETAIL.
+  // The DDP_DEBUG=DETAIL consistency check before each collective: the ranks
+  // exchange a small descriptor of the call (through the shared-memory segment
+  // when the group has one, else Gloo's TCP all-gather) and all fail with
+  // InvalidArgument naming the difference. nullopt: on when the environment
+  // has DDP_DEBUG=DETAIL.
   std::optional<bool> debug_detail;
   AllreduceAlgorithm allreduce_algorithm = AllreduceAlgorithm::kAuto;
   // With kAuto, kDirect is used while buffer bytes x (size - 1) (what each rank
