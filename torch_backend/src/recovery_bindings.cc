@@ -75,8 +75,9 @@ void bind_recovery(py::module_& module) {
         return py::make_tuple(now.generation, now.number, now.ended, now.why);
       },
       "(generation, number, ended, why) of the round this worker is in");
-  module.def("round_name", [](int generation) { return round_name(in_place::round_number(generation)); },
-             py::arg("generation"), "'round N' for a generation, as error messages name it");
+  module.def(
+      "round_name", [](int generation) { return round_name(in_place::round_number(generation)); },
+      py::arg("generation"), "'round N' for a generation, as error messages name it");
   module.def(
       "wait_next_round",
       [](std::chrono::milliseconds timeout) {

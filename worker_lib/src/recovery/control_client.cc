@@ -62,7 +62,7 @@ struct ControlClient::State {
   int round = -1;                                   // the current round's number (round())
   // Each generation's round number (-1: unknown); back() is the current one's.
   std::vector<int> numbers{-1};
-  std::string stopped;                              // why in-place recovery is over
+  std::string stopped;  // why in-place recovery is over
   // How long a failed collective waits for the agent's word (explain()).
   std::chrono::milliseconds grace{0};
 };

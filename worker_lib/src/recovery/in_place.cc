@@ -37,8 +37,8 @@ bool open() {
     return is_open();  // not ddprun's worker (init_process_group may have opened it)
   }
   std::string problem;
-  const auto round = contract::decode_environment([](const char* name) { return env::get(name); },
-                                                  &problem);
+  const auto round =
+      contract::decode_environment([](const char* name) { return env::get(name); }, &problem);
   if (!round) throw InvalidArgument("ddp::in_place::open", problem + " (ddprun sets them)");
   {
     std::lock_guard lock(local_rank_mutex);

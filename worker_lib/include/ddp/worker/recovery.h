@@ -153,8 +153,7 @@ contract::WorkerRound wait_next_round(std::chrono::milliseconds timeout);
 // Tells the agent that this worker's groups are re-formed for `round`
 // (waiting for it took `wait_seconds`, making the groups `build_seconds`).
 // Never blocks; false (with a warning) when the agent could not be told.
-bool report_reformed(const contract::WorkerRound& round, double wait_seconds,
-                     double build_seconds);
+bool report_reformed(const contract::WorkerRound& round, double wait_seconds, double build_seconds);
 
 }  // namespace in_place
 
