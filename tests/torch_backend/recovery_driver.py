@@ -23,28 +23,17 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-PYTHON = "/usr/bin/python3"
+from driver import PYTHON, base_env, free_port, package_dir_or_skip
+
 HERE = Path(__file__).resolve().parent
 WAIT_S = 90  # for one step of a scenario, on a loaded 2-core machine
 CONF = "keep_alive_interval=0.5,keep_alive_max_attempt=2,last_call_timeout=1,join_timeout=60"
-
-
-def skip(why):
-    print(f"skipped: {why}")
-    sys.exit(77)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Job:
@@ -57,9 +46,7 @@ class Job:
 
     def start_agent(self):
         index = len(self.agents)
-        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-        env.update(PYTHON_EXEC=PYTHON, TMPDIR=str(self.tmp), PYTHONDONTWRITEBYTECODE="1",
-                   OMP_NUM_THREADS="1")
+        env = base_env(self.tmp)
         argv = [str(Path(os.environ["DDP_BUILD_BIN"]) / "ddprun"), f"--nnodes={self.nnodes}",
                 "--nproc_per_node=1", "--rdzv_backend=c10d", f"--rdzv_endpoint={self.endpoint}",
                 "--rdzv_id=torch_in_place", f"--rdzv_conf={CONF}", "--max_restarts=3",
@@ -196,11 +183,7 @@ def misuse(tmp, package_dir):
 
 
 def main():
-    if subprocess.run([PYTHON, "-c", "import torch.distributed"], capture_output=True).returncode:
-        skip(f"{PYTHON} has no torch (scripts/setup installs python3-torch)")
-    package_dir = Path(os.environ["DDP_BUILD_BIN"]).parent / "lib" / "ddprun" / "python"
-    if not (package_dir / "ddp_torch" / "__init__.py").exists():
-        skip(f"no ddp_torch in {package_dir} (build the ddp_torch target)")
+    package_dir = package_dir_or_skip()
     scenario = sys.argv[1]
     tmp = Path(tempfile.mkdtemp(prefix="ddp-torch-recovery-"))
     start = time.monotonic()
