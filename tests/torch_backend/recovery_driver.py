@@ -105,6 +105,18 @@ class Job:
             proc.wait()
 
 
+# The workers' timeout is 60 s: a change noticed by a timeout would take longer than this.
+CHANGE_S = 30
+
+
+def changed(job, what, condition, started):
+    """Waits for `condition` after a change made at `started`; it must come before any timeout."""
+    job.wait_for(what, condition)
+    elapsed = time.monotonic() - started
+    print(f"[driver] {what} after {elapsed:.1f} s")
+    assert elapsed < CHANGE_S, f"{what} took {elapsed:.1f} s: a timeout, not the round's end?"
+
+
 def formed(job, indices, world, phase):
     pattern = rf"formed rank=\d+ world={world} phase={phase}\b"
     return lambda: all(job.count(i, pattern) >= 1 for i in indices)
@@ -122,18 +134,18 @@ def in_place(tmp):
         first, second, third = (job.start_agent() for _ in range(3))
         survivors = (first, second)
         job.wait_for("3 workers in DDP steps", formed(job, (first, second, third), 3, 0))
-        started = time.monotonic()
         set_phase(tmp, 1)
         job.kill_agent(third)
-        job.wait_for("the survivors re-formed into world 2", formed(job, survivors, 2, 1))
-        print(f"[driver] a node lost: the survivors trained again after "
-              f"{time.monotonic() - started:.1f} s")
+        changed(job, "a node lost: the survivors re-formed into world 2", formed(job, survivors, 2, 1),
+                time.monotonic())
         set_phase(tmp, 2)
+        started = time.monotonic()
         fourth = job.start_agent()
-        job.wait_for("a node joined: world 3", formed(job, (first, second, fourth), 3, 2))
+        changed(job, "a node joined: world 3", formed(job, (first, second, fourth), 3, 2), started)
         set_phase(tmp, 3)
         os.kill(job.worker_pids(fourth)[-1], signal.SIGKILL)
-        job.wait_for("agent 4's worker restarted, world 3", formed(job, (first, second, fourth), 3, 3))
+        changed(job, "agent 4's worker restarted: world 3", formed(job, (first, second, fourth), 3, 3),
+                time.monotonic())
         (tmp / "stop").write_text("")
         codes = job.finish((first, second, fourth))
         text = job.all_output()
