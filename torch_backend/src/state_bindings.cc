@@ -1,7 +1,115 @@
+// ddp_torch._C's part for ddp_torch.sync_state (ddp_torch/state.py): the
+// transfer of the replica's tensors and counters through ddp::ReplicaState on
+// the CPU ddp group of a torch group of backend "ddp".
+//
+//   _C.sync_replica_state(group, names, tensors, counter_names, counter_values) -> dict
+//     Collective over `group` (every rank calls it with the same names, in the
+//     same order, shapes and dtypes alike: state.py agrees on them first).
+//     Registers the tensors (CPU or CUDA; a non-contiguous one through a
+//     contiguous copy written back on a receiving rank) and the int64 counters,
+//     and runs ReplicaState::sync without the GIL. Returns {root, received,
+//     from_live, bytes, seconds, round, counters}: counters the list of values
+//     after the sync, in counter_names' order.
+//   _C.replica_state_live() -> bool
+//     Whether this process holds live state: its last sync_replica_state
+//     succeeded, or failed on a root (ReplicaState::live() after it).
+//
+// Liveness is kept per process, here, across calls: each call registers anew
+// (a torch optimizer's state appears lazily), and hands the ReplicaState the
+// liveness the previous one ended with (ReplicaState::set_live).
+// Errors: a group of another backend, lists of different lengths, a dtype
+// the ddp backend lacks: RuntimeError naming it. Whatever sync() throws
+// propagates (ddp::GroupChanged as the type recovery_bindings.cc registers).
+#include <pybind11/stl.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include <atomic>
+#include <string>
+#include <vector>
+
 #include "bindings.h"
+#include "ddp/worker/replica_state.h"
+#include "process_group_ddp.h"
+#include "tensors.h"
 
 namespace ddp::torch_backend {
+namespace {
 
-void bind_state(pybind11::module_& /*module*/) {}
+constexpr const char* kOp = "sync_state";
+
+// Liveness of this process's replica state (see the top of the file). Written
+// without the GIL, so atomic; sync_state calls themselves are serialized by
+// being collectives of one training loop.
+std::atomic<bool> process_live{false};
+
+ddp::ProcessGroup& cpu_group_of(const c10::intrusive_ptr<c10d::ProcessGroup>& group) {
+  TORCH_CHECK(group, "ddp_torch.sync_state: no process group (call init_process_group first)");
+  auto* ddp_group = dynamic_cast<ProcessGroupDdp*>(group.get());
+  TORCH_CHECK(ddp_group != nullptr,
+              "ddp_torch.sync_state needs a group of backend 'ddp', got one "
+              "of backend '",
+              group->getBackendName(),
+              "' (init_process_group(\"ddp\") or new_group(backend=\"ddp\"))");
+  return ddp_group->cpu_group();
+}
+
+pybind11::dict sync_replica_state(const c10::intrusive_ptr<c10d::ProcessGroup>& group,
+                                  const std::vector<std::string>& names,
+                                  const std::vector<at::Tensor>& tensors,
+                                  const std::vector<std::string>& counter_names,
+                                  std::vector<std::int64_t> counter_values) {
+  ddp::ProcessGroup& cpu_group = cpu_group_of(group);
+  TORCH_CHECK(names.size() == tensors.size(), "ddp_torch.sync_state: ", names.size(), " names for ",
+              tensors.size(), " tensors");
+  TORCH_CHECK(counter_names.size() == counter_values.size(),
+              "ddp_torch.sync_state: ", counter_names.size(), " counter names for ",
+              counter_values.size(), " values");
+  std::vector<StagedTensor> staged;
+  staged.reserve(tensors.size());
+  ReplicaState state;
+  state.set_live(process_live.load());
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    staged.emplace_back(tensors[i], kOp);
+    state.add(names[i], staged.back().buffer());
+  }
+  for (std::size_t k = 0; k < counter_names.size(); ++k) {
+    state.add(counter_names[k], &counter_values[k]);
+  }
+  SyncResult result;
+  {
+    pybind11::gil_scoped_release no_gil;
+    try {
+      result = state.sync(cpu_group);
+    } catch (...) {
+      process_live.store(state.live());
+      throw;
+    }
+    process_live.store(state.live());
+    if (result.received) {
+      for (const StagedTensor& s : staged) s.write_back();
+    }
+  }
+  pybind11::dict out;
+  out["root"] = result.root;
+  out["received"] = result.received;
+  out["from_live"] = result.from_live;
+  out["bytes"] = result.bytes;
+  out["seconds"] = result.seconds;
+  out["round"] = result.round;
+  out["counters"] = counter_values;
+  return out;
+}
+
+}  // namespace
+
+void bind_state(pybind11::module_& module) {
+  module.def("sync_replica_state", &sync_replica_state, pybind11::arg("group"),
+             pybind11::arg("names"), pybind11::arg("tensors"), pybind11::arg("counter_names"),
+             pybind11::arg("counter_values"),
+             "The transfer of ddp_torch.sync_state (collective; see state_bindings.cc)");
+  module.def(
+      "replica_state_live", [] { return process_live.load(); },
+      "Whether this process holds live replica state (a sync_state succeeded here)");
+}
 
 }  // namespace ddp::torch_backend

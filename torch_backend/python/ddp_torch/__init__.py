@@ -11,6 +11,8 @@ import torch  # noqa: F401  (loads libtorch before the extension)
 import torch.distributed as _dist
 
 from ddp_torch import _C, steps
+from ddp_torch.sampler import ElasticDistributedSampler
+from ddp_torch.state import SyncInfo, last_sync, sync_state
 
 BACKEND = "ddp"
 
@@ -25,4 +27,4 @@ def _register():
 _register()
 steps.install()
 
-__all__ = ["BACKEND"]
+__all__ = ["BACKEND", "ElasticDistributedSampler", "SyncInfo", "last_sync", "sync_state"]

@@ -323,8 +323,9 @@ SyncResult ReplicaState::sync(ProcessGroup& group) {
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   // A worker that recovers in place tells its agent, for the recovery's report.
   if (auto* control = detail::ControlClient::get()) {
+    result.round = control->round();
     control->send(contract::encode(
-        contract::Synced{control->round(), root, result.received, result.from_live,
+        contract::Synced{result.round, root, result.received, result.from_live,
                          static_cast<std::int64_t>(result.bytes), result.seconds}));
   }
   return result;

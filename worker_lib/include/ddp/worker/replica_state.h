@@ -77,6 +77,7 @@ struct SyncResult {
   bool from_live = false;  // the root had live state (a survivor), not a fresh start's
   std::size_t bytes = 0;   // bytes of state broadcast from the root (0 in a group of one)
   double seconds = 0;      // wall time of sync()
+  int round = -1;          // the agent's round it synced in (-1: none named; see Synced)
 };
 
 class ReplicaState {
@@ -99,6 +100,11 @@ class ReplicaState {
 
   // Whether this process holds live state (a sync() succeeded here).
   bool live() const { return live_; }
+  // Carries the liveness of an earlier ReplicaState of this process, for a
+  // caller that registers its state anew for each sync (ddp_torch.sync_state:
+  // a torch optimizer's state appears lazily). Pass what live() said after
+  // that earlier sync() returned or threw.
+  void set_live(bool live) { live_ = live; }
   // Bytes of registered state (buffers plus 8 per counter).
   std::size_t bytes() const;
   // Number of registrations (buffers and counters).

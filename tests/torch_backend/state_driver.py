@@ -1,0 +1,110 @@
+"""Runs one test of ddp_torch.sync_state or ElasticDistributedSampler (tests/torch_backend/CMakeLists.txt).
+
+    state_driver.py sync       state_sync.py on 3 ranks started here over env:// (backend "ddp",
+                               no launcher, no agent); every rank must print "rank <r>: ok", and
+                               rank 0, a fresh process among two live ones, must log that it
+                               received the state of rank 1 (live)
+    state_driver.py sampler    sampler_check.py in one process: the sampler against torch's
+                               DistributedSampler and across world sizes
+
+Exits 77 (skipped) when /usr/bin/python3 has no torch or the build has no ddp_torch.
+Every process started runs in its own session, killed at the end; the temporary
+directory (their working directory and TMPDIR) is removed.
+"""
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+PYTHON = "/usr/bin/python3"
+HERE = Path(__file__).resolve().parent
+LIMIT_S = 120
+RANKS = 3
+
+
+def skip(why):
+    print(f"skipped: {why}")
+    sys.exit(77)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start(argv, env, tmp):
+    return subprocess.Popen(argv, env=env, cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+
+
+def finish(procs):
+    """Each process's (exit code, output); kills every session at the end."""
+    results = []
+    deadline = time.monotonic() + LIMIT_S
+    try:
+        for proc in procs:
+            try:
+                out, _ = proc.communicate(timeout=max(1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                out, _ = proc.communicate()
+                out += f"\n[driver] killed after {LIMIT_S} s"
+            results.append((proc.returncode, out))
+    finally:
+        for proc in procs:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    return results
+
+
+def main():
+    if subprocess.run([PYTHON, "-c", "import torch.distributed"], capture_output=True).returncode:
+        skip(f"{PYTHON} has no torch (scripts/setup installs python3-torch)")
+    package_dir = Path(os.environ["DDP_BUILD_BIN"]).parent / "lib" / "ddprun" / "python"
+    if not (package_dir / "ddp_torch" / "__init__.py").exists():
+        skip(f"no ddp_torch in {package_dir} (build the ddp_torch target)")
+    test = sys.argv[1]
+    tmp = Path(tempfile.mkdtemp(prefix="ddp-torch-state-"))
+    start_s = time.monotonic()
+    try:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("DDP_CONTROL", "TORCHELASTIC"))}
+        env.update(TMPDIR=str(tmp), PYTHONDONTWRITEBYTECODE="1", OMP_NUM_THREADS="1",
+                   PYTHONPATH=str(package_dir))
+        if test == "sampler":
+            [(code, out)] = finish([start([PYTHON, str(HERE / "sampler_check.py")], env, tmp)])
+            print(out)
+            passed = code == 0 and "sampler: ok" in out
+        else:
+            port = free_port()
+            procs = []
+            for rank in range(RANKS):
+                rank_env = dict(env, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+                                WORLD_SIZE=str(RANKS), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(RANKS))
+                procs.append(start([PYTHON, str(HERE / "state_sync.py")], rank_env, tmp))
+            results = finish(procs)
+            for rank, (code, out) in enumerate(results):
+                print(f"---- rank {rank} (exit {code})\n{out}")
+            oks = set(int(r) for r in re.findall(r"rank (\d+): ok", "".join(o for _, o in results)))
+            received = re.search(r"ddp_torch: received the state of rank 1 \(live\): [0-9.]+ MiB in [0-9.]+ s",
+                                 results[0][1])
+            if not received:
+                print("[driver] rank 0 did not log that it received the state of rank 1 (live)")
+            passed = all(c == 0 for c, _ in results) and oks == set(range(RANKS)) and bool(received)
+        print(f"[driver] {test}: {time.monotonic() - start_s:.1f} s")
+        print("PASSED" if passed else "FAILED")
+        return 0 if passed else 1
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
