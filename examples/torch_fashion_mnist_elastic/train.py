@@ -53,7 +53,11 @@ def parse_args(argv):
                    help="folder with the gzip IDX files")
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--batch-size", type=int, default=64, help="samples per rank and step")
-    p.add_argument("--lr", type=float, default=0.05, help="peak learning rate (cosine decay to 0)")
+    p.add_argument("--lr", type=float, default=0.05,
+                   help="peak learning rate at a global batch of --lr-batch samples (cosine "
+                   "decay to 0; scaled linearly with the global batch)")
+    p.add_argument("--lr-batch", type=int, default=192,
+                   help="the global batch --lr is for (3 ranks of 64 by default)")
     p.add_argument("--momentum", type=float, default=0.9)
     p.add_argument("--hidden", default="256,128", help="hidden layer widths, comma-separated")
     p.add_argument("--seed", type=int, default=0, help="initialization and shuffling seed")
@@ -191,10 +195,13 @@ class Run:
                     "counters": dict(self.counters)}, path + ".tmp")
         os.replace(path + ".tmp", path)
 
-    def learning_rate(self):
-        """Cosine decay over the run, a function of the samples trained (any world size)."""
+    def learning_rate(self, global_batch):
+        """Cosine decay over the run, a function of the samples trained, times the global
+        batch over --lr-batch (the linear scaling rule): a world that shrinks takes more,
+        smaller steps, and learns about as much from each sample as before."""
         done = (self.counters["epoch"] + self.counters["position"] / self.size) / self.args.epochs
-        return self.args.lr * 0.5 * (1.0 + math.cos(math.pi * min(done, 1.0)))
+        scale = global_batch / self.args.lr_batch
+        return self.args.lr * scale * 0.5 * (1.0 + math.cos(math.pi * min(done, 1.0)))
 
     def train_rest_of_epoch(self):
         """The steps left of the epoch in this world, or until --max-steps. Raises
@@ -212,7 +219,7 @@ class Run:
                 return
             idx = mine[k * a.batch_size:(k + 1) * a.batch_size]
             for group in self.opt.param_groups:
-                group["lr"] = self.learning_rate()
+                group["lr"] = self.learning_rate(global_batch)
             self.opt.zero_grad(set_to_none=True)
             loss = torch.nn.functional.cross_entropy(self.ddp(self.train_x[idx]), self.train_y[idx])
             loss.backward()  # DDP all-reduces the gradients here

@@ -2,9 +2,10 @@
 # The PyTorch example (examples/torch_fashion_mnist_elastic/train.py: DDP on the backend
 # "ddp", ddp_torch.init_process_group(recover_in_place=True)) as an elastic ddprun job on 3
 # network-namespace nodes, --nnodes 2:3, one worker per node, keep-alives 0.5 s x 2.
-# 12,288 training samples, 64 per rank and step (64 steps an epoch with 3 ranks, 96 with
-# 2), 2 epochs, 30 ms of sleep per step; every step of rank 0 printed
-# ("step=G world=W rank=0 epoch=E position=P loss=L"). One scenario per run:
+# The MLP 784-64-10; 12,288 training samples, 64 per rank and step (64 steps an epoch with
+# 3 ranks, 96 with 2; the learning rate scales with the global batch), 2 epochs, 30 ms of
+# sleep per step; every step of rank 0 printed ("step=G world=W rank=0 epoch=E position=P
+# loss=L"). One scenario per run:
 #
 #   lost_and_back  Two runs, one after the other. reference: 3 nodes, uninterrupted; its
 #                  final accuracy is the yardstick. in place: mid-epoch node 2 is lost as
@@ -58,7 +59,7 @@ setup_cluster
 train_size=12288
 batch=64
 train=(/usr/bin/python3 "$src/examples/torch_fashion_mnist_elastic/train.py" --train-limit "$train_size"
-  --test-limit 0 --batch-size "$batch" --epochs 2 --hidden 32 --log-every 1 --throttle-ms 30)
+  --test-limit 0 --batch-size "$batch" --epochs 2 --hidden 64 --log-every 1 --throttle-ms 30)
 
 # progress LOG: rank 0's step lines as "STEP WORLD EPOCH POSITION".
 progress() {
