@@ -20,9 +20,10 @@
 #                  through torch_fail_in_reform.py.
 #                  Node 1's worker is SIGKILLed: only node 1 starts a new worker, which
 #                  receives the state of a live rank (nodes 0 and 2 keep theirs). Then node
-#                  2's worker is SIGKILLed while node 1's worker is set to fail during the
-#                  re-form that follows: ddprun falls back to a restart (every node starts
-#                  a new worker; they resume from the checkpoint) and the job finishes.
+#                  2's worker is SIGKILLed while the kept workers (nodes 0 and 1) are set to
+#                  fail during the re-form that follows: ddprun falls back to a restart
+#                  (each node starts a new worker; with no live state left they resume from
+#                  the checkpoint) and the job finishes.
 #   no_opt_in      as crash, without the wrapper, with --no-recover-in-place: node 2 lost as a
 #                  whole; nodes 0 and 1 restart their workers as before (new processes,
 #                  resumed from the checkpoint, no in-place recovery) and finish.
@@ -227,7 +228,7 @@ lost_and_back() {
 crash() {
   DDP_ELASTIC_MAX_RESTARTS=5
   demo=(/usr/bin/python3 "$src/tests/cluster/torch_fail_in_reform.py" "$tmp/fail_in_reform"
-    "${train[@]:1}" --epochs 1 --throttle-ms 15 --checkpoint "$tmp/ckpt.pt" --checkpoint-every 4)
+    "${train[@]:1}" --throttle-ms 15 --checkpoint "$tmp/ckpt.pt" --checkpoint-every 4)
   start_nodes node0 node1 node2
   await 60 "node0 node1 node2" steps_with "$tmp/node0.log" 3 5 || fail "the 3 nodes did not train 5 steps together"
   local w0 w1 w2 w1b at
@@ -236,8 +237,11 @@ crash() {
   w2=$(records 'n2_*')
   at=$(last_step "$tmp/node0.log")
   step "node 1's worker (pid $(pid_of "$w1")) SIGKILLed at global step $at"
-  kill -KILL "$(pid_of "$w1")"
-  await 60 "node0 node1 node2" steps_with "$tmp/node0.log" 3 5 "$((at + 1))" ||
+  kill -KILL "$(pid_of "$w1")" || fail "node 1's worker (pid $(pid_of "$w1")) has ended"
+  await 60 "node0 node1 node2" grep -q "received the state of rank" "$tmp/node1.log" ||
+    fail "node 1 did not start a worker that received the state ($(states node0 node1 node2))"
+  at=$(last_step "$tmp/node0.log")
+  await 30 "node0 node1 node2" steps_with "$tmp/node0.log" 3 3 "$at" ||
     fail "the 3 ranks did not train again after the crash ($(states node0 node1 node2))"
   w1b=$(records 'n1_*' | grep -v "^$w1\$" | head -n 1 || true)
   local got
@@ -250,19 +254,25 @@ crash() {
     problem "nodes 0 and 2 started other workers after node 1's crash: $(records 'n[02]_*' | tr '\n' ' ')"
 
   at=$(last_step "$tmp/node0.log")
-  step "node 2's worker (pid $(pid_of "$w2")) SIGKILLed at global step $at; node 1's fails in the re-form"
-  echo 1 >"$tmp/fail_in_reform"
-  kill -KILL "$(pid_of "$w2")"
-  await 60 "node0 node1 node2" at_least 'n0_*' 2 || fail "node 0 did not start a new worker ($(states node0 node1 node2))"
+  step "node 2's worker (pid $(pid_of "$w2")) SIGKILLed at global step $at; the kept workers (nodes 0 and 1) fail in the re-form"
+  touch "$tmp/fail_in_reform.0" "$tmp/fail_in_reform.1"
+  kill -KILL "$(pid_of "$w2")" || fail "node 2's worker (pid $(pid_of "$w2")) has ended"
+  await 60 "node0 node1 node2" grep -q '^\[default0\]:resumed from checkpoint ' "$tmp/node0.log" ||
+    fail "the restarted workers did not resume from the checkpoint ($(states node0 node1 node2))"
   expect_exit node0 0 0 60
   expect_exit node1 1 0 20
   expect_exit node2 2 0 20
-  grep -q "torch_fail_in_reform: rank 1 fails during the re-form" "$tmp/node1.log" ||
-    problem "node 1's worker did not fail during the re-form"
-  [[ ! -e $tmp/fail_in_reform ]] || problem "no worker read the marker: nobody re-formed"
-  grep -q '^\[default0\]:resumed from checkpoint ' "$tmp/node0.log" ||
-    problem "node0.log: the restarted workers did not resume from the checkpoint"
+  local k n
+  for k in 0 1; do
+    grep -q "torch_fail_in_reform: rank $k fails during the re-form" "$tmp/node$k.log" ||
+      problem "node $k's worker did not fail during the re-form"
+    [[ ! -e $tmp/fail_in_reform.$k ]] || problem "node $k's worker did not re-form"
+    grep -q "restarting the worker group" "$tmp/node$k.log" || problem "node $k did not restart its worker"
+  done
   step "fell back to a restart: workers per node $(count 'n0_*'), $(count 'n1_*'), $(count 'n2_*'); $(grep -o 'resumed from checkpoint .*' "$tmp/node0.log" | head -n 1)"
+  (($(count 'n0_*') == 2)) || problem "node 0 started $(count 'n0_*') workers, not 2 (one restart)"
+  n=$(grep -c "received the state of rank [0-9]* (live)" "$tmp/node0.log" || true)
+  ((n == 0)) || problem "node 0's restarted worker received a live state: no worker should have kept one"
   [[ -n $(accuracy "$tmp/node0.log") ]] || problem "train.py did not print its final accuracy"
 }
 

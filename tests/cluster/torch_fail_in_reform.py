@@ -1,7 +1,7 @@
-"""Runs a training script with ddp_torch.reform() made to fail once on one node: the
-worker of the node named in MARKER (a file holding the node's number, read at each
-re-form) completes the re-form, says so, removes MARKER and exits 3 before it syncs.
-Its peers wait in that round's collectives; ddprun must fall back to a restart.
+"""Runs a training script with ddp_torch.reform() made to fail once on chosen nodes: the
+worker of a node whose file MARKER.<node> exists says so, removes the file and exits 3
+instead of re-forming (a kept worker that cannot re-form). ddprun must fall back to a
+restart of that node's worker.
 
     torch_fail_in_reform.py MARKER SCRIPT ARGS...
 
@@ -13,25 +13,20 @@ import sys
 
 import ddp_torch
 
-marker = sys.argv[1]
+marker = f"{sys.argv[1]}.{os.environ.get('DDP_CLUSTER_NODE', 'x')}"
 real_reform = ddp_torch.reform
 
 
-def reform_then_fail_on_the_marked_node():
-    got = real_reform()
+def fail_on_a_marked_node_else_reform():
     try:
-        with open(marker) as f:
-            node = f.read().strip()
+        os.remove(marker)
     except FileNotFoundError:
-        return got
-    if node != os.environ.get("DDP_CLUSTER_NODE"):
-        return got
-    os.remove(marker)
-    print(f"torch_fail_in_reform: rank {got.rank} fails during the re-form (round {got.round})",
+        return real_reform()
+    print(f"torch_fail_in_reform: rank {os.environ.get('RANK')} fails during the re-form",
           flush=True)
     os._exit(3)
 
 
-ddp_torch.reform = reform_then_fail_on_the_marked_node
+ddp_torch.reform = fail_on_a_marked_node_else_reform
 sys.argv = sys.argv[2:]
 runpy.run_path(sys.argv[0], run_name="__main__")
