@@ -64,7 +64,8 @@ def parse_args(argv):
     p.add_argument("--train-limit", type=int, default=0, help="first N training samples (0: all)")
     p.add_argument("--test-limit", type=int, default=0, help="first N test samples (0: all)")
     p.add_argument("--checkpoint", default="", help="read at start when no live rank has a "
-                   "state; written by rank 0 every --checkpoint-every steps and at epoch ends")
+                   "state; written by rank 0 every --checkpoint-every steps, at epoch ends and "
+                   "at --max-steps")
     p.add_argument("--checkpoint-every", type=int, default=200)
     p.add_argument("--log-every", type=int, default=50, help="rank 0's step line every N steps")
     p.add_argument("--max-steps", type=int, default=0, help="stop after global step N (0: none)")
@@ -112,13 +113,13 @@ def load(data_dir, prefix, limit):
 
 
 def make_model(hidden, seed):
+    """The demo's MLP: 784 inputs, the --hidden widths, 10 classes, ReLU between layers."""
     torch.manual_seed(seed)
     widths = [28 * 28] + [int(h) for h in hidden.split(",") if h] + [10]
-    layers = []
-    for i in range(len(widths) - 1):
-        layers.append(torch.nn.Linear(widths[i], widths[i + 1]))
-        if i + 2 < len(widths):
-            layers.append(torch.nn.ReLU())
+    linears = [torch.nn.Linear(n_in, n_out) for n_in, n_out in zip(widths, widths[1:])]
+    layers = [linears[0]]
+    for linear in linears[1:]:
+        layers += [torch.nn.ReLU(), linear]
     return torch.nn.Sequential(*layers)
 
 
@@ -216,6 +217,8 @@ class Run:
         steps = (self.size - c["position"]) // global_batch
         for k in range(steps):
             if a.max_steps and c["step"] >= a.max_steps:
+                if a.checkpoint:
+                    self.save_checkpoint()
                 return
             idx = mine[k * a.batch_size:(k + 1) * a.batch_size]
             for group in self.opt.param_groups:
