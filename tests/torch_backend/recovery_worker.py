@@ -130,6 +130,10 @@ def in_place():
         try:
             model = check_gradients(net, models)
             sub = dist.new_group()
+            # torch numbers its groups from 0 in every formation (its store barrier's key
+            # and the ddp groups' names come from it), also after a reform() that failed
+            names = dist.distributed_c10d._pg_names
+            assert (names[dist.group.WORLD], names[sub]) == ("0", "1"), names
             agreed = torch.tensor([int((DIR / "phase").read_text())])
             dist.all_reduce(agreed, op=dist.ReduceOp.MAX)
             phase = int(agreed)
