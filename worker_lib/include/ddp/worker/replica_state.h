@@ -42,12 +42,17 @@
 //      root and of (at most 8 of) the ranks that differ, then InvalidArgument on
 //      every rank naming each such rank's first difference from the root's
 //      list. Nothing is transferred and liveness is unchanged;
-//   3. otherwise the CPU buffers from the root through one all-reduce (SUM,
-//      in place) per buffer, in which every other rank contributes negative
-//      zeros: they leave every bit of the root's values as it is, and the
-//      all-reduce is the group's fastest path (the same-host shared-memory
-//      one), where a broadcast goes over TCP; then each CUDA buffer staged
-//      through host memory; then the counters as one int64 buffer.
+//   3. otherwise the state from the root through all-reduces (SUM, in place)
+//      of integer words, in which every other rank contributes zeros: adding
+//      zero leaves every bit of the root's values as it is, whatever their
+//      dtype (NaN payloads, -0.0), and the all-reduce is the group's fastest
+//      path (the same-host shared-memory one), where a broadcast goes over
+//      TCP. A CPU buffer of at least 1 MiB goes in place, in one all-reduce of
+//      its own; the other buffers, the counters and every CUDA buffer are laid
+//      end to end in host staging memory (at most staging_bytes(), 64 MiB
+//      unless set) and move in all-reduces of at most 1 MiB, copied in on the
+//      root and out on the others while the next ones are under way. All are
+//      issued before the first is waited for.
 // The group must take CPU buffers (Gloo); CUDA buffers are copied to and from
 // host memory with cudaMemcpy (a build without NCCL/CUDA rejects them in add()).
 //
@@ -75,7 +80,7 @@ struct SyncResult {
   int root = 0;            // the rank whose state every rank now holds
   bool received = false;   // this rank's memory was overwritten with the root's (rank != root)
   bool from_live = false;  // the root had live state (a survivor), not a fresh start's
-  std::size_t bytes = 0;   // bytes of state broadcast from the root (0 in a group of one)
+  std::size_t bytes = 0;   // bytes of state moved from the root (0 in a group of one)
   double seconds = 0;      // wall time of sync()
   int round = -1;          // the agent's round it synced in (-1: none named; see Synced)
 };
@@ -105,6 +110,10 @@ class ReplicaState {
   // a torch optimizer's state appears lazily). Pass what live() said after
   // that earlier sync() returned or threw.
   void set_live(bool live) { live_ = live; }
+  // The most host memory sync() stages state in (see the header comment):
+  // a multiple of 8, at least 8; InvalidArgument otherwise.
+  void set_staging_bytes(std::size_t bytes);
+  std::size_t staging_bytes() const { return staging_bytes_; }
   // Bytes of registered state (buffers plus 8 per counter).
   std::size_t bytes() const;
   // Number of registrations (buffers and counters).
@@ -118,6 +127,7 @@ class ReplicaState {
   };
   std::vector<Entry> entries_;
   bool live_ = false;
+  std::size_t staging_bytes_ = std::size_t{64} << 20;
 };
 
 }  // namespace ddp
