@@ -7,20 +7,21 @@
 //
 // The state is the demo's (train_fashion_mnist --hidden H: an MLP 784-H...-10,
 // float32 weights and biases and as many momentum buffers, 3 int64 counters;
-// --hidden 512,256 is recovery_bench's 4.09 MiB). Rank 0 is live (it syncs
-// once alone first... every rank syncs once, then rank 0 stays the root), so
-// each timed sync moves rank 0's state to the others, as a newcomer receives
-// a survivor's. Each iteration, after a barrier: one sync(), then (after
+// --hidden 512,256 is recovery_bench's 4.09 MiB). Every rank syncs once first,
+// so all are live and rank 0 stays the root: each timed sync moves rank 0's
+// state to the others, as a newcomer receives a survivor's. Each iteration, after a barrier: one sync(), then (after
 // another barrier) one float32 SUM all-reduce of the state's bytes; a time is
 // the slowest rank's. Rank 0 prints, medians over --iters:
 //
 //   replica_state ranks=N bytes=B buffers=K sync_ms=S allreduce_ms=A
 //     state_gbps=<B/S> busbw_gbps=<B/A x 2(N-1)/N> state_ratio=<state_gbps/busbw_gbps>
 //
-// (the target: state_ratio >= 0.5). --parts adds the pieces sync() is
-// made of, each timed alone the same way: the liveness table's all-reduce
-// (N x 5 int64), one all-reduce per buffer (the K buffers issued before the
-// first wait), the counters' broadcast.
+// (the target: state_ratio >= 0.5). --parts adds, each timed alone the
+// same way, the liveness table's all-reduce (N x 5 int64, sync()'s first step)
+// and the pieces of the transfer as it was before it staged small buffers
+// together: one all-reduce per buffer (the K buffers issued before the first
+// wait) and the counters' broadcast. DDP_DEBUG=DETAIL gives every collective
+// the cross-rank check the torch backend's groups have.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ddp/common/error.h"
@@ -138,9 +139,30 @@ TEST(ReplicaState, SetLiveCarriesLivenessToANewRegistration) {
   EXPECT_FALSE(replicas[1]->state.live());
 }
 
-TEST(ReplicaState, StagingBytesMustBeAPositiveMultipleOfEight) {
+// sync_agreed: the transfer alone from the root the caller names, even one
+// that is neither live nor rank 0; the table's liveness plays no part.
+TEST(ReplicaState, SyncAgreedMovesTheNamedRootsState) {
+  auto groups = groups_of(3);
+  auto replicas = make_replicas({4, 5, 6});
+  replicas[0]->state.set_live(true);
+  std::vector<SyncResult> results(3);
+  run_threads(3, [&](int r) { results[r] = replicas[r]->state.sync_agreed(*groups[r], 2, false); });
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_TRUE(replicas[r]->holds(6)) << "rank " << r;
+    EXPECT_EQ(results[r].root, 2);
+    EXPECT_EQ(results[r].received, r != 2);
+    EXPECT_FALSE(results[r].from_live);
+    EXPECT_EQ(results[r].bytes, kReplicaBytes);
+    EXPECT_TRUE(replicas[r]->state.live());
+  }
+  EXPECT_THROW(replicas[0]->state.sync_agreed(*groups[0], 3, true), InvalidArgument);
+  EXPECT_THROW(replicas[0]->state.sync_agreed(*groups[0], -1, true), InvalidArgument);
+}
+
+TEST(ReplicaState, StagingAndInPlaceSizes) {
   ReplicaState state;
   EXPECT_EQ(state.staging_bytes(), std::size_t{64} << 20);
+  EXPECT_EQ(state.in_place_bytes(), std::size_t{1} << 20);
   EXPECT_THROW(state.set_staging_bytes(0), InvalidArgument);
   EXPECT_THROW(state.set_staging_bytes(12), InvalidArgument);
   state.set_staging_bytes(16);
@@ -381,9 +403,9 @@ namespace ddp::test {
 namespace {
 
 // Buffers of every path of the transfer: at least 1 MiB in place (as int64,
-// int32 and, unaligned, uint8 words), smaller ones and counters staged in
-// pieces through a staging area far smaller than they are (many slices), odd
-// sizes everywhere. The root's bytes are pseudo-random (NaN payloads, -0.0 and
+// int32 and, unaligned, uint8 words), smaller ones and counters staged through
+// a staging area far smaller than they are (many slices), odd sizes
+// everywhere. The root's bytes are pseudo-random (NaN payloads, -0.0 and
 // the rest); the others' differ. Every byte must arrive, over shared memory
 // and over TCP.
 TEST(ReplicaState, LargeSmallAndOddBuffersArriveByteForByte) {
@@ -411,7 +433,13 @@ TEST(ReplicaState, LargeSmallAndOddBuffersArriveByteForByte) {
     bytes(m.i32.data(), m.i32.size() * 4);
     m.counter = static_cast<std::int64_t>(next());
   };
-  for (auto algorithm : {AllreduceAlgorithm::kSharedMemory, AllreduceAlgorithm::kRing}) {
+  // Every buffer staged too (in_place_bytes above them all), as the torch
+  // backend's checked groups have it.
+  const std::vector<std::pair<AllreduceAlgorithm, std::size_t>> cases = {
+      {AllreduceAlgorithm::kSharedMemory, 0},
+      {AllreduceAlgorithm::kRing, 0},
+      {AllreduceAlgorithm::kSharedMemory, std::size_t{16} << 20}};
+  for (auto [algorithm, in_place_bytes] : cases) {
     GlooOptions options;
     options.allreduce_algorithm = algorithm;
     options.shared_memory = algorithm == AllreduceAlgorithm::kSharedMemory;
@@ -424,6 +452,7 @@ TEST(ReplicaState, LargeSmallAndOddBuffersArriveByteForByte) {
       Memory& m = memory[static_cast<std::size_t>(r)];
       ReplicaState state;
       state.set_staging_bytes(96 * 1024);
+      if (in_place_bytes > 0) state.set_in_place_bytes(in_place_bytes);
       state.add("f64", Buffer::of(m.f64));
       state.add("f32", Buffer::of(m.f32));
       state.add("raw", Buffer{m.raw.data() + 3, m.raw.size() - 3, DType::kUInt8, Device::cpu()});
@@ -435,7 +464,8 @@ TEST(ReplicaState, LargeSmallAndOddBuffersArriveByteForByte) {
     });
     for (int r = 0; r < 3; ++r) {
       const Memory& got = memory[static_cast<std::size_t>(r)];
-      const std::string where = "rank " + std::to_string(r) + ", " + to_string(algorithm);
+      const std::string where = "rank " + std::to_string(r) + ", " + to_string(algorithm) +
+                                ", in place from " + std::to_string(in_place_bytes);
       EXPECT_EQ(std::memcmp(got.f64.data(), want.f64.data(), want.f64.size() * 8), 0) << where;
       EXPECT_EQ(std::memcmp(got.f32.data(), want.f32.data(), want.f32.size() * 4), 0) << where;
       EXPECT_TRUE(std::equal(got.raw.begin() + 3, got.raw.end(), want.raw.begin() + 3)) << where;

@@ -4,7 +4,6 @@
 #include <chrono>
 #include <cstring>
 #include <exception>
-#include <functional>
 #include <map>
 #include <memory>
 
@@ -130,12 +129,6 @@ void copy_device(void* dst, const void* src, std::size_t bytes, bool to_host) {
 #endif
 }
 
-// The transfer moves in all-reduces of at most this many bytes, so that
-// copying one piece in or out overlaps the all-reduce of another (the
-// shared-memory path's slot size); a buffer of at least a piece is all-reduced
-// in place, on its own.
-constexpr std::size_t kPieceBytes = kMiB;
-
 // The registered buffers laid end to end, each padded to whole int64 words:
 // what the transfer moves, a range of bytes at a time.
 class Stream {
@@ -174,16 +167,13 @@ class Stream {
   std::size_t bytes_ = 0;
 };
 
-// Waits for works[0], works[1], ... in turn, calling done(k) once works[k]
-// completed. When one fails, still waits for the others (they use memory the
-// caller frees once this returns), then rethrows the first error.
-void wait_in_order(const std::vector<WorkPtr>& works,
-                   const std::function<void(std::size_t)>& done) {
+// Waits for every work. When one fails, still waits for the others (they use
+// memory the caller may free once this returns), then rethrows the first error.
+void wait_all(const std::vector<WorkPtr>& works) {
   std::exception_ptr error;
-  for (std::size_t k = 0; k < works.size(); ++k) {
+  for (const WorkPtr& work : works) {
     try {
-      works[k]->wait();
-      if (!error) done(k);
+      work->wait();
     } catch (...) {
       if (!error) error = std::current_exception();
     }
@@ -225,33 +215,24 @@ std::vector<WorkPtr> issue_in_place(ProcessGroup& group, const std::vector<Buffe
   return works;
 }
 
-// Moves the stream of the root's smaller buffers through host staging memory
-// of at most `staging_bytes` (see transfer_from_root), a slice at a time.
+// Moves the stream of the root's other buffers through host staging memory
+// of at most `staging_bytes`, one all-reduce a slice (see transfer_from_root).
 void transfer_staged(ProcessGroup& group, const Stream& stream, bool is_root,
                      std::size_t staging_bytes) {
   const std::size_t capacity = std::min(stream.bytes(), staging_bytes);
-  const std::size_t piece = std::min(kPieceBytes, capacity);
-  // Not value-initialized: a receiver zeroes each piece, and the root's
+  // Not value-initialized: a receiver zeroes each slice, and the root's
   // padding words only meet the receivers' zeros and are never copied out.
   const std::unique_ptr<std::int64_t[]> staging(new std::int64_t[capacity / 8]);
   auto* host = reinterpret_cast<std::byte*>(staging.get());
   for (std::size_t first = 0; first < stream.bytes(); first += capacity) {
     const std::size_t slice = std::min(capacity, stream.bytes() - first);
-    std::vector<WorkPtr> works;
-    for (std::size_t at = 0; at < slice; at += piece) {
-      const std::size_t count = std::min(piece, slice - at);
-      if (is_root) {
-        stream.copy(first + at, count, host + at, true);
-      } else {
-        std::memset(host + at, 0, count);
-      }
-      works.push_back(group.allreduce(Buffer{host + at, count / 8, DType::kInt64, Device::cpu()},
-                                      ReduceOp::kSum));
+    if (is_root) {
+      stream.copy(first, slice, host, true);
+    } else {
+      std::memset(host, 0, slice);
     }
-    wait_in_order(works, [&](std::size_t k) {
-      const std::size_t at = k * piece;
-      if (!is_root) stream.copy(first + at, std::min(piece, slice - at), host + at, false);
-    });
+    group.allreduce(Buffer{host, slice / 8, DType::kInt64, Device::cpu()}, ReduceOp::kSum)->wait();
+    if (!is_root) stream.copy(first, slice, host, false);
   }
 }
 
@@ -260,20 +241,18 @@ void transfer_staged(ProcessGroup& group, const Stream& stream, bool is_root,
 // integer leaves every bit as it is, whatever the buffer's own dtype (NaN
 // payloads and -0.0 included). The all-reduce is the group's fastest path
 // (shared memory on one host), where a broadcast goes over TCP.
-//   - CPU buffers of at least kPieceBytes: in place, one all-reduce each (a
-//     receiver zeroes its buffer first);
-//   - the others (small buffers, counters, CUDA buffers) laid end to end, each
-//     padded to whole int64 words, through host staging memory of at most
-//     `staging_bytes`, in all-reduces of at most kPieceBytes: the root copies
-//     a piece in, a receiver zeroes it and copies it out once its all-reduce
-//     completed, while the next pieces' are under way.
-// Every all-reduce is issued before the first is waited for.
+//   - CPU buffers of at least `in_place_bytes`: in place, one all-reduce each
+//     (a receiver zeroes its buffer first), issued first;
+//   - the others (smaller buffers, counters, CUDA buffers) laid end to end,
+//     each padded to whole int64 words, through host staging memory of at most
+//     `staging_bytes`, one all-reduce a slice: the root copies the slice in, a
+//     receiver zeroes it and copies it out.
 void transfer_from_root(ProcessGroup& group, const std::vector<Buffer>& buffers, int root,
-                        std::size_t staging_bytes) {
+                        std::size_t in_place_bytes, std::size_t staging_bytes) {
   const bool is_root = group.rank() == root;
   std::vector<Buffer> large, small;
   for (const Buffer& b : buffers) {
-    (b.device.is_cuda() || b.nbytes() < kPieceBytes ? small : large).push_back(b);
+    (b.device.is_cuda() || b.nbytes() < in_place_bytes ? small : large).push_back(b);
   }
   const std::vector<WorkPtr> in_place = issue_in_place(group, large, is_root);
   try {
@@ -281,13 +260,13 @@ void transfer_from_root(ProcessGroup& group, const std::vector<Buffer>& buffers,
     if (stream.bytes() > 0) transfer_staged(group, stream, is_root, staging_bytes);
   } catch (...) {
     try {
-      wait_in_order(in_place, [](std::size_t) {});  // they use the caller's memory: let them end
+      wait_all(in_place);  // they use the caller's memory: let them end
     } catch (...) {
       // the first error is the one to report
     }
     throw;
   }
-  wait_in_order(in_place, [](std::size_t) {});
+  wait_all(in_place);
 }
 
 }  // namespace
@@ -320,6 +299,8 @@ void ReplicaState::add(std::string name, std::int64_t* counter) {
   add(std::move(name), Buffer::of(counter, 1));
   entries_.back().counter = true;
 }
+
+void ReplicaState::set_in_place_bytes(std::size_t bytes) { in_place_bytes_ = bytes; }
 
 void ReplicaState::set_staging_bytes(std::size_t bytes) {
   if (bytes < 8 || bytes % 8 != 0) {
@@ -402,17 +383,31 @@ SyncResult ReplicaState::sync(ProcessGroup& group) {
                              fmt::join(parts, "; ")));
   }
 
-  // 3. The transfer. A receiving rank is not live until it completed.
+  return transfer(group, root, at(root, kLive) != 0, start);
+}
+
+SyncResult ReplicaState::sync_agreed(ProcessGroup& group, int root, bool root_live) {
+  if (root < 0 || root >= group.size()) {
+    throw InvalidArgument(kOrigin, fmt::format("sync_agreed(): root {} is not a rank of a group "
+                                               "of {}",
+                                               root, group.size()));
+  }
+  return transfer(group, root, root_live, std::chrono::steady_clock::now());
+}
+
+SyncResult ReplicaState::transfer(ProcessGroup& group, int root, bool root_live,
+                                  std::chrono::steady_clock::time_point start) {
+  // A receiving rank is not live until the transfer completed.
   SyncResult result;
   result.root = root;
-  result.received = rank != root;
-  result.from_live = at(root, kLive) != 0;
-  if (world > 1) {
+  result.received = group.rank() != root;
+  result.from_live = root_live;
+  if (group.size() > 1) {
     if (result.received) live_ = false;
     std::vector<Buffer> buffers;  // counters included: one int64 each
     buffers.reserve(entries_.size());
     for (const Entry& e : entries_) buffers.push_back(e.buffer);
-    transfer_from_root(group, buffers, root, staging_bytes_);
+    transfer_from_root(group, buffers, root, in_place_bytes_, staging_bytes_);
     result.bytes = bytes();
   }
   live_ = true;
