@@ -159,12 +159,18 @@ def check_ok_lines(output, ranks):
     return oks == set(range(ranks))
 
 
-def main():
+def package_dir_or_skip():
+    """The build's folder that holds ddp_torch; exits 77 without torch or ddp_torch."""
     if subprocess.run([PYTHON, "-c", "import torch.distributed"], capture_output=True).returncode:
         skip(f"{PYTHON} has no torch (scripts/setup installs python3-torch)")
     package_dir = Path(os.environ["DDP_BUILD_BIN"]).parent / "lib" / "ddprun" / "python"
     if not (package_dir / "ddp_torch" / "__init__.py").exists():
         skip(f"no ddp_torch in {package_dir} (build the ddp_torch target)")
+    return package_dir
+
+
+def main():
+    package_dir = package_dir_or_skip()
     test, arg = sys.argv[1], (sys.argv[2:] or [""])[0]
     if test == "cuda":
         reason = cuda_missing_reason()

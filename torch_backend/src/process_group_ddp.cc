@@ -12,6 +12,7 @@
 #include "ddp/store/prefix_store.h"
 #include "ddp/worker/process_group_gloo.h"
 #include "ddp/worker/process_group_nccl.h"
+#include "ddp/worker/recovery.h"
 #include "ddp/worker_contract/env_names.h"
 #include "tensors.h"
 #include "torch_store.h"
@@ -43,6 +44,7 @@ GlooOptions gloo_options(const std::string& name, std::chrono::milliseconds time
   options.name = name;
   options.timeout = timeout;
   options.debug_detail = env_or_empty(names::kTorchCheck) != "0";
+  options.on_failure = in_place::failure_explainer();  // empty unless recovering in place
   if (auto iface = env_or_empty(names::kGlooSocketIfname); !iface.empty()) {
     options.iface = iface;
   } else if (auto host = env_or_empty(names::kGlooHostname); !host.empty()) {
@@ -151,9 +153,12 @@ void check_root(int root, int size, const char* op) {
 ProcessGroupDdp::ProcessGroupDdp(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                                  std::chrono::milliseconds timeout)
     : c10d::ProcessGroup(rank, size), name_(group_name_of(store)), timeout_(timeout),
-      store_(std::make_shared<TorchStore>(store, timeout)), completer_(FutureCompleter::start()) {
+      generation_(in_place::current_round().generation),
+      store_(in_place::round_store(std::make_shared<TorchStore>(store, timeout))),
+      completer_(FutureCompleter::start()) {
   cpu_group_ = make_gloo_process_group(std::make_shared<PrefixStore>("ddp/gloo", store_), rank,
                                        size, gloo_options(name_, timeout));
+  in_place::track(cpu_group_);
   init();  // torch's usage logging, as its own backends do
 }
 
@@ -174,7 +179,21 @@ ProcessGroupDdp::~ProcessGroupDdp() {
   if (python != nullptr) PyEval_RestoreThread(python);
 }
 
+void ProcessGroupDdp::check_current_round(const char* op) const {
+  if (!in_place::is_open()) return;
+  const in_place::RoundNow now = in_place::current_round();
+  if (now.generation == generation_) return;
+  const int number = in_place::round_number(generation_);
+  TORCH_CHECK(false, "ddp backend: ", op, " on group '", name_, "', which belonged to ",
+              number < 0 ? std::string("the round this worker started in")
+                         : "round " + std::to_string(number),
+              ": that round ended and this worker re-formed into round ", now.number,
+              " (ddp_torch.reform()); make the group again (new_group, DistributedDataParallel) "
+              "after reform()");
+}
+
 ddp::ProcessGroup& ProcessGroupDdp::group_for(const at::Tensor& tensor, const char* op) {
+  check_current_round(op);
   const Device device = ddp_device(tensor, op);
   if (!device.is_cuda()) return *cpu_group_;
   TORCH_CHECK(nccl_available(), "ddp backend: ", op,
@@ -188,6 +207,7 @@ ddp::ProcessGroup& ProcessGroupDdp::group_for(const at::Tensor& tensor, const ch
     options.name = name_ + "/cuda";
     cuda_group_ = make_nccl_process_group(std::make_shared<PrefixStore>("ddp/nccl", store_),
                                           getRank(), getSize(), options);
+    in_place::track(cuda_group_);
   }
   return *cuda_group_;
 }
@@ -483,6 +503,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDdp::recvAnysource(std::vector<at::Te
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupDdp::barrier(const c10d::BarrierOptions& /*opts*/) {
+  check_current_round("barrier");
   auto work = cpu_group_->barrier();
   return follow(c10d::OpType::BARRIER, "barrier", std::move(work), {}, {});
 }

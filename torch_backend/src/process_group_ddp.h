@@ -18,6 +18,15 @@
 // collective is checked across the ranks first (ddp's DETAIL check: one small
 // exchange per collective), unless the environment sets DDP_TORCH_CHECK=0.
 //
+// In-place recovery (ddp::in_place, ddp/worker/recovery.h; ddp_torch.reform()):
+// when the program opted in, the group belongs to the round it was made in.
+// Its ddp groups are aborted when that round ends, so every pending and later
+// collective fails with ddp::GroupChanged (ddp_torch.GroupChanged), and a
+// collective that failed as a peer died waits for the agent's word first, so
+// that it fails with GroupChanged too. Once this worker joined a later round
+// every collective throws c10::Error (RuntimeError) naming the round the
+// group belonged to: groups are made again after reform().
+//
 // Thread-safe like ddp::ProcessGroup: issue order is the order of the calls.
 #pragma once
 
@@ -41,7 +50,8 @@ namespace ddp::torch_backend {
 class ProcessGroupDdp final : public c10d::ProcessGroup {
  public:
   // Blocks until every rank of the group joined (at most `timeout`, which also
-  // bounds every collective). Throws what make_gloo_process_group throws.
+  // bounds every collective; with in-place recovery, until the round ends).
+  // Throws what make_gloo_process_group throws (GroupChanged when the round ended).
   ProcessGroupDdp(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                   std::chrono::milliseconds timeout);
   ~ProcessGroupDdp() override;
@@ -94,6 +104,9 @@ class ProcessGroupDdp final : public c10d::ProcessGroup {
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
 
  private:
+  // Throws c10::Error naming the round this group belonged to when this
+  // worker re-formed into another since.
+  void check_current_round(const char* op) const;
   // The ddp group for `tensor`'s device (the CUDA group is made on first use).
   ddp::ProcessGroup& group_for(const at::Tensor& tensor, const char* op);
   // Wraps `work` for torch; `finish` runs once it succeeded.
@@ -117,6 +130,7 @@ class ProcessGroupDdp final : public c10d::ProcessGroup {
 
   const std::string name_;
   const std::chrono::milliseconds timeout_;
+  const int generation_;  // the round it was made in (ddp::in_place::RoundNow)
   const std::shared_ptr<ddp::Store> store_;
   const std::shared_ptr<FutureCompleter> completer_;
   std::shared_ptr<ddp::ProcessGroup> cpu_group_;

@@ -10,7 +10,8 @@ ddprun puts this package on its workers' PYTHONPATH; under torchrun, add
 import torch  # noqa: F401  (loads libtorch before the extension)
 import torch.distributed as _dist
 
-from ddp_torch import _C, steps
+from ddp_torch import _C, recovery, steps
+from ddp_torch.recovery import GroupChanged, Reformed, init_process_group, recovers_in_place, reform
 from ddp_torch.sampler import ElasticDistributedSampler
 from ddp_torch.state import SyncInfo, last_sync, sync_state
 
@@ -26,5 +27,7 @@ def _register():
 
 _register()
 steps.install()
+recovery._install()
 
-__all__ = ["BACKEND", "ElasticDistributedSampler", "SyncInfo", "last_sync", "sync_state"]
+__all__ = ["BACKEND", "GroupChanged", "Reformed", "init_process_group", "recovers_in_place", "reform",
+           "ElasticDistributedSampler", "SyncInfo", "last_sync", "sync_state"]

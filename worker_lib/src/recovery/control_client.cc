@@ -60,7 +60,9 @@ struct ControlClient::State {
   std::vector<std::weak_ptr<ProcessGroup>> groups;  // of the current round
   std::optional<NextRound> next;                    // named by the agent, not joined yet
   int round = -1;                                   // the current round's number (round())
-  std::string stopped;                              // why in-place recovery is over
+  // Each generation's round number (-1: unknown); back() is the current one's.
+  std::vector<int> numbers{-1};
+  std::string stopped;  // why in-place recovery is over
   // How long a failed collective waits for the agent's word (explain()).
   std::chrono::milliseconds grace{0};
 };
@@ -153,12 +155,29 @@ ControlClient::NextRound ControlClient::wait_next_round(std::chrono::millisecond
   state_->current = next.signal;
   state_->groups.clear();
   if (next.round) state_->round = next.round->round;
+  state_->numbers.push_back(next.round ? next.round->round : -1);
   return next;
 }
 
 int ControlClient::round() {
   std::lock_guard lock(state_->mutex);
   return state_->round;
+}
+
+ControlClient::Current ControlClient::current() {
+  std::lock_guard lock(state_->mutex);
+  Current now;
+  now.generation = static_cast<int>(state_->numbers.size()) - 1;
+  now.number = state_->numbers.back();
+  now.ended = state_->current->is_set();
+  if (now.ended) now.why = state_->current->why();
+  return now;
+}
+
+int ControlClient::round_number(int generation) {
+  std::lock_guard lock(state_->mutex);
+  if (generation < 0 || generation >= static_cast<int>(state_->numbers.size())) return -1;
+  return state_->numbers[static_cast<std::size_t>(generation)];
 }
 
 bool ControlClient::send(const control::Message& message) {
@@ -208,6 +227,23 @@ void ControlClient::end_round(const std::string& why) {
   for (auto& group : groups) group->abort(why);
 }
 
+void ControlClient::on_abort(const std::optional<contract::Abort>& abort) {
+  // Even one this worker cannot read ends the round: the agent moves on.
+  const std::string why = abort && !abort->why.empty() ? abort->why : "the round ended";
+  {
+    std::lock_guard lock(state_->mutex);
+    if (state_->next) {
+      // A round named but not joined yet ended too: wait for the next one.
+      state_->next->signal->set(why);
+      state_->next.reset();
+    } else if (abort && state_->numbers.back() < 0) {
+      state_->numbers.back() = abort->round;  // the round this worker started in
+    }
+  }
+  end_round(why);
+  state_->cv.notify_all();
+}
+
 void ControlClient::read_loop() {
   for (;;) {
     control::Message message;
@@ -227,19 +263,7 @@ void ControlClient::read_loop() {
       return;
     }
     if (message.type == "abort") {
-      // Even one this worker cannot read ends the round: the agent moves on.
-      const auto abort = contract::decode_abort(message);
-      const std::string why = abort && !abort->why.empty() ? abort->why : "the round ended";
-      {
-        std::lock_guard lock(state_->mutex);
-        // A round named but not joined yet ended too: wait for the next one.
-        if (state_->next) {
-          state_->next->signal->set(why);
-          state_->next.reset();
-        }
-      }
-      end_round(why);
-      state_->cv.notify_all();
+      on_abort(contract::decode_abort(message));
     } else if (message.type == "round") {
       // A malformed one is still the next round: reform() says what is wrong.
       auto round = contract::decode_round(message);

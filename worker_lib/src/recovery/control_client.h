@@ -55,6 +55,20 @@ class ControlClient {
   // -1 before it named one (the worker started in its round).
   int round();
 
+  // The round this worker is in (ddp::in_place::RoundNow): its generation (0
+  // for the one it started in, +1 for each wait_next_round), its number as
+  // named or as the agent's `abort` said it (-1 while unknown), whether it
+  // ended and why.
+  struct Current {
+    int generation = 0;
+    int number = -1;
+    bool ended = false;
+    std::string why;
+  };
+  Current current();
+  // The number of the round of `generation`; -1 when unknown or out of range.
+  int round_number(int generation);
+
   // Tells the agent (a message of worker_contract.h, encoded); false (with a
   // warning when the channel is full) when it could not: the agent is gone, or
   // has not read what it was told before. Never blocks, never throws.
@@ -73,6 +87,9 @@ class ControlClient {
   void read_loop();
   // The current round ended: sets its signal, aborts its groups.
   void end_round(const std::string& why);
+  // The agent's `abort` (nullopt: unreadable) for the current round, or for
+  // the next one when it was named but not joined yet.
+  void on_abort(const std::optional<contract::Abort>& abort);
 
   struct State;
   std::shared_ptr<State> state_;

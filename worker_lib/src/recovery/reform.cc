@@ -109,9 +109,8 @@ Reformed reform() {
   reformed.master_port = facts.master_port;
   const auto built = std::chrono::steady_clock::now();
   reformed.seconds = std::chrono::duration<double>(built - started).count();
-  s.control->send(contract::encode(contract::Reformed{
-      facts.round, facts.rank, std::chrono::duration<double>(named - started).count(),
-      std::chrono::duration<double>(built - named).count()}));
+  in_place::report_reformed(facts, std::chrono::duration<double>(named - started).count(),
+                            std::chrono::duration<double>(built - named).count());
   s.logger->info("re-formed in place: round {}, rank {}/{} (was {}/{}), {:.3f} s", facts.round,
                  facts.rank, facts.world_size, reformed.previous_rank, reformed.previous_world_size,
                  reformed.seconds);
