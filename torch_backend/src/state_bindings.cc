@@ -2,18 +2,23 @@
 // transfer of the replica's tensors and counters through ddp::ReplicaState on
 // the CPU ddp group of a torch group of backend "ddp".
 //
-//   _C.sync_replica_state(group, names, tensors, counter_names, counter_values) -> dict
-//     Collective over `group` (every rank calls it with the same names, in the
-//     same order, shapes and dtypes alike: state.py agrees on them first).
-//     Registers the tensors (CPU or CUDA; a non-contiguous one through a
-//     contiguous copy written back on a receiving rank) and the int64 counters,
-//     and runs ReplicaState::sync without the GIL. Returns {root, received,
-//     from_live, bytes, seconds, round, counters}: counters the list of values
-//     after the sync, in counter_names' order.
+//   _C.sync_replica_state(group, root, root_live, names, tensors, counter_names,
+//                         counter_values) -> dict
+//     Collective over `group`: every rank calls it with the same root and
+//     names, in the same order, shapes and dtypes alike (state.py agrees on
+//     them and on the root first). Registers the tensors (CPU or CUDA; a
+//     non-contiguous one through a contiguous copy written back on a receiving
+//     rank) and the int64 counters, and runs ReplicaState::sync_agreed without
+//     the GIL. Returns {root, received, from_live, bytes, seconds, round,
+//     counters}: counters the list of values after the sync, in
+//     counter_names' order.
 //   _C.replica_state_live() -> bool
 //     Whether this process holds live state: its last sync_replica_state
 //     succeeded, or failed on a root (ReplicaState::live() after it).
 //
+// The group checks every collective (the torch backend's DETAIL check, unless
+// DDP_TORCH_CHECK=0): one more exchange per all-reduce, so only buffers of at
+// least kCheckedInPlaceBytes move in place, the rest staged together.
 // Liveness is kept per process, here, across calls: each call registers anew
 // (a torch optimizer's state appears lazily), and hands the ReplicaState the
 // liveness the previous one ended with (ReplicaState::set_live).
@@ -24,11 +29,13 @@
 #include <torch/csrc/utils/pybind.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "bindings.h"
 #include "ddp/worker/replica_state.h"
+#include "ddp/worker_contract/env_names.h"
 #include "process_group_ddp.h"
 #include "tensors.h"
 
@@ -36,6 +43,7 @@ namespace ddp::torch_backend {
 namespace {
 
 constexpr const char* kOp = "sync_state";
+constexpr std::size_t kCheckedInPlaceBytes = std::size_t{16} << 20;
 
 // Liveness of this process's replica state (see the top of the file). Written
 // without the GIL, so atomic; sync_state calls themselves are serialized by
@@ -53,8 +61,8 @@ ddp::ProcessGroup& cpu_group_of(const c10::intrusive_ptr<c10d::ProcessGroup>& gr
   return ddp_group->cpu_group();
 }
 
-pybind11::dict sync_replica_state(const c10::intrusive_ptr<c10d::ProcessGroup>& group,
-                                  const std::vector<std::string>& names,
+pybind11::dict sync_replica_state(const c10::intrusive_ptr<c10d::ProcessGroup>& group, int root,
+                                  bool root_live, const std::vector<std::string>& names,
                                   const std::vector<at::Tensor>& tensors,
                                   const std::vector<std::string>& counter_names,
                                   std::vector<std::int64_t> counter_values) {
@@ -68,6 +76,8 @@ pybind11::dict sync_replica_state(const c10::intrusive_ptr<c10d::ProcessGroup>& 
   staged.reserve(tensors.size());
   ReplicaState state;
   state.set_live(process_live.load());
+  const char* check = std::getenv(env_names::kTorchCheck);
+  if (check == nullptr || std::string(check) != "0") state.set_in_place_bytes(kCheckedInPlaceBytes);
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     staged.emplace_back(tensors[i], kOp);
     state.add(names[i], staged.back().buffer());
@@ -79,7 +89,7 @@ pybind11::dict sync_replica_state(const c10::intrusive_ptr<c10d::ProcessGroup>& 
   {
     pybind11::gil_scoped_release no_gil;
     try {
-      result = state.sync(cpu_group);
+      result = state.sync_agreed(cpu_group, root, root_live);
     } catch (...) {
       process_live.store(state.live());
       throw;
@@ -104,7 +114,8 @@ pybind11::dict sync_replica_state(const c10::intrusive_ptr<c10d::ProcessGroup>& 
 
 void bind_state(pybind11::module_& module) {
   module.def("sync_replica_state", &sync_replica_state, pybind11::arg("group"),
-             pybind11::arg("names"), pybind11::arg("tensors"), pybind11::arg("counter_names"),
+             pybind11::arg("root"), pybind11::arg("root_live"), pybind11::arg("names"),
+             pybind11::arg("tensors"), pybind11::arg("counter_names"),
              pybind11::arg("counter_values"),
              "The transfer of ddp_torch.sync_state (collective; see state_bindings.cc)");
   module.def(

@@ -29,5 +29,5 @@ _register()
 steps.install()
 recovery._install()
 
-__all__ = ["BACKEND", "ElasticDistributedSampler", "GroupChanged", "Reformed", "SyncInfo",
-           "init_process_group", "last_sync", "recovers_in_place", "reform", "sync_state"]
+__all__ = ["BACKEND", "GroupChanged", "Reformed", "init_process_group", "recovers_in_place", "reform",
+           "ElasticDistributedSampler", "SyncInfo", "last_sync", "sync_state"]

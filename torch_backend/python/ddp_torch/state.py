@@ -22,9 +22,10 @@ survivor of a re-form), else rank 0 (a fresh start). How it goes:
    has and it lacks (SGD's momentum_buffer, Adam's exp_avg, exp_avg_sq and its
    `step` tensor, created lazily by the first step) is allocated, state the
    root lacks is dropped, non-tensor entries are copied.
-4. The tensors and counters move through ddp::ReplicaState (the C++ library's,
-   ddp_torch._C.sync_replica_state) on the group's CPU ddp group, without the
-   GIL. The agent is told `synced`, and a receiving rank logs one line on
+4. The tensors and counters move from the root through ddp::ReplicaState's
+   transfer (ReplicaState::sync_agreed: all-reduces of integer words in which
+   the others add zeros; ddp_torch._C.sync_replica_state) on the group's CPU
+   ddp group, without the GIL. The agent is told `synced`, and a receiving rank logs one line on
    stderr, e.g. "ddp_torch: received the state of rank 0 (live) in round 3:
    1.2 MiB in 0.004 s".
 
@@ -250,7 +251,7 @@ def sync_state(module, optimizer=None, counters=None, group=None):
         _adopt_optimizer_layout(module, optimizer, descriptions[root])
     names, tensors = _tensors(module, optimizer)
     counter_names = sorted(counters)
-    result = _C.sync_replica_state(pg, names, tensors, counter_names, values)
+    result = _C.sync_replica_state(pg, root, descriptions[root]["live"], names, tensors, counter_names, values)
     _last_sync = SyncInfo(result["root"], result["received"], result["from_live"], result["bytes"],
                           result["seconds"], result["round"])
     if _last_sync.received:
