@@ -20,10 +20,10 @@
 #                  through torch_fail_in_reform.py.
 #                  Node 1's worker is SIGKILLed: only node 1 starts a new worker, which
 #                  receives the state of a live rank (nodes 0 and 2 keep theirs). Then node
-#                  2's worker is SIGKILLed while the kept workers (nodes 0 and 1) are set to
-#                  fail during the re-form that follows: ddprun falls back to a restart
-#                  (each node starts a new worker; with no live state left they resume from
-#                  the checkpoint) and the job finishes.
+#                  2's worker is SIGKILLed while node 1's kept worker is set to fail during
+#                  the re-form that follows: node 1 falls back to a restart (a new worker,
+#                  given rank 0's live state: the checkpoint is not read), node 0 keeps its
+#                  worker to the end, rank 0's steps go 1, 2, 3, ... through both changes.
 #   no_opt_in      as crash, without the wrapper, with --no-recover-in-place: node 2 lost as a
 #                  whole; nodes 0 and 1 restart their workers as before (new processes,
 #                  resumed from the checkpoint, no in-place recovery) and finish.
@@ -254,25 +254,30 @@ crash() {
     problem "nodes 0 and 2 started other workers after node 1's crash: $(records 'n[02]_*' | tr '\n' ' ')"
 
   at=$(last_step "$tmp/node0.log")
-  step "node 2's worker (pid $(pid_of "$w2")) SIGKILLed at global step $at; the kept workers (nodes 0 and 1) fail in the re-form"
-  touch "$tmp/fail_in_reform.0" "$tmp/fail_in_reform.1"
+  step "node 2's worker (pid $(pid_of "$w2")) SIGKILLed at global step $at; node 1's kept worker fails in the re-form"
+  touch "$tmp/fail_in_reform.1"
   kill -KILL "$(pid_of "$w2")" || fail "node 2's worker (pid $(pid_of "$w2")) has ended"
-  await 60 "node0 node1 node2" grep -q '^\[default0\]:resumed from checkpoint ' "$tmp/node0.log" ||
-    fail "the restarted workers did not resume from the checkpoint ($(states node0 node1 node2))"
   expect_exit node0 0 0 60
   expect_exit node1 1 0 20
   expect_exit node2 2 0 20
-  local k n
-  for k in 0 1; do
-    grep -q "torch_fail_in_reform: rank $k fails during the re-form" "$tmp/node$k.log" ||
-      problem "node $k's worker did not fail during the re-form"
-    [[ ! -e $tmp/fail_in_reform.$k ]] || problem "node $k's worker did not re-form"
-    grep -q "restarting the worker group" "$tmp/node$k.log" || problem "node $k did not restart its worker"
-  done
-  step "fell back to a restart: workers per node $(count 'n0_*'), $(count 'n1_*'), $(count 'n2_*'); $(grep -o 'resumed from checkpoint .*' "$tmp/node0.log" | head -n 1)"
-  (($(count 'n0_*') == 2)) || problem "node 0 started $(count 'n0_*') workers, not 2 (one restart)"
-  n=$(grep -c "received the state of rank [0-9]* (live)" "$tmp/node0.log" || true)
-  ((n == 0)) || problem "node 0's restarted worker received a live state: no worker should have kept one"
+  grep -q "torch_fail_in_reform: rank 1 fails during the re-form" "$tmp/node1.log" ||
+    problem "node 1's worker did not fail during the re-form"
+  [[ ! -e $tmp/fail_in_reform.1 ]] || problem "node 1's worker did not re-form"
+  (($(grep -c "restarting the worker group" "$tmp/node1.log") == 2)) ||
+    problem "node 1 did not restart its worker twice (the crash, the failed re-form)"
+  local w1c
+  w1c=$(records 'n1_*' | grep -v "^$w1\$" | grep -v "^$w1b\$" | head -n 1 || true)
+  got=$(grep -o "rank 1: received the state of rank [0-9]* (live).*" "$tmp/node1.log" | sed -n 2p || true)
+  step "fell back to a restart on node 1: its third worker (pid $(pid_of "${w1c:-?_?}")): ${got:-nothing received}"
+  [[ -n $w1c ]] || problem "node 1 started no worker after the failed re-form"
+  [[ $got =~ ^rank\ 1:\ received\ the\ state\ of\ rank\ 0\ \(live\) ]] ||
+    problem "node 1's third worker did not say 'rank 1: received the state of rank 0 (live)'"
+  [[ $(records 'n0_*') == "$w0" ]] ||
+    problem "node 0 started other workers: $(records 'n0_*' | tr '\n' ' ') (expected $w0 alone)"
+  no_line node0 node1 node2 -- "resumed from checkpoint" "a restarted worker read the checkpoint, not a live state"
+  local phases
+  phases=$(check_progress "$tmp/node0.log") || fail "rank 0's progress: $phases"
+  step "node 0 kept its worker (pid $(pid_of "$w0")) from start to end; rank 0's progress: $phases"
   [[ -n $(accuracy "$tmp/node0.log") ]] || problem "train.py did not print its final accuracy"
 }
 
