@@ -15,28 +15,17 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-PYTHON = "/usr/bin/python3"
+from driver import PYTHON, base_env, free_port, package_dir_or_skip
+
 HERE = Path(__file__).resolve().parent
 LIMIT_S = 120
 RANKS = 3
-
-
-def skip(why):
-    print(f"skipped: {why}")
-    sys.exit(77)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start(argv, env, tmp):
@@ -67,18 +56,13 @@ def finish(procs):
 
 
 def main():
-    if subprocess.run([PYTHON, "-c", "import torch.distributed"], capture_output=True).returncode:
-        skip(f"{PYTHON} has no torch (scripts/setup installs python3-torch)")
-    package_dir = Path(os.environ["DDP_BUILD_BIN"]).parent / "lib" / "ddprun" / "python"
-    if not (package_dir / "ddp_torch" / "__init__.py").exists():
-        skip(f"no ddp_torch in {package_dir} (build the ddp_torch target)")
+    package_dir = package_dir_or_skip()
     test = sys.argv[1]
     tmp = Path(tempfile.mkdtemp(prefix="ddp-torch-state-"))
     start_s = time.monotonic()
     try:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("DDP_CONTROL", "TORCHELASTIC"))}
-        env.update(TMPDIR=str(tmp), PYTHONDONTWRITEBYTECODE="1", OMP_NUM_THREADS="1",
-                   PYTHONPATH=str(package_dir))
+        env = base_env(tmp)
+        env["PYTHONPATH"] = str(package_dir)
         if test == "sampler":
             [(code, out)] = finish([start([PYTHON, str(HERE / "sampler_check.py")], env, tmp)])
             print(out)

@@ -99,15 +99,11 @@ pybind11::dict sync_replica_state(const c10::intrusive_ptr<c10d::ProcessGroup>& 
       for (const StagedTensor& s : staged) s.write_back();
     }
   }
-  pybind11::dict out;
-  out["root"] = result.root;
-  out["received"] = result.received;
-  out["from_live"] = result.from_live;
-  out["bytes"] = result.bytes;
-  out["seconds"] = result.seconds;
-  out["round"] = result.round;
-  out["counters"] = counter_values;
-  return out;
+  using pybind11::literals::operator""_a;
+  return pybind11::dict("root"_a = result.root, "received"_a = result.received,
+                        "from_live"_a = result.from_live, "bytes"_a = result.bytes,
+                        "seconds"_a = result.seconds, "round"_a = result.round,
+                        "counters"_a = counter_values);
 }
 
 }  // namespace

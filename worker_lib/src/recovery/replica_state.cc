@@ -203,36 +203,13 @@ Buffer as_integer_words(const Buffer& b) {
   return Buffer{b.data, b.nbytes(), DType::kUInt8, b.device};
 }
 
-// Issues the in-place all-reduces of the root's large CPU buffers (see
-// transfer_from_root); returns the works, not waited for.
-std::vector<WorkPtr> issue_in_place(ProcessGroup& group, const std::vector<Buffer>& buffers,
-                                    bool is_root) {
-  std::vector<WorkPtr> works;
-  for (const Buffer& b : buffers) {
-    if (!is_root) std::memset(b.data, 0, b.nbytes());
-    works.push_back(group.allreduce(as_integer_words(b), ReduceOp::kSum));
-  }
-  return works;
-}
-
-// Moves the stream of the root's other buffers through host staging memory
-// of at most `staging_bytes`, one all-reduce a slice (see transfer_from_root).
-void transfer_staged(ProcessGroup& group, const Stream& stream, bool is_root,
-                     std::size_t staging_bytes) {
-  const std::size_t capacity = std::min(stream.bytes(), staging_bytes);
-  // Not value-initialized: a receiver zeroes each slice, and the root's
-  // padding words only meet the receivers' zeros and are never copied out.
-  const std::unique_ptr<std::int64_t[]> staging(new std::int64_t[capacity / 8]);
-  auto* host = reinterpret_cast<std::byte*>(staging.get());
-  for (std::size_t first = 0; first < stream.bytes(); first += capacity) {
-    const std::size_t slice = std::min(capacity, stream.bytes() - first);
-    if (is_root) {
-      stream.copy(first, slice, host, true);
-    } else {
-      std::memset(host, 0, slice);
-    }
-    group.allreduce(Buffer{host, slice / 8, DType::kInt64, Device::cpu()}, ReduceOp::kSum)->wait();
-    if (!is_root) stream.copy(first, slice, host, false);
+// Waits for `works` when the transfer failed before it could: they use the
+// caller's memory. Their own errors are dropped (the first one is reported).
+void drain(const std::vector<WorkPtr>& works) noexcept {
+  try {
+    wait_all(works);
+  } catch (...) {
+    // the transfer's own error is the one to report
   }
 }
 
@@ -242,11 +219,15 @@ void transfer_staged(ProcessGroup& group, const Stream& stream, bool is_root,
 // payloads and -0.0 included). The all-reduce is the group's fastest path
 // (shared memory on one host), where a broadcast goes over TCP.
 //   - CPU buffers of at least `in_place_bytes`: in place, one all-reduce each
-//     (a receiver zeroes its buffer first), issued first;
+//     (a receiver zeroes its buffer first);
 //   - the others (smaller buffers, counters, CUDA buffers) laid end to end,
 //     each padded to whole int64 words, through host staging memory of at most
 //     `staging_bytes`, one all-reduce a slice: the root copies the slice in, a
 //     receiver zeroes it and copies it out.
+// Everything the in-place all-reduces and the first slice's read is written
+// before the first is issued: copying while they run would compete with them
+// for the cores (with more ranks than cores, a rank then misses its peers'
+// barriers and sleeps; measured, half of the syncs took 2-3x as long).
 void transfer_from_root(ProcessGroup& group, const std::vector<Buffer>& buffers, int root,
                         std::size_t in_place_bytes, std::size_t staging_bytes) {
   const bool is_root = group.rank() == root;
@@ -254,16 +235,38 @@ void transfer_from_root(ProcessGroup& group, const std::vector<Buffer>& buffers,
   for (const Buffer& b : buffers) {
     (b.device.is_cuda() || b.nbytes() < in_place_bytes ? small : large).push_back(b);
   }
-  const std::vector<WorkPtr> in_place = issue_in_place(group, large, is_root);
-  try {
-    const Stream stream(small);
-    if (stream.bytes() > 0) transfer_staged(group, stream, is_root, staging_bytes);
-  } catch (...) {
-    try {
-      wait_all(in_place);  // they use the caller's memory: let them end
-    } catch (...) {
-      // the first error is the one to report
+  const Stream stream(small);
+  const std::size_t capacity = std::min(stream.bytes(), staging_bytes);
+  // Not value-initialized: a receiver zeroes each slice, and the root's
+  // padding words only meet the receivers' zeros and are never copied out.
+  const std::unique_ptr<std::int64_t[]> staging(new std::int64_t[capacity / 8]);
+  auto* host = reinterpret_cast<std::byte*>(staging.get());
+  auto slice_at = [&](std::size_t first) { return std::min(capacity, stream.bytes() - first); };
+  auto stage = [&](std::size_t first) {
+    if (is_root) {
+      stream.copy(first, slice_at(first), host, true);
+    } else {
+      std::memset(host, 0, slice_at(first));
     }
+  };
+  if (!is_root) {
+    for (const Buffer& b : large) std::memset(b.data, 0, b.nbytes());
+  }
+  if (stream.bytes() > 0) stage(0);
+  std::vector<WorkPtr> in_place;
+  for (const Buffer& b : large)
+    in_place.push_back(group.allreduce(as_integer_words(b), ReduceOp::kSum));
+  try {
+    for (std::size_t first = 0; first < stream.bytes(); first += capacity) {
+      if (first > 0) stage(first);
+      group
+          .allreduce(Buffer{host, slice_at(first) / 8, DType::kInt64, Device::cpu()},
+                     ReduceOp::kSum)
+          ->wait();
+      if (!is_root) stream.copy(first, slice_at(first), host, false);
+    }
+  } catch (...) {
+    drain(in_place);
     throw;
   }
   wait_all(in_place);
