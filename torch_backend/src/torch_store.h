@@ -7,11 +7,11 @@
 // keys; any other failure of the torch store throws NetworkError with torch's
 // message. compare_set, multi_get, multi_set and append are built from torch's
 // calls (torch 1.13's Store has no multi-key calls and no append). A wait
-// polls torch's check() instead of calling its wait(): a TCPStore wait that
-// times out in torch 1.13 leaves the server's answer to come on the connection
-// and the short timeout set on it, so the next call on that connection fails
-// or reads the wrong answer, and the worker library's in-place recovery waits
-// in short slices (an AbortableStore) to notice the round's end.
+// polls torch's check() instead of calling its wait(): after a TCPStore wait
+// that timed out, torch 1.13's next call on the same connection fails
+// ("Socket Timeout", seen with a get of a key that was set meanwhile), and the
+// worker library's in-place recovery waits in short slices (an AbortableStore)
+// to notice the round's end.
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
