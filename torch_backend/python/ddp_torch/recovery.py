@@ -61,7 +61,6 @@ class _Opt:
     backend = "ddp"
     timeout = _DEFAULT_TIMEOUT
     kwargs: dict = {}
-    generation = 0  # of the round the default group was made in
 
 
 # DistributedDataParallel instances made while recovering in place, and the
@@ -140,10 +139,16 @@ def init_process_group(backend="ddp", *, recover_in_place=False, timeout=None, *
     _Opt.kwargs = {k: v for k, v in kwargs.items() if k not in ("init_method", "store", "rank", "world_size")}
     try:
         _make_default_group()
-    except Exception as error:  # noqa: BLE001  (re-raised unless the round ended)
+        return
+    except Exception:  # noqa: BLE001  (re-raised unless the round ended)
         if not _round_ended():
             raise
-        _join(time.monotonic(), os.environ.get("RANK"), os.environ.get("WORLD_SIZE"))
+    while True:  # the round ended while this worker joined it: join the next one
+        try:
+            _join(time.monotonic(), os.environ.get("RANK"), os.environ.get("WORLD_SIZE"))
+            return
+        except GroupChanged:
+            pass
 
 
 def reform() -> Reformed:
@@ -203,7 +208,6 @@ def _join(started, previous_rank, previous_world):
 
 def _make_default_group():
     """torch's default group from the round's environment (what env:// reads)."""
-    _Opt.generation = _C.current_round()[0]
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     dist.init_process_group(_Opt.backend, store=_round_store(rank, world), rank=rank, world_size=world,
                             timeout=_Opt.timeout, **_Opt.kwargs)
@@ -262,11 +266,10 @@ def _retire_groups():
 
 def _as_group_changed(error: RuntimeError):
     """GroupChanged for `error` when the round ended (it is then why it failed), else None."""
-    generation, number, ended, why = _C.current_round()
+    generation, _, ended, why = _C.current_round()
     if not (_Opt.in_place and ended) or isinstance(error, GroupChanged):
         return None
-    name = f"round {number}" if number >= 0 else "the round this worker started in"
-    return GroupChanged(f"{name} ended: {why}")
+    return GroupChanged(f"{_C.round_name(generation)} ended: {why}")
 
 
 def _converting(function):
