@@ -165,7 +165,7 @@ lost_and_back() {
   local round3 at_kill killed
   round3=$(field "$rec/$w0" round)
   at_kill=$(last_step "$tmp/node0.log")
-  step "node 2 lost at global step $at_kill: SIGKILL of every process in it (agent and worker)"
+  step "node 2 lost: SIGKILL of every process in it (agent and worker), rank 0 at global step $at_kill"
   killed=$EPOCHREALTIME
   "$C" signal "$name" 2 KILL --node
   expect_exit node2 2 137 10
