@@ -141,7 +141,7 @@ def init_process_group(backend="ddp", *, recover_in_place=False, timeout=None, *
         _make_default_group()
         return
     except Exception:  # noqa: BLE001  (re-raised unless the round ended)
-        if not _round_ended():
+        if not _round_ended(wait=True):
             raise
     while True:  # the round ended while this worker joined it: join the next one
         try:
@@ -192,7 +192,7 @@ def _join(started, previous_rank, previous_world):
     try:
         _make_default_group()
     except Exception as error:  # noqa: BLE001  (re-raised unless the round ended)
-        if not _round_ended():
+        if not _round_ended(wait=True):
             raise
         raise GroupChanged(f"round {facts['round']} ended while this worker joined it "
                            f"({_C.current_round()[3]}): {error}") from error
@@ -243,8 +243,13 @@ def _wait_until_listening(host, port):
         time.sleep(0.05)
 
 
-def _round_ended() -> bool:
-    return _Opt.in_place and _C.current_round()[2]
+def _round_ended(wait=False) -> bool:
+    """Whether the current round ended; with `wait`, after waiting up to the round's
+    grace for the agent's word (a peer that died breaks its connections before the
+    agents' verdict), as a failed collective does."""
+    if not _Opt.in_place:
+        return False
+    return _C.current_round()[2] or (wait and _C.round_ends_within_grace())
 
 
 def _retire_groups():
