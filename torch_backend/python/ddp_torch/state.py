@@ -9,7 +9,8 @@ buffers, optimizer state and integer counters. The root is the lowest rank
 whose state is live in its process (a sync_state succeeded there before: a
 survivor of a re-form), else rank 0 (a fresh start). How it goes:
 
-1. The ranks exchange what they hold (torch's all_gather_object on the group):
+1. The ranks exchange what they hold (pickled, through one all-reduce of the
+   group's CPU ddp group, _C.exchange_layouts):
    their liveness, the module's parameters and buffers (names, shapes, dtypes,
    device types), the optimizer's type and param_groups (which parameters, the
    hyperparameters' names), the optimizer state's layout and the counters'
@@ -36,6 +37,7 @@ call sync_state again).
 """
 
 import collections
+import pickle
 import sys
 
 import torch
@@ -242,8 +244,7 @@ def sync_state(module, optimizer=None, counters=None, group=None):
     values = _counter_values(counters)
     pg = group if group is not None else dist.distributed_c10d._get_default_group()
     mine = _describe(_C.replica_state_live(), module, optimizer, counters)
-    descriptions = [None] * dist.get_world_size(group)
-    dist.all_gather_object(descriptions, mine, group=group)
+    descriptions = [pickle.loads(d) for d in _C.exchange_layouts(pg, pickle.dumps(mine))]
     root = next((r for r, d in enumerate(descriptions) if d["live"]), 0)
     _check_same(descriptions, root)
     rank = dist.get_rank(group)
