@@ -17,7 +17,8 @@ Phases, each with a model and optimizer of its own (liveness is the process's):
    a counter that is not an int is refused. A sync after them still works.
 5. a layout too large for the layouts' exchange's first round (3000 parameters)
    takes its second round.
-Each rank prints "rank <r>: ok".
+ElasticDistributedSampler takes its world from the default group. Each rank prints
+"rank <r>: ok".
 """
 import pickle
 
@@ -202,6 +203,9 @@ def main():
     dist.init_process_group("ddp")
     rank = dist.get_rank()
     expect(ddp_torch.last_sync() is None, "last_sync before any sync")
+    sampler = ddp_torch.ElasticDistributedSampler(range(30), shuffle=False)  # the world's defaults
+    expect((sampler.num_replicas, sampler.rank, list(sampler)) == (3, rank, list(range(rank, 30, 3))),
+           f"sampler {sampler.num_replicas} {sampler.rank} {list(sampler)}")
     pair = dist.new_group([1, 2], backend="ddp")
     net, opt = phase_survivors(rank, pair)
     phase_lowest_live(rank, net, opt)

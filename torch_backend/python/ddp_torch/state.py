@@ -51,7 +51,7 @@ SyncInfo.__doc__ = """The facts of this process's last sync_state (see last_sync
 root: the rank (of the group synced) whose state every rank now holds; received: this rank's state
 was overwritten with the root's; from_live: the root's state was live (a
 survivor's), not a fresh start's; bytes: the state's size; seconds: the wall
-time of the transfer (ReplicaState::sync); round: the agent's round it synced in,
+time of the transfer (ReplicaState::sync_agreed); round: the agent's round it synced in,
 -1 when no agent named one (started in its round, or outside ddprun)."""
 
 _last_sync = None
