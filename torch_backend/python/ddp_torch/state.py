@@ -32,8 +32,9 @@ survivor of a re-form), else rank 0 (a fresh start). How it goes:
 
 Errors: RuntimeError for differing registrations, a group not of backend
 "ddp", counters that are not ints, no initialized process group; what the
-collectives raise (ddp_torch.GroupChanged once the round ended: reform() and
-call sync_state again).
+collectives raise. Once the round ended (under ddprun, with recover_in_place),
+any of these is ddp_torch.GroupChanged, as from torch's own calls (recovery.py's
+conversion): reform() and call sync_state again.
 """
 
 import collections
@@ -43,7 +44,7 @@ import sys
 import torch
 import torch.distributed as dist
 
-from ddp_torch import _C
+from ddp_torch import _C, recovery
 
 SyncInfo = collections.namedtuple("SyncInfo", "root received from_live bytes seconds round")
 SyncInfo.__doc__ = """The facts of this process's last sync_state (see last_sync()).
@@ -234,6 +235,7 @@ def _counter_values(counters):
     return values
 
 
+@recovery._converting  # a RuntimeError once the round ended is GroupChanged, as torch's calls'
 def sync_state(module, optimizer=None, counters=None, group=None):
     """Gives every rank the root's parameters, buffers, optimizer state and counters; returns a new
     dict of the counters (ints). See the module's docstring."""
