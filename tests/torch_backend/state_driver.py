@@ -13,7 +13,6 @@ directory (their working directory and TMPDIR) is removed.
 """
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -55,39 +54,40 @@ def finish(procs):
     return results
 
 
+def sampler(env, tmp):
+    [(code, out)] = finish([start([PYTHON, str(HERE / "sampler_check.py")], env, tmp)])
+    print(out)
+    return code == 0 and "sampler: ok" in out
+
+
+def sync(env, tmp):
+    port = free_port()
+    procs = []
+    for rank in range(RANKS):
+        rank_env = dict(env, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+                        WORLD_SIZE=str(RANKS), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(RANKS))
+        procs.append(start([PYTHON, str(HERE / "state_sync.py")], rank_env, tmp))
+    results = finish(procs)
+    for rank, (code, out) in enumerate(results):
+        print(f"---- rank {rank} (exit {code})\n{out}")
+    oks = set(int(r) for r in re.findall(r"rank (\d+): ok", "".join(o for _, o in results)))
+    received = re.search(r"ddp_torch: received the state of rank 1 \(live\): [0-9.]+ MiB in [0-9.]+ s",
+                         results[0][1])
+    if not received:
+        print("[driver] rank 0 did not log that it received the state of rank 1 (live)")
+    return all(c == 0 for c, _ in results) and oks == set(range(RANKS)) and bool(received)
+
+
 def main():
     package_dir = package_dir_or_skip()
-    test = sys.argv[1]
-    tmp = Path(tempfile.mkdtemp(prefix="ddp-torch-state-"))
+    test = {"sampler": sampler, "sync": sync}[sys.argv[1]]
     start_s = time.monotonic()
-    try:
+    with tempfile.TemporaryDirectory(prefix="ddp-torch-state-") as tmp:
         env = base_env(tmp)
         env["PYTHONPATH"] = str(package_dir)
-        if test == "sampler":
-            [(code, out)] = finish([start([PYTHON, str(HERE / "sampler_check.py")], env, tmp)])
-            print(out)
-            passed = code == 0 and "sampler: ok" in out
-        else:
-            port = free_port()
-            procs = []
-            for rank in range(RANKS):
-                rank_env = dict(env, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
-                                WORLD_SIZE=str(RANKS), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(RANKS))
-                procs.append(start([PYTHON, str(HERE / "state_sync.py")], rank_env, tmp))
-            results = finish(procs)
-            for rank, (code, out) in enumerate(results):
-                print(f"---- rank {rank} (exit {code})\n{out}")
-            oks = set(int(r) for r in re.findall(r"rank (\d+): ok", "".join(o for _, o in results)))
-            received = re.search(r"ddp_torch: received the state of rank 1 \(live\): [0-9.]+ MiB in [0-9.]+ s",
-                                 results[0][1])
-            if not received:
-                print("[driver] rank 0 did not log that it received the state of rank 1 (live)")
-            passed = all(c == 0 for c, _ in results) and oks == set(range(RANKS)) and bool(received)
-        print(f"[driver] {test}: {time.monotonic() - start_s:.1f} s")
-        print("PASSED" if passed else "FAILED")
-        return 0 if passed else 1
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        passed = test(env, Path(tmp))
+    print(f"[driver] {sys.argv[1]}: {time.monotonic() - start_s:.1f} s: {'PASSED' if passed else 'FAILED'}")
+    return 0 if passed else 1
 
 
 if __name__ == "__main__":

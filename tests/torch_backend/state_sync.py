@@ -15,10 +15,12 @@ Phases, each with a model and optimizer of its own (liveness is the process's):
    type on rank 1, counter names on rank 2): RuntimeError on every rank naming
    the differing rank and the first difference, no tensor changed anywhere;
    a counter that is not an int is refused. A sync after them still works.
-Each rank prints "rank <r>: ok".
+5. a layout too large for the layouts' exchange's first round (3000 parameters)
+   takes its second round.
+ElasticDistributedSampler takes its world from the default group. Each rank prints
+"rank <r>: ok".
 """
-import copy
-import io
+import pickle
 
 import torch
 import torch.distributed as dist
@@ -186,15 +188,30 @@ def phase_mismatch(rank, net, opt):
     expect(counters == {"step": 0}, f"counters after the refusals {counters}")
 
 
+def phase_large_layout(rank):
+    """A layout too large for the exchange's first round (over 64 KiB pickled: 3000 parameters)."""
+    net = torch.nn.Module()
+    for i in range(3000):
+        net.register_parameter(f"parameter_with_a_long_name_{i}", torch.nn.Parameter(torch.full((2,), float(rank))))
+    size = len(pickle.dumps(ddp_torch.state._describe(True, net, None, {})))
+    expect(size > 64 * 1024, f"the layout is only {size} bytes")
+    expect(ddp_torch.sync_state(net, None, {"n": rank}) == {"n": 0}, "counters")
+    expect(all(p.eq(0).all() for p in net.parameters()), "rank 0's parameters did not arrive")
+
+
 def main():
     dist.init_process_group("ddp")
     rank = dist.get_rank()
     expect(ddp_torch.last_sync() is None, "last_sync before any sync")
+    sampler = ddp_torch.ElasticDistributedSampler(range(30), shuffle=False)  # the world's defaults
+    expect((sampler.num_replicas, sampler.rank, list(sampler)) == (3, rank, list(range(rank, 30, 3))),
+           f"sampler {sampler.num_replicas} {sampler.rank} {list(sampler)}")
     pair = dist.new_group([1, 2], backend="ddp")
     net, opt = phase_survivors(rank, pair)
     phase_lowest_live(rank, net, opt)
     net, opt = phase_root_zero(rank)
     phase_mismatch(rank, net, opt)
+    phase_large_layout(rank)
     dist.barrier()
     print(f"rank {rank}: ok", flush=True)
 

@@ -12,6 +12,8 @@
 //     the GIL. Returns {root, received, from_live, bytes, seconds, round,
 //     counters}: counters the list of values after the sync, in
 //     counter_names' order.
+//   _C.exchange_layouts(group, payload) -> list of bytes
+//     Collective: every rank's payload, by rank (state.py's layouts).
 //   _C.replica_state_live() -> bool
 //     Whether this process holds live state: its last sync_replica_state
 //     succeeded, or failed on a root (ReplicaState::live() after it).
@@ -28,8 +30,10 @@
 #include <pybind11/stl.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -44,6 +48,7 @@ namespace {
 
 constexpr const char* kOp = "sync_state";
 constexpr std::size_t kCheckedInPlaceBytes = std::size_t{16} << 20;
+constexpr std::size_t kLayoutRowBytes = 64 * 1024;
 
 // Liveness of this process's replica state (see the top of the file). Written
 // without the GIL, so atomic; sync_state calls themselves are serialized by
@@ -59,6 +64,52 @@ ddp::ProcessGroup& cpu_group_of(const c10::intrusive_ptr<c10d::ProcessGroup>& gr
               group->getBackendName(),
               "' (init_process_group(\"ddp\") or new_group(backend=\"ddp\"))");
   return ddp_group->cpu_group();
+}
+
+// One all-gather of `payload`s made of an all-reduce (SUM) of a table with
+// a row per rank, each rank filling its own: a row holds a length and `row`
+// bytes. Returns each rank's bytes when they all fit, else the largest length
+// (every rank sees the same table, so every rank decides alike).
+struct Rows {
+  std::vector<std::string> payloads;
+  std::size_t largest = 0;
+};
+Rows exchange_rows(ddp::ProcessGroup& group, const std::string& payload, std::size_t row) {
+  const std::size_t words = 1 + row / 8;
+  std::vector<std::int64_t> table(words * static_cast<std::size_t>(group.size()), 0);
+  std::int64_t* mine = &table[words * static_cast<std::size_t>(group.rank())];
+  mine[0] = static_cast<std::int64_t>(payload.size());
+  if (payload.size() <= row) std::memcpy(mine + 1, payload.data(), payload.size());
+  group.allreduce(Buffer::of(table), ReduceOp::kSum)->wait();
+  Rows out;
+  for (int r = 0; r < group.size(); ++r) {
+    const auto size = static_cast<std::size_t>(table[words * static_cast<std::size_t>(r)]);
+    out.largest = std::max(out.largest, size);
+  }
+  if (out.largest > row) return out;
+  for (int r = 0; r < group.size(); ++r) {
+    const std::int64_t* at = &table[words * static_cast<std::size_t>(r)];
+    out.payloads.emplace_back(reinterpret_cast<const char*>(at + 1),
+                              static_cast<std::size_t>(at[0]));
+  }
+  return out;
+}
+
+// _C.exchange_layouts: every rank's `payload` (state.py's pickled layout), by
+// rank of `group`. One all-reduce on the group's shared-memory path when every
+// payload fits kLayoutRowBytes, a second one sized to the largest otherwise:
+// torch's all_gather_object takes two all-gathers (and the backend's check of
+// each) through torch's Work and future.
+std::vector<pybind11::bytes> exchange_layouts(const c10::intrusive_ptr<c10d::ProcessGroup>& group,
+                                              const std::string& payload) {
+  ddp::ProcessGroup& cpu_group = cpu_group_of(group);
+  Rows rows;
+  {
+    pybind11::gil_scoped_release no_gil;
+    rows = exchange_rows(cpu_group, payload, kLayoutRowBytes);
+    if (rows.payloads.empty()) rows = exchange_rows(cpu_group, payload, (rows.largest + 7) / 8 * 8);
+  }
+  return {rows.payloads.begin(), rows.payloads.end()};
 }
 
 pybind11::dict sync_replica_state(const c10::intrusive_ptr<c10d::ProcessGroup>& group, int root,
@@ -114,6 +165,9 @@ void bind_state(pybind11::module_& module) {
              pybind11::arg("tensors"), pybind11::arg("counter_names"),
              pybind11::arg("counter_values"),
              "The transfer of ddp_torch.sync_state (collective; see state_bindings.cc)");
+  module.def("exchange_layouts", &exchange_layouts, pybind11::arg("group"),
+             pybind11::arg("payload"),
+             "Every rank's payload (bytes), by rank (collective; see state_bindings.cc)");
   module.def(
       "replica_state_live", [] { return process_live.load(); },
       "Whether this process holds live replica state (a sync_state succeeded here)");

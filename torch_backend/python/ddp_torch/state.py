@@ -9,7 +9,8 @@ buffers, optimizer state and integer counters. The root is the lowest rank
 whose state is live in its process (a sync_state succeeded there before: a
 survivor of a re-form), else rank 0 (a fresh start). How it goes:
 
-1. The ranks exchange what they hold (torch's all_gather_object on the group):
+1. The ranks exchange what they hold (pickled, through one all-reduce of the
+   group's CPU ddp group, _C.exchange_layouts):
    their liveness, the module's parameters and buffers (names, shapes, dtypes,
    device types), the optimizer's type and param_groups (which parameters, the
    hyperparameters' names), the optimizer state's layout and the counters'
@@ -31,17 +32,19 @@ survivor of a re-form), else rank 0 (a fresh start). How it goes:
 
 Errors: RuntimeError for differing registrations, a group not of backend
 "ddp", counters that are not ints, no initialized process group; what the
-collectives raise (ddp_torch.GroupChanged once the round ended: reform() and
-call sync_state again).
+collectives raise. Once the round ended (under ddprun, with recover_in_place),
+any of these is ddp_torch.GroupChanged, as from torch's own calls (recovery.py's
+conversion): reform() and call sync_state again.
 """
 
 import collections
+import pickle
 import sys
 
 import torch
 import torch.distributed as dist
 
-from ddp_torch import _C
+from ddp_torch import _C, recovery
 
 SyncInfo = collections.namedtuple("SyncInfo", "root received from_live bytes seconds round")
 SyncInfo.__doc__ = """The facts of this process's last sync_state (see last_sync()).
@@ -49,7 +52,7 @@ SyncInfo.__doc__ = """The facts of this process's last sync_state (see last_sync
 root: the rank (of the group synced) whose state every rank now holds; received: this rank's state
 was overwritten with the root's; from_live: the root's state was live (a
 survivor's), not a fresh start's; bytes: the state's size; seconds: the wall
-time of the transfer (ReplicaState::sync); round: the agent's round it synced in,
+time of the transfer (ReplicaState::sync_agreed); round: the agent's round it synced in,
 -1 when no agent named one (started in its round, or outside ddprun)."""
 
 _last_sync = None
@@ -232,6 +235,7 @@ def _counter_values(counters):
     return values
 
 
+@recovery._converting  # a RuntimeError once the round ended is GroupChanged, as torch's calls'
 def sync_state(module, optimizer=None, counters=None, group=None):
     """Gives every rank the root's parameters, buffers, optimizer state and counters; returns a new
     dict of the counters (ints). See the module's docstring."""
@@ -242,8 +246,7 @@ def sync_state(module, optimizer=None, counters=None, group=None):
     values = _counter_values(counters)
     pg = group if group is not None else dist.distributed_c10d._get_default_group()
     mine = _describe(_C.replica_state_live(), module, optimizer, counters)
-    descriptions = [None] * dist.get_world_size(group)
-    dist.all_gather_object(descriptions, mine, group=group)
+    descriptions = [pickle.loads(d) for d in _C.exchange_layouts(pg, pickle.dumps(mine))]
     root = next((r for r, d in enumerate(descriptions) if d["live"]), 0)
     _check_same(descriptions, root)
     rank = dist.get_rank(group)
