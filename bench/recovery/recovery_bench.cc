@@ -25,7 +25,16 @@
 // goes through their agent) as they grow, every 2 ms; every time below is a
 // worker's own T, or the bench's CLOCK_MONOTONIC for what it does (kill, start).
 //
-//   recovery mode=<in_process|restart> dead_after_s=<I x A> training_again_s=<s> steps_redone=<n>
+// The torch modes (torch_in_process, torch_restart) run the same jobs with the PyTorch
+// example instead (examples/torch_fashion_mnist_elastic/train.py, the same model and
+// flags, DDP on the backend "ddp", ddp_torch.sync_state for the state; /usr/bin/python3,
+// --python), which prints the same step-time and state-sync lines (t: time.monotonic(),
+// CLOCK_MONOTONIC). They are skipped, with a message on stderr, when the example, ddp_torch
+// beside ddprun (../lib/ddprun/python) or torch is missing. There is no join line for
+// torch_restart.
+//
+//   recovery mode=<in_process|restart|torch_in_process|torch_restart> dead_after_s=<I x A>
+//            training_again_s=<s> steps_redone=<n>
 //     The 3 agents start; once they train as a world of 3 for at least
 //     --warmup-steps steps, at the first global step G with G mod C = C/2
 //     (C = --checkpoint-every: halfway between two checkpoints, the mean of a
@@ -40,7 +49,7 @@
 //     sent up to I before the kill: training_again_s varies by up to I between
 //     runs, in both modes.
 //
-//   join mode=<in_process|restart> training_s=<s> state_mib=<m> state_gbps=<g>
+//   join mode=<in_process|restart|torch_in_process> training_s=<s> state_mib=<m> state_gbps=<g>
 //     2 agents train as a world of 2; at the same kind of moment a third agent
 //     starts. training_s: from its start (before fork) to the first step its
 //     worker completed (in the world of 3). In place, state_mib and state_gbps
@@ -65,9 +74,11 @@
 //
 // Targets (the issue's): in place, training again within dead_after + 0.5 s
 // with 0 steps redone; the state transfer at least 0.5x the all-reduce bus
-// bandwidth at the state's size (against path=shm; the tcp ratio is shown too).
+// bandwidth at the state's size (against path=shm; the tcp ratio is shown too);
+// for torch_in_process, a joining node training within 1 s of its agent's start.
 //
-//   recovery_bench [--only recovery,join,allreduce] [--modes in_process,restart]
+//   recovery_bench [--only recovery,join,allreduce]
+//                  [--modes in_process,restart,torch_in_process,torch_restart]
 //                  [--hidden 512,256] [--batch-size 64] [--keep-alive-interval 0.5]
 //                  [--keep-alive-attempts 2] [--checkpoint-every 100]
 //                  [--warmup-steps 100] [--timeout 120]
@@ -138,11 +149,30 @@ std::string tail(const std::string& text, std::size_t bytes = 2000) {
   return text.size() <= bytes ? text : "..." + text.substr(text.size() - bytes);
 }
 
-enum class Mode { kInProcess, kRestart };
-const char* mode_name(Mode m) { return m == Mode::kInProcess ? "in_process" : "restart"; }
+// The C++ demo's modes, then the PyTorch example's.
+enum class Mode { kInProcess, kRestart, kTorchInProcess, kTorchRestart };
+const char* mode_name(Mode m) {
+  switch (m) {
+    case Mode::kInProcess:
+      return "in_process";
+    case Mode::kRestart:
+      return "restart";
+    case Mode::kTorchInProcess:
+      return "torch_in_process";
+    case Mode::kTorchRestart:
+      return "torch_restart";
+  }
+  return "?";
+}
+// Whether the workers recover in place (else each is restarted from a checkpoint).
+bool in_place(Mode m) { return m == Mode::kInProcess || m == Mode::kTorchInProcess; }
+// Whether the job runs the PyTorch example (else the C++ demo).
+bool runs_torch(Mode m) { return m == Mode::kTorchInProcess || m == Mode::kTorchRestart; }
 
 struct Settings {
   std::string ddprun, demo, allreduce_bench, data_dir;
+  std::string python = "/usr/bin/python3";
+  std::string torch_example = DDP_TORCH_EXAMPLE;  // train.py in the source tree
   std::string hidden = "512,256";
   int batch_size = 64;
   double interval = 0.5;
@@ -363,7 +393,8 @@ std::string rdzv_conf(const Settings& s) {
                      s.interval, s.attempts);
 }
 
-// The agents' argv for the demo job.
+// The agents' argv for the demo job (the PyTorch example in the torch modes: the same
+// flags, the same lines).
 std::vector<std::string> demo_argv(const Settings& s, Mode mode, std::uint16_t port,
                                    const std::string& run_id, const fs::path& dir) {
   std::vector<std::string> argv{s.ddprun,
@@ -374,24 +405,20 @@ std::vector<std::string> demo_argv(const Settings& s, Mode mode, std::uint16_t p
                                 "--rdzv_id=" + run_id,
                                 "--max_restarts=3",
                                 "--rdzv_conf=" + rdzv_conf(s),
-                                "--no_python",
-                                s.demo,
-                                "--hidden",
-                                s.hidden,
-                                "--batch-size",
-                                std::to_string(s.batch_size),
-                                "--epochs",
-                                "1000",
-                                "--test-limit",
-                                "1000",
-                                "--log-every",
-                                "1000000",
-                                "--step-times"};
+                                "--no_python"};
+  if (runs_torch(mode)) {
+    argv.insert(argv.end(), {s.python, "-u", s.torch_example});
+  } else {
+    argv.push_back(s.demo);
+  }
+  argv.insert(argv.end(),
+              {"--hidden", s.hidden, "--batch-size", std::to_string(s.batch_size), "--epochs",
+               "1000", "--test-limit", "1000", "--log-every", "1000000", "--step-times"});
   if (!s.data_dir.empty()) {
     argv.push_back("--data-dir");
     argv.push_back(s.data_dir);
   }
-  if (mode == Mode::kRestart) {
+  if (!in_place(mode)) {
     for (const std::string& a : {std::string("--no-recover-in-place"), std::string("--checkpoint"),
                                  (dir / "ckpt").string(), std::string("--checkpoint-every"),
                                  std::to_string(s.checkpoint_every)}) {
@@ -515,14 +542,14 @@ std::optional<RecoveryResult> run_recovery(const Settings& s, Mode mode, std::st
         report = recovery_report(job.err(0) + job.err(1));
         return !report.empty();
       },
-      mode == Mode::kInProcess ? 5.0 : 0.0);
+      in_place(mode) ? 5.0 : 0.0);
   fmt::print(stderr,
              "  recovery {}: killed agent 2 at global step {} (lead's last line); the survivors "
              "had completed step {}; the first step after the re-form was {} ({:.3f} s after "
              "the kill){}\n",
              mode_name(mode), at_kill, before, first->global_step, r.training_again_s,
              report.empty() ? "" : "\n  " + report);
-  r.mode_ok = (mode == Mode::kInProcess) == !report.empty();
+  r.mode_ok = in_place(mode) == !report.empty();
   if (!r.mode_ok) {
     fmt::print(stderr, "  recovery {}: WRONG MODE: the agents {}\n", mode_name(mode),
                report.empty() ? "reported no in-place recovery" : "reported an in-place recovery");
@@ -570,7 +597,7 @@ std::optional<JoinResult> run_join(const Settings& s, Mode mode, std::string* wh
         report = recovery_report(job.err(0) + job.err(1));
         return !report.empty();
       },
-      mode == Mode::kInProcess ? 5.0 : 0.0);
+      in_place(mode) ? 5.0 : 0.0);
   const Step* first = job.out(newcomer).first_step(3, started);
   long long before = 0;  // the highest step the first 2 agents' workers completed as 2
   for (std::size_t i : {std::size_t{0}, std::size_t{1}}) {
@@ -585,7 +612,7 @@ std::optional<JoinResult> run_join(const Settings& s, Mode mode, std::string* wh
   for (const Sync& sy : job.out(newcomer).syncs) {
     sync_text = fmt::format("its state-sync: root {} received={} live={} {} bytes in {:.6f} s",
                             sy.root, sy.received ? 1 : 0, sy.live ? 1 : 0, sy.bytes, sy.seconds);
-    if (mode == Mode::kInProcess && sy.received && sy.live) received = &sy;
+    if (in_place(mode) && sy.received && sy.live) received = &sy;
   }
   if (received != nullptr) {
     // The transfer proper: from the moment the last of the 3 ranks entered
@@ -618,8 +645,7 @@ std::optional<JoinResult> run_join(const Settings& s, Mode mode, std::string* wh
              "worker's first step was {} ({:.3f} s after the start; steps redone: {}); {}{}\n",
              mode_name(mode), at_start, first->global_step, r.training_s,
              before - (first->global_step - 1), sync_text, report.empty() ? "" : "\n  " + report);
-  r.mode_ok = (mode == Mode::kInProcess) == !report.empty() &&
-              (mode == Mode::kRestart || r.state_bytes > 0);
+  r.mode_ok = in_place(mode) == !report.empty() && (!in_place(mode) || r.state_bytes > 0);
   if (!r.mode_ok) {
     fmt::print(stderr,
                "  join {}: WRONG MODE: in-place recovery {} by the agents, the state {} from a "
@@ -698,17 +724,76 @@ bool has(const std::vector<std::string>& items, const std::string& item) {
   return std::find(items.begin(), items.end(), item) != items.end();
 }
 
+// Why the torch modes cannot run here (no example, no ddp_torch beside ddprun, no torch
+// for s.python), or "" when they can.
+std::string torch_missing(const Settings& s) {
+  if (!fs::exists(s.torch_example)) return s.torch_example + " does not exist";
+  const fs::path package = fs::path(s.ddprun).parent_path() / "../lib/ddprun/python/ddp_torch";
+  if (!fs::exists(package / "__init__.py")) {
+    return "ddp_torch is not built beside ddprun (" + package.lexically_normal().string() +
+           "; configure with -DDDP_WITH_TORCH=ON)";
+  }
+  test::TempDir dir("recovery-bench-torch");
+  const auto found =
+      test::run({s.python, "-c",
+                 "import importlib.util, sys; sys.exit(importlib.util.find_spec('torch') is None)"},
+                test::environment_with(), dir.path(), 30s);
+  if (found.code != 0) return s.python + " has no module named 'torch'";
+  return "";
+}
+
+// The state transfer's target for a join in place (`what` names it), against the
+// all-reduce's bus bandwidth (shared memory; TCP's beside it); nothing without either.
+void print_state_target(const std::string& what, const JoinResult& a,
+                        const std::optional<AllreduceResult>& shm,
+                        const std::optional<AllreduceResult>& tcp) {
+  if (a.state_seconds <= 0 || !shm) return;
+  const double gbps = static_cast<double>(a.state_bytes) / a.state_seconds / 1e9;
+  const double ratio = gbps / shm->busbw_gbps;
+  fmt::print(
+      "target: {} >= 0.5x the all-reduce busbw at {:.2f} MiB: {:.2f} / {:.2f} GB/s = {:.2f}x: "
+      "{}{}\n",
+      what, static_cast<double>(a.state_bytes) / kMiB, gbps, shm->busbw_gbps, ratio,
+      ratio >= 0.5 ? "met" : "NOT MET",
+      tcp ? fmt::format(" (against the TCP all-reduce, {:.2f} GB/s: {:.2f}x)", tcp->busbw_gbps,
+                        gbps / tcp->busbw_gbps)
+          : "");
+}
+
+// The targets of one program's in-place mode, and its ratios to the restart mode.
+void print_recovery_targets(const Settings& s, const std::map<Mode, RecoveryResult>& recovered,
+                            Mode in, Mode restart) {
+  if (!recovered.count(in)) return;
+  const auto& r = recovered.at(in);
+  const bool met = r.training_again_s <= s.dead_after() + 0.5 && r.steps_redone == 0;
+  fmt::print(
+      "target: {} training again within dead_after_s + 0.5 = {:.1f} s with 0 steps "
+      "redone: {:.3f} s, {} redone: {}\n",
+      mode_name(in), s.dead_after() + 0.5, r.training_again_s, r.steps_redone,
+      met ? "met" : "NOT MET");
+  if (recovered.count(restart)) {
+    const auto& q = recovered.at(restart);
+    fmt::print("recovery: {} {:.3f} s against {} {:.3f} s ({:.2f}x), {} against {} steps redone\n",
+               mode_name(in), r.training_again_s, mode_name(restart), q.training_again_s,
+               r.training_again_s > 0 ? q.training_again_s / r.training_again_s : 0.0,
+               r.steps_redone, q.steps_redone);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   Settings s;
   std::string only = "recovery,join,allreduce";
-  std::string modes_text = "in_process,restart";
+  std::string modes_text = "in_process,restart,torch_in_process,torch_restart";
   CLI::App app{
       "recovery_bench: a lost and a joining node, recovered in place and by restarts, on 3 ddprun "
       "agents running the demo (see the top of bench/recovery/recovery_bench.cc)"};
   app.add_option("--only", only, "parts to run: recovery, join, allreduce")->capture_default_str();
-  app.add_option("--modes", modes_text, "in_process, restart")->capture_default_str();
+  app.add_option("--modes", modes_text,
+                 "in_process, restart (the demo), torch_in_process, torch_restart (the PyTorch "
+                 "example; no join line for torch_restart)")
+      ->capture_default_str();
   app.add_option("--hidden", s.hidden, "the demo's hidden layers")->capture_default_str();
   app.add_option("--batch-size", s.batch_size, "the demo's batch per rank")
       ->check(CLI::PositiveNumber)
@@ -735,6 +820,10 @@ int main(int argc, char** argv) {
   app.add_option("--data-dir", s.data_dir, "the demo's --data-dir (default: its own)");
   app.add_option("--ddprun", s.ddprun, "ddprun (default: next to this program)");
   app.add_option("--demo", s.demo, "train_fashion_mnist (default: next to this program)");
+  app.add_option("--torch-example", s.torch_example, "the PyTorch example's train.py")
+      ->capture_default_str();
+  app.add_option("--python", s.python, "the Python that runs it (with torch)")
+      ->capture_default_str();
   app.add_option("--allreduce-bench", s.allreduce_bench,
                  "allreduce_bench (default: next to this program)");
   CLI11_PARSE(app, argc, argv);
@@ -747,6 +836,17 @@ int main(int argc, char** argv) {
   if (s.ddprun.empty()) s.ddprun = bin + "/ddprun";
   if (s.demo.empty()) s.demo = bin + "/train_fashion_mnist";
   if (s.allreduce_bench.empty()) s.allreduce_bench = bin + "/allreduce_bench";
+  if (has(modes_list, "torch_in_process") || has(modes_list, "torch_restart")) {
+    if (const std::string why = torch_missing(s); !why.empty()) {
+      fmt::print(stderr,
+                 "recovery_bench: no torch_in_process or torch_restart lines (the PyTorch "
+                 "example): {}\n",
+                 why);
+    } else {
+      if (has(modes_list, "torch_in_process")) modes.push_back(Mode::kTorchInProcess);
+      if (has(modes_list, "torch_restart")) modes.push_back(Mode::kTorchRestart);
+    }
+  }
 
   ::signal(SIGPIPE, SIG_IGN);
   struct sigaction sa {};
@@ -788,11 +888,12 @@ int main(int argc, char** argv) {
     }
     if (has(parts, "join")) {
       for (Mode m : modes) {
+        if (m == Mode::kTorchRestart) continue;  // a restarted PyTorch job's join is a restart
         std::string why;
         if (auto r = run_join(s, m, &why)) {
           joined[m] = *r;
           if (!r->mode_ok) ++failures;
-          if (r->state_bytes > 0) state_bytes = r->state_bytes;
+          if (r->state_bytes > 0 && !runs_torch(m)) state_bytes = r->state_bytes;
           const double mib = static_cast<double>(r->state_bytes) / kMiB;
           const double gbps = r->state_seconds > 0
                                   ? static_cast<double>(r->state_bytes) / r->state_seconds / 1e9
@@ -873,41 +974,24 @@ int main(int argc, char** argv) {
   }
 
   // Targets.
-  if (recovered.count(Mode::kInProcess)) {
-    const auto& r = recovered[Mode::kInProcess];
-    const bool met = r.training_again_s <= s.dead_after() + 0.5 && r.steps_redone == 0;
-    fmt::print(
-        "target: in_process training again within dead_after_s + 0.5 = {:.1f} s with 0 steps "
-        "redone: {:.3f} s, {} redone: {}\n",
-        s.dead_after() + 0.5, r.training_again_s, r.steps_redone, met ? "met" : "NOT MET");
-    if (recovered.count(Mode::kRestart)) {
-      const auto& q = recovered[Mode::kRestart];
-      fmt::print(
-          "recovery: in_process {:.3f} s against restart {:.3f} s ({:.2f}x), {} against {} "
-          "steps redone\n",
-          r.training_again_s, q.training_again_s,
-          r.training_again_s > 0 ? q.training_again_s / r.training_again_s : 0.0, r.steps_redone,
-          q.steps_redone);
-    }
-  }
+  print_recovery_targets(s, recovered, Mode::kInProcess, Mode::kRestart);
+  print_recovery_targets(s, recovered, Mode::kTorchInProcess, Mode::kTorchRestart);
   if (joined.count(Mode::kInProcess) && joined.count(Mode::kRestart)) {
     const auto& a = joined[Mode::kInProcess];
     const auto& b = joined[Mode::kRestart];
     fmt::print("join: in_process {:.3f} s against restart {:.3f} s ({:.2f}x)\n", a.training_s,
                b.training_s, a.training_s > 0 ? b.training_s / a.training_s : 0.0);
   }
-  if (joined.count(Mode::kInProcess) && joined[Mode::kInProcess].state_seconds > 0 && shm) {
-    const auto& a = joined[Mode::kInProcess];
-    const double gbps = static_cast<double>(a.state_bytes) / a.state_seconds / 1e9;
-    const double ratio = gbps / shm->busbw_gbps;
+  if (joined.count(Mode::kInProcess)) {
+    print_state_target("state transfer", joined[Mode::kInProcess], shm, tcp);
+  }
+  if (joined.count(Mode::kTorchInProcess)) {
+    const auto& a = joined[Mode::kTorchInProcess];
     fmt::print(
-        "target: state transfer >= 0.5x the all-reduce busbw at {:.2f} MiB: {:.2f} / {:.2f} "
-        "GB/s = {:.2f}x: {}{}\n",
-        static_cast<double>(a.state_bytes) / kMiB, gbps, shm->busbw_gbps, ratio,
-        ratio >= 0.5 ? "met" : "NOT MET",
-        tcp ? fmt::format(" (against the TCP all-reduce, {:.2f} GB/s: {:.2f}x)", tcp->busbw_gbps,
-                          gbps / tcp->busbw_gbps)
-            : "");
+        "target: torch_in_process joining node training within 1 s of its agent's start: "
+        "{:.3f} s: {}\n",
+        a.training_s, a.training_s <= 1.0 ? "met" : "NOT MET");
+    print_state_target("torch_in_process state transfer", a, shm, tcp);
   }
   if (g_leftovers > 0) {
     fmt::print(stderr, "recovery_bench: {} process(es) were left over (killed)\n", g_leftovers);

@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "ddp/common/error.h"
@@ -35,7 +36,7 @@ class InPlaceSeamTest : public ::testing::Test {
     round.store_addr = "127.0.0.1";
     round.store_port = 1;  // never reached: the groups here meet in a MemoryStore
     round.store_prefix = "round0/workers";
-    round.change_grace = 2s;
+    round.change_grace = 500ms;
     for (const auto& [name, value] : contract::environment_of(round)) {
       ::setenv(name.c_str(), value.c_str(), 1);
     }
@@ -151,6 +152,31 @@ TEST_F(InPlaceSeamTest, TheNextRoundBecomesTheCurrentOneAndReformedIsReported) {
   EXPECT_EQ(reformed->rank, 1);
   EXPECT_DOUBLE_EQ(reformed->wait_seconds, 0.5);
   EXPECT_DOUBLE_EQ(reformed->build_seconds, 0.25);
+}
+
+TEST_F(InPlaceSeamTest, AFailureIsGroupChangedWhenTheRoundEndsWithinTheGrace) {
+  ASSERT_TRUE(in_place::open());
+  const auto explain = in_place::failure_explainer();
+  ASSERT_TRUE(explain);
+  const auto broken = std::make_exception_ptr(NetworkError("test", "the peer's connection broke"));
+  // No word from the agent: after the grace (500 ms), the failure as it was.
+  const auto started = std::chrono::steady_clock::now();
+  EXPECT_EQ(explain(broken), broken);
+  EXPECT_GE(std::chrono::steady_clock::now() - started, 500ms);
+  // The word comes within the grace: GroupChanged, naming why.
+  std::thread agent([this] {
+    std::this_thread::sleep_for(100ms);
+    tell(contract::encode(contract::Abort{1, "node 3 was lost"}));
+  });
+  const auto explained = explain(broken);
+  agent.join();
+  try {
+    std::rethrow_exception(explained);
+  } catch (const GroupChanged& e) {
+    EXPECT_NE(std::string(e.what()).find("node 3 was lost"), std::string::npos) << e.what();
+  } catch (const std::exception& e) {
+    FAIL() << "not GroupChanged: " << e.what();
+  }
 }
 
 TEST_F(InPlaceSeamTest, ARoundForAnotherLocalRankIsAProtocolError) {

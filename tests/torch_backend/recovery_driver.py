@@ -1,16 +1,19 @@
 """In-place recovery of PyTorch scripts (ddp_torch.reform) under real ddprun agents on
 this host, one worker per node (tests/torch_backend/CMakeLists.txt).
 
-    recovery_driver.py in_place   recovery_worker.py in_place on 3 agents (--nnodes=2:4,
-                                  c10d rendezvous, short keep-alives). Three changes, each
+    recovery_driver.py in_place   recovery_worker.py in_place on 3 agents (--nnodes=2:5,
+                                  c10d rendezvous, short keep-alives). Four changes, each
                                   announced to the workers through DIR/phase first:
                                     a node dies (agent 3 SIGKILLed): the survivors, in DDP
                                       steps, catch GroupChanged from loss.backward()
-                                    a node joins (agent 4): they catch it from all_reduce
-                                    a worker dies (agent 4's, SIGKILLed; its agent starts
-                                      another): they catch it from work.wait()
-                                  Agents 1 and 2 each start one worker process, ever; every
-                                  agent ends with exit 0.
+                                    a node joins (agent 4): they catch it from all_reduce;
+                                      agent 4 dies as they re-form: reform() raises
+                                      GroupChanged, and the next one joins world 2
+                                    a node joins (agent 5): from work.wait()
+                                    a worker dies (agent 5's, SIGKILLed; its agent starts
+                                      another): from work.wait() on the dead peer
+                                  Agents 1 and 2 each start one worker process, ever; agents
+                                  1, 2 and 5 end with exit 0.
     recovery_driver.py restart    recovery_worker.py restart (no opt-in) on 2 agents: a
                                   worker SIGKILLed; the other node's worker is restarted
                                   too (a new pid), as before in-place recovery
@@ -129,7 +132,7 @@ def set_phase(tmp, phase):
 
 def in_place(tmp):
     set_phase(tmp, 0)
-    job = Job(tmp, "in_place", "2:4")
+    job = Job(tmp, "in_place", "2:5")
     try:
         first, second, third = (job.start_agent() for _ in range(3))
         survivors = (first, second)
@@ -141,27 +144,47 @@ def in_place(tmp):
         set_phase(tmp, 2)
         started = time.monotonic()
         fourth = job.start_agent()
-        changed(job, "a node joined: world 3", formed(job, (first, second, fourth), 3, 2), started)
+        # Its worker starts once the round with it formed, and imports torch: the
+        # survivors wait in reform() for it when its node dies.
+        job.wait_for("agent 4 started its worker", lambda: children(job.agents[fourth][0].pid))
+        job.kill_agent(fourth)
+        changed(job, "a node joined and was lost: world 2 again", formed(job, survivors, 2, 2), started)
         set_phase(tmp, 3)
-        os.kill(job.worker_pids(fourth)[-1], signal.SIGKILL)
-        changed(job, "agent 4's worker restarted: world 3", formed(job, (first, second, fourth), 3, 3),
+        started = time.monotonic()
+        fifth = job.start_agent()
+        changed(job, "a node joined: world 3", formed(job, (first, second, fifth), 3, 3), started)
+        set_phase(tmp, 4)
+        os.kill(job.worker_pids(fifth)[-1], signal.SIGKILL)
+        changed(job, "agent 5's worker restarted: world 3", formed(job, (first, second, fifth), 3, 4),
                 time.monotonic())
         (tmp / "stop").write_text("")
-        codes = job.finish((first, second, fourth))
-        text = job.all_output()
-        print(text)
+        codes = job.finish((first, second, fifth))
+        print(job.all_output())
         assert codes == [0, 0, 0], f"agents' exit codes {codes}"
         for i in survivors:
             assert len(job.worker_pids(i)) == 1, f"agent {i} started {job.worker_pids(i)}"
             assert job.count(i, r"changed at backward: ") >= 1, f"agent {i}: no GroupChanged at backward"
             assert job.count(i, r"changed at all_reduce: ") == 1, f"agent {i}: all_reduce"
-            assert job.count(i, r"changed at wait: ") == 1, f"agent {i}: wait"
-            assert job.count(i, r"stale ok") >= 3, f"agent {i}: stale groups unchecked"
+            assert job.count(i, r"reform interrupted: round \d+ ended while this worker joined it") >= 1, \
+                f"agent {i}: reform() did not raise GroupChanged when its round ended"
+            assert job.count(i, r"changed at wait: ") == 2, f"agent {i}: wait"
+            assert job.count(i, r"stale ok") >= 4, f"agent {i}: stale groups unchecked"
             assert job.count(i, r"done rank=") == 1, f"agent {i}: not done"
-        assert len(job.worker_pids(fourth)) == 2, f"agent 4 started {job.worker_pids(fourth)}"
+        assert len(job.worker_pids(fifth)) == 2, f"agent 5 started {job.worker_pids(fifth)}"
         return True
     finally:
         job.kill_all()
+
+
+def children(pid):
+    """The processes `pid` started (any of its threads)."""
+    found = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            found += (task / "children").read_text().split()
+        except OSError:
+            pass
+    return found
 
 
 def restart(tmp):

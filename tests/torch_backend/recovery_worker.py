@@ -9,8 +9,10 @@ run by recovery_driver.py under real ddprun agents, one worker per node.
                                         phase 1  DDP's forward, dist.all_reduce, backward:
                                                  from the all_reduce (the reducer then
                                                  waits for hooks that never came)
-                                        phase 2  all_reduce(async_op=True) + work.wait()
-                                        phase 3  waits for DIR/stop, exits 0
+                                        phase 2+ all_reduce(async_op=True) + work.wait() of
+                                                 a flag: from work.wait(); once every
+                                                 rank saw DIR/stop, exits 0
+                                      reform() is called again when it raises GroupChanged.
     recovery_worker.py DIR restart    no opt-in: all_reduce until DIR/stop
 
 What it checks, on every rank (an AssertionError ends it with exit 1):
@@ -21,7 +23,7 @@ dist.get_world_size() and os.environ agree, MASTER_PORT changed, and the
 previous round's new_group, default group and DDP raise a RuntimeError naming
 the round GroupChanged named. Lines it prints, for the driver:
 "started pid=P", "formed rank=R world=W phase=F", "changed at SITE: MESSAGE",
-"reformed rank=R world=W round=N", "stale ok", "done rank=R".
+"reform interrupted: MESSAGE", "reformed rank=R world=W round=N", "stale ok", "done rank=R".
 """
 import os
 import re
@@ -64,7 +66,8 @@ def check_gradients(net, models):
 
 
 def run_phase(phase, model, net):
-    """Loops in `phase` until GroupChanged (re-raised, with the site in `site[0]`) or the stop file."""
+    """Loops in `phase`, yielding the site of the next collective, until every
+    rank saw DIR/stop; a GroupChanged propagates to the caller."""
     x = torch.ones(4, 8)
     t = torch.ones(16)
     opt = torch.optim.SGD(net.parameters(), lr=0.001)
@@ -79,14 +82,13 @@ def run_phase(phase, model, net):
             yield "all_reduce"
             dist.all_reduce(t)
             loss.backward()
-        elif phase == 2:
-            work = dist.all_reduce(t, async_op=True)
+        else:
+            flag = torch.tensor([int(stopped())])
+            work = dist.all_reduce(flag, op=dist.ReduceOp.MAX, async_op=True)
             yield "wait"
             work.wait()
-        else:
-            if stopped():
+            if int(flag):
                 return
-            time.sleep(0.05)
         time.sleep(0.02)
 
 
@@ -128,6 +130,10 @@ def in_place():
         try:
             model = check_gradients(net, models)
             sub = dist.new_group()
+            # torch numbers its groups from 0 in every formation (its store barrier's key
+            # and the ddp groups' names come from it), also after a reform() that failed
+            names = dist.distributed_c10d._pg_names
+            assert (names[dist.group.WORLD], names[sub]) == ("0", "1"), names
             agreed = torch.tensor([int((DIR / "phase").read_text())])
             dist.all_reduce(agreed, op=dist.ReduceOp.MAX)
             phase = int(agreed)
@@ -143,7 +149,6 @@ def in_place():
                 stale = None
             for site in run_phase(phase, model, net):
                 pass
-            dist.barrier()
             say(f"done rank={dist.get_rank()}")
             return
         except ddp_torch.GroupChanged as e:
@@ -154,10 +159,15 @@ def in_place():
             assert ended, f"GroupChanged does not name the round that ended: {e}"
             stale = (sub, dist.group.WORLD, model, ended.group(1))
             port_before = os.environ["MASTER_PORT"]
-            reformed = ddp_torch.reform()
+            while True:
+                try:
+                    reformed = ddp_torch.reform()
+                    break
+                except ddp_torch.GroupChanged as again:  # the next round ended too: once more
+                    say(f"reform interrupted: {again} (MASTER_PORT={os.environ['MASTER_PORT']})")
             check_reformed(reformed, port_before)
             say(f"reformed rank={reformed.rank} world={reformed.world_size} round={reformed.round} "
-                f"in {reformed.seconds:.3f} s")
+                f"in {reformed.seconds:.3f} s (MASTER_PORT={os.environ['MASTER_PORT']})")
 
 
 def restart():

@@ -5,8 +5,11 @@
 // anything.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstring>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ddp/common/error.h"
@@ -114,6 +117,56 @@ TEST(ReplicaState, NewcomerAtRankZeroReceivesTheLowestLiveRanksState) {
     EXPECT_EQ(results[r].received, r != 1);
     EXPECT_EQ(results[r].bytes, kReplicaBytes);
   }
+}
+
+// A program that registers its state anew for each sync (ddp_torch.sync_state)
+// carries its liveness over with set_live: fresh ReplicaStates on ranks 1 and 2
+// told they are live make rank 1 the root, not the fresh rank 0.
+TEST(ReplicaState, SetLiveCarriesLivenessToANewRegistration) {
+  auto groups = groups_of(3);
+  auto replicas = make_replicas({4, 5, 6});
+  replicas[1]->state.set_live(true);
+  replicas[2]->state.set_live(true);
+  std::vector<SyncResult> results(3);
+  run_threads(3, [&](int r) { results[r] = replicas[r]->state.sync(*groups[r]); });
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_TRUE(replicas[r]->holds(5)) << "rank " << r;
+    EXPECT_EQ(results[r].root, 1);
+    EXPECT_TRUE(results[r].from_live);
+    EXPECT_TRUE(replicas[r]->state.live());
+  }
+  replicas[1]->state.set_live(false);
+  EXPECT_FALSE(replicas[1]->state.live());
+}
+
+// sync_agreed: the transfer alone from the root the caller names, even one
+// that is neither live nor rank 0; the table's liveness plays no part.
+TEST(ReplicaState, SyncAgreedMovesTheNamedRootsState) {
+  auto groups = groups_of(3);
+  auto replicas = make_replicas({4, 5, 6});
+  replicas[0]->state.set_live(true);
+  std::vector<SyncResult> results(3);
+  run_threads(3, [&](int r) { results[r] = replicas[r]->state.sync_agreed(*groups[r], 2, false); });
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_TRUE(replicas[r]->holds(6)) << "rank " << r;
+    EXPECT_EQ(results[r].root, 2);
+    EXPECT_EQ(results[r].received, r != 2);
+    EXPECT_FALSE(results[r].from_live);
+    EXPECT_EQ(results[r].bytes, kReplicaBytes);
+    EXPECT_TRUE(replicas[r]->state.live());
+  }
+  EXPECT_THROW(replicas[0]->state.sync_agreed(*groups[0], 3, true), InvalidArgument);
+  EXPECT_THROW(replicas[0]->state.sync_agreed(*groups[0], -1, true), InvalidArgument);
+}
+
+TEST(ReplicaState, StagingAndInPlaceSizes) {
+  ReplicaState state;
+  EXPECT_EQ(state.staging_bytes(), std::size_t{64} << 20);
+  EXPECT_EQ(state.in_place_bytes(), std::size_t{1} << 20);
+  EXPECT_THROW(state.set_staging_bytes(0), InvalidArgument);
+  EXPECT_THROW(state.set_staging_bytes(12), InvalidArgument);
+  state.set_staging_bytes(16);
+  EXPECT_EQ(state.staging_bytes(), 16u);
 }
 
 TEST(ReplicaState, AllLiveRankZeroWinsAndIsLeftUntouched) {
@@ -340,6 +393,91 @@ TEST(ReplicaState, EveryBitOfTheRootsValuesArrives) {
       EXPECT_EQ(got.bf16, want.bf16) << "rank " << r << ", " << to_string(algorithm);
       EXPECT_EQ(got.i32, want.i32) << "rank " << r << ", " << to_string(algorithm);
     }
+  }
+}
+
+}  // namespace
+}  // namespace ddp::test
+
+namespace ddp::test {
+namespace {
+
+// Buffers of every path of the transfer: at least 1 MiB in place (as int64,
+// int32 and, unaligned, uint8 words), smaller ones and counters staged through
+// a staging area far smaller than they are (many slices), odd sizes
+// everywhere. The root's bytes are pseudo-random (NaN payloads, -0.0 and
+// the rest); the others' differ. Every byte must arrive, over shared memory
+// and over TCP.
+TEST(ReplicaState, LargeSmallAndOddBuffersArriveByteForByte) {
+  struct Memory {
+    std::vector<double> f64 = std::vector<double>(200'000);  // 1.6 MB: int64 words
+    std::vector<float> f32 = std::vector<float>(300'001);    // 1.2 MB: int32 words
+    std::vector<std::uint8_t> raw = std::vector<std::uint8_t>((1 << 20) + 20);  // unaligned view
+    std::vector<std::uint16_t> f16 = std::vector<std::uint16_t>(100'001);       // staged
+    std::vector<std::uint8_t> u8 = std::vector<std::uint8_t>(77'777);           // staged
+    std::vector<std::int32_t> i32 = std::vector<std::int32_t>(5);               // staged
+    std::int64_t counter = 0;
+  };
+  auto fill = [](Memory& m, std::uint32_t seed) {
+    std::uint32_t x = seed;
+    auto next = [&x] { return x = x * 1664525u + 1013904223u; };
+    auto bytes = [&](void* data, std::size_t n) {
+      auto* p = static_cast<std::uint8_t*>(data);
+      for (std::size_t i = 0; i < n; ++i) p[i] = static_cast<std::uint8_t>(next() >> 24);
+    };
+    bytes(m.f64.data(), m.f64.size() * 8);
+    bytes(m.f32.data(), m.f32.size() * 4);
+    bytes(m.raw.data(), m.raw.size());
+    bytes(m.f16.data(), m.f16.size() * 2);
+    bytes(m.u8.data(), m.u8.size());
+    bytes(m.i32.data(), m.i32.size() * 4);
+    m.counter = static_cast<std::int64_t>(next());
+  };
+  // Every buffer staged too (in_place_bytes above them all), as the torch
+  // backend's checked groups have it.
+  const std::vector<std::pair<AllreduceAlgorithm, std::size_t>> cases = {
+      {AllreduceAlgorithm::kSharedMemory, 0},
+      {AllreduceAlgorithm::kRing, 0},
+      {AllreduceAlgorithm::kSharedMemory, std::size_t{16} << 20}};
+  for (auto [algorithm, in_place_bytes] : cases) {
+    GlooOptions options;
+    options.allreduce_algorithm = algorithm;
+    options.shared_memory = algorithm == AllreduceAlgorithm::kSharedMemory;
+    auto groups = make_groups(3, std::make_shared<MemoryStore>(), options);
+    std::vector<Memory> memory(3);
+    for (std::uint32_t r = 0; r < 3; ++r) fill(memory[r], 11 + r);
+    Memory want;
+    fill(want, 11);
+    run_threads(3, [&](int r) {
+      Memory& m = memory[static_cast<std::size_t>(r)];
+      ReplicaState state;
+      state.set_staging_bytes(96 * 1024);
+      if (in_place_bytes > 0) state.set_in_place_bytes(in_place_bytes);
+      state.add("f64", Buffer::of(m.f64));
+      state.add("f32", Buffer::of(m.f32));
+      state.add("raw", Buffer{m.raw.data() + 3, m.raw.size() - 3, DType::kUInt8, Device::cpu()});
+      state.add("f16", Buffer{m.f16.data(), m.f16.size(), DType::kFloat16, Device::cpu()});
+      state.add("u8", Buffer::of(m.u8));
+      state.add("i32", Buffer::of(m.i32));
+      state.add("counter", &m.counter);
+      state.sync(*groups[static_cast<std::size_t>(r)]);
+    });
+    for (int r = 0; r < 3; ++r) {
+      const Memory& got = memory[static_cast<std::size_t>(r)];
+      const std::string where = "rank " + std::to_string(r) + ", " + to_string(algorithm) +
+                                ", in place from " + std::to_string(in_place_bytes);
+      EXPECT_EQ(std::memcmp(got.f64.data(), want.f64.data(), want.f64.size() * 8), 0) << where;
+      EXPECT_EQ(std::memcmp(got.f32.data(), want.f32.data(), want.f32.size() * 4), 0) << where;
+      EXPECT_TRUE(std::equal(got.raw.begin() + 3, got.raw.end(), want.raw.begin() + 3)) << where;
+      EXPECT_EQ(got.f16, want.f16) << where;
+      EXPECT_EQ(got.u8, want.u8) << where;
+      EXPECT_EQ(got.i32, want.i32) << where;
+      EXPECT_EQ(got.counter, want.counter) << where;
+    }
+    // The bytes before the unaligned view are its owner's: left as they were.
+    Memory rank1;
+    fill(rank1, 12);
+    EXPECT_TRUE(std::equal(memory[1].raw.begin(), memory[1].raw.begin() + 3, rank1.raw.begin()));
   }
 }
 

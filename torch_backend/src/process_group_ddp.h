@@ -59,6 +59,9 @@ class ProcessGroupDdp final : public c10d::ProcessGroup {
   const std::string getBackendName() const override { return "ddp"; }
   // The ddp group's name (progress page, error messages).
   const std::string& name() const { return name_; }
+  // The ddp group behind CPU tensors (ddp_torch.sync_state moves the replica's
+  // state through it); lives as long as this group.
+  ddp::ProcessGroup& cpu_group() const { return *cpu_group_; }
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
                                            const c10d::BroadcastOptions& opts) override;

@@ -76,6 +76,26 @@ void bind_recovery(py::module_& module) {
       },
       "(generation, number, ended, why) of the round this worker is in");
   module.def(
+      "round_ends_within_grace",
+      [] {
+        auto explain = in_place::failure_explainer();
+        if (!explain) return false;
+        std::exception_ptr explained;
+        {
+          py::gil_scoped_release released;
+          explained = explain(std::make_exception_ptr(std::runtime_error("a step failed")));
+        }
+        try {
+          std::rethrow_exception(explained);
+        } catch (const GroupChanged&) {
+          return true;
+        } catch (...) {
+          return false;
+        }
+      },
+      "Waits up to the round's grace for the agent's word that the current round ended "
+      "(a peer's death breaks connections first); whether it ended");
+  module.def(
       "round_name", [](int generation) { return round_name(in_place::round_number(generation)); },
       py::arg("generation"), "'round N' for a generation, as error messages name it");
   module.def(

@@ -2,7 +2,9 @@
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
+#include <algorithm>
 #include <chrono>
+#include <thread>
 
 #include "ddp/common/error.h"
 
@@ -73,15 +75,20 @@ std::string TorchStore::compare_set(const std::string& key, const std::string& e
 }
 
 void TorchStore::wait(const std::vector<std::string>& keys, Duration timeout) {
-  const auto start = std::chrono::steady_clock::now();
-  try {
-    store_->wait(keys, timeout);
-  } catch (const std::exception& e) {
-    if (std::chrono::steady_clock::now() - start >= timeout) {
+  // The pause between two checks: short at first (peers usually answer within
+  // a few milliseconds), then growing to kMaxPause.
+  constexpr Duration kMaxPause = std::chrono::milliseconds(20);
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  Duration pause = std::chrono::milliseconds(1);
+  while (!check(keys)) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) {
       throw TimeoutError(kOrigin, "keys not set within " + std::to_string(timeout.count()) +
                                       " ms: " + key_list(keys));
     }
-    throw NetworkError(kOrigin, std::string("wait: ") + e.what());
+    std::this_thread::sleep_for(
+        std::min(pause, std::chrono::duration_cast<Duration>(deadline - now)));
+    pause = std::min(pause * 2, kMaxPause);
   }
 }
 

@@ -6,7 +6,12 @@
 // Errors: a blocking call whose wait ran out throws TimeoutError naming the
 // keys; any other failure of the torch store throws NetworkError with torch's
 // message. compare_set, multi_get, multi_set and append are built from torch's
-// calls (torch 1.13's Store has no multi-key calls and no append).
+// calls (torch 1.13's Store has no multi-key calls and no append). A wait
+// polls torch's check() instead of calling its wait(): after a TCPStore wait
+// that timed out, torch 1.13's next call on the same connection fails
+// ("Socket Timeout", seen with a get of a key that was set meanwhile), and the
+// worker library's in-place recovery waits in short slices (an AbortableStore)
+// to notice the round's end.
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Store.hpp>

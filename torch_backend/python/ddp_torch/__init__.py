@@ -12,6 +12,8 @@ import torch.distributed as _dist
 
 from ddp_torch import _C, recovery, steps
 from ddp_torch.recovery import GroupChanged, Reformed, init_process_group, recovers_in_place, reform
+from ddp_torch.sampler import ElasticDistributedSampler
+from ddp_torch.state import SyncInfo, last_sync, sync_state
 
 BACKEND = "ddp"
 
@@ -27,4 +29,5 @@ _register()
 steps.install()
 recovery._install()
 
-__all__ = ["BACKEND", "GroupChanged", "Reformed", "init_process_group", "recovers_in_place", "reform"]
+__all__ = ["BACKEND", "GroupChanged", "Reformed", "init_process_group", "recovers_in_place", "reform",
+           "ElasticDistributedSampler", "SyncInfo", "last_sync", "sync_state"]

@@ -33,6 +33,7 @@ while no other thread issues collectives.
 
 import functools
 import os
+import socket
 import time
 import weakref
 from datetime import timedelta
@@ -40,6 +41,7 @@ from typing import NamedTuple
 
 import torch
 import torch.distributed as dist
+import torch.distributed.distributed_c10d as _c10d
 from torch.nn.parallel import DistributedDataParallel
 
 from ddp_torch import _C
@@ -59,7 +61,6 @@ class _Opt:
     backend = "ddp"
     timeout = _DEFAULT_TIMEOUT
     kwargs: dict = {}
-    generation = 0  # of the round the default group was made in
 
 
 # DistributedDataParallel instances made while recovering in place, and the
@@ -138,10 +139,16 @@ def init_process_group(backend="ddp", *, recover_in_place=False, timeout=None, *
     _Opt.kwargs = {k: v for k, v in kwargs.items() if k not in ("init_method", "store", "rank", "world_size")}
     try:
         _make_default_group()
-    except Exception as error:  # noqa: BLE001  (re-raised unless the round ended)
-        if not _round_ended():
+        return
+    except Exception:  # noqa: BLE001  (re-raised unless the round ended)
+        if not _round_ended(wait=True):
             raise
-        _join(time.monotonic(), os.environ.get("RANK"), os.environ.get("WORLD_SIZE"))
+    while True:  # the round ended while this worker joined it: join the next one
+        try:
+            _join(time.monotonic(), os.environ.get("RANK"), os.environ.get("WORLD_SIZE"))
+            return
+        except GroupChanged:
+            pass
 
 
 def reform() -> Reformed:
@@ -185,7 +192,7 @@ def _join(started, previous_rank, previous_world):
     try:
         _make_default_group()
     except Exception as error:  # noqa: BLE001  (re-raised unless the round ended)
-        if not _round_ended():
+        if not _round_ended(wait=True):
             raise
         raise GroupChanged(f"round {facts['round']} ended while this worker joined it "
                            f"({_C.current_round()[3]}): {error}") from error
@@ -200,12 +207,49 @@ def _join(started, previous_rank, previous_world):
 
 
 def _make_default_group():
-    _Opt.generation = _C.current_round()[0]
-    dist.init_process_group(_Opt.backend, init_method="env://", timeout=_Opt.timeout, **_Opt.kwargs)
+    """torch's default group from the round's environment (what env:// reads)."""
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    dist.init_process_group(_Opt.backend, store=_round_store(rank, world), rank=rank, world_size=world,
+                            timeout=_Opt.timeout, **_Opt.kwargs)
 
 
-def _round_ended() -> bool:
-    return _Opt.in_place and _C.current_round()[2]
+def _round_store(rank, world):
+    """The store torch's env:// rendezvous makes (a TCPStore on MASTER_ADDR:MASTER_PORT
+    hosted by rank 0, under the prefix "default_pg"), made so that the round's end stops
+    every wait in it: rank 0 does not wait in the constructor for the others to connect
+    (torch's does, until its timeout, when a peer dies first); the others connect once
+    it listens, and give up with GroupChanged when the round ends before it does. The
+    group made over it waits for the peers, and stops when the round ends."""
+    host, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+    if rank != 0:
+        _wait_until_listening(host, port)
+    store = dist.TCPStore(host, port, world, rank == 0, _Opt.timeout, wait_for_workers=False)
+    return dist.PrefixStore("default_pg", store)
+
+
+def _wait_until_listening(host, port):
+    deadline = time.monotonic() + _Opt.timeout.total_seconds()
+    while True:
+        try:
+            socket.create_connection((host, port), timeout=1.0).close()
+            return
+        except OSError as error:
+            if _round_ended():
+                raise GroupChanged(f"the round ended before rank 0 hosted its store at {host}:{port} "
+                                   f"({_C.current_round()[3]})") from error
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"ddp_torch: rank 0's store at {host}:{port} did not listen within "
+                                   f"{_Opt.timeout}") from error
+        time.sleep(0.05)
+
+
+def _round_ended(wait=False) -> bool:
+    """Whether the current round ended; with `wait`, after waiting up to the round's
+    grace for the agent's word (a peer that died breaks its connections before the
+    agents' verdict), as a failed collective does."""
+    if not _Opt.in_place:
+        return False
+    return _C.current_round()[2] or (wait and _C.round_ends_within_grace())
 
 
 def _retire_groups():
@@ -217,15 +261,20 @@ def _retire_groups():
         ddp.logger = None
     if dist.is_initialized():
         dist.destroy_process_group()
+    else:
+        # A default group whose making failed (the round ended meanwhile) still
+        # counted in torch's group numbering, which names the next groups and
+        # keys init_process_group's store barrier: every worker of the next
+        # round must start from 0, as destroy_process_group leaves it.
+        _c10d._group_count = 0
 
 
 def _as_group_changed(error: RuntimeError):
     """GroupChanged for `error` when the round ended (it is then why it failed), else None."""
-    generation, number, ended, why = _C.current_round()
+    generation, _, ended, why = _C.current_round()
     if not (_Opt.in_place and ended) or isinstance(error, GroupChanged):
         return None
-    name = f"round {number}" if number >= 0 else "the round this worker started in"
-    return GroupChanged(f"{name} ended: {why}")
+    return GroupChanged(f"{_C.round_name(generation)} ended: {why}")
 
 
 def _converting(function):

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <exception>
 #include <map>
+#include <memory>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -127,56 +129,147 @@ void copy_device(void* dst, const void* src, std::size_t bytes, bool to_host) {
 #endif
 }
 
-// Broadcasts one CUDA buffer from `root` through host memory, in slices of at
-// most `slice` bytes (so that the staging memory stays bounded).
-void broadcast_cuda(ProcessGroup& group, const Buffer& b, int root, std::size_t slice) {
-  const std::size_t elem = element_size(b.dtype);
-  const std::size_t per = std::max<std::size_t>(1, slice / elem);
-  std::vector<std::uint64_t> host((std::min(per, b.count) * elem + 7) / 8);
-  const bool is_root = group.rank() == root;
-  for (std::size_t first = 0; first < b.count; first += per) {
-    const std::size_t n = std::min(per, b.count - first);
-    auto* device = static_cast<std::byte*>(b.data) + first * elem;
-    if (is_root) copy_device(host.data(), device, n * elem, true);
-    group.broadcast(Buffer{host.data(), n, b.dtype, Device::cpu()}, root)->wait();
-    if (!is_root) copy_device(device, host.data(), n * elem, false);
+// The registered buffers laid end to end, each padded to whole int64 words:
+// what the transfer moves, a range of bytes at a time.
+class Stream {
+ public:
+  explicit Stream(const std::vector<Buffer>& buffers) : buffers_(buffers) {
+    for (const Buffer& b : buffers_) bytes_ += padded(b);
+  }
+  std::size_t bytes() const { return bytes_; }
+
+  // Copies the stream's bytes [first, first + count) from the buffers to
+  // `host` (to_host) or back; the padding is not copied (its bytes in `host`
+  // stay as they are).
+  void copy(std::size_t first, std::size_t count, std::byte* host, bool to_host) const {
+    std::size_t offset = 0;  // of the current buffer in the stream
+    for (const Buffer& b : buffers_) {
+      if (offset >= first + count) break;
+      const std::size_t lo = std::max(offset, first);
+      const std::size_t hi = std::min(offset + b.nbytes(), first + count);
+      if (lo < hi) {
+        auto* at = static_cast<std::byte*>(b.data) + (lo - offset);
+        std::byte* staged = host + (lo - first);
+        if (b.device.is_cuda()) {
+          copy_device(to_host ? staged : at, to_host ? at : staged, hi - lo, to_host);
+        } else {
+          std::memcpy(to_host ? staged : at, to_host ? at : staged, hi - lo);
+        }
+      }
+      offset += padded(b);
+    }
+  }
+
+ private:
+  static std::size_t padded(const Buffer& b) { return (b.nbytes() + 7) / 8 * 8; }
+
+  const std::vector<Buffer>& buffers_;
+  std::size_t bytes_ = 0;
+};
+
+// Waits for every work. When one fails, still waits for the others (they use
+// memory the caller may free once this returns), then rethrows the first error.
+void wait_all(const std::vector<WorkPtr>& works) {
+  std::exception_ptr error;
+  for (const WorkPtr& work : works) {
+    try {
+      work->wait();
+    } catch (...) {
+      if (!error) error = std::current_exception();
+    }
+  }
+  if (error) std::rethrow_exception(error);
+}
+
+// Moves the root's buffers to every rank through host staging memory, a
+// slice of the stream at a time, each slice in pieces: the root copies a piece
+// in, the others zero it, and it is all-reduced in place as int64 words (SUM:
+// adding zeros leaves every bit of the root's words as it is, whatever the
+// buffers' dtypes, NaN payloads and -0.0 included); once a piece's all-reduce
+// completed the others copy it out. Every piece is issued before the first is
+// waited for, so the copies overlap the all-reduces. The all-reduce is the
+// group's fastest path (shared memory on one host), where a broadcast goes
+// over TCP, and a few large ones replace one per buffer.
+// `b` as the widest integer words its address and size allow (adding zeros
+// to integers leaves every bit as it is, whatever b's own dtype).
+Buffer as_integer_words(const Buffer& b) {
+  const auto address = reinterpret_cast<std::uintptr_t>(b.data);
+  for (auto [dtype, size] : {std::pair{DType::kInt64, 8}, std::pair{DType::kInt32, 4}}) {
+    const auto bytes = static_cast<std::size_t>(size);
+    if (address % bytes == 0 && b.nbytes() % bytes == 0) {
+      return Buffer{b.data, b.nbytes() / bytes, dtype, b.device};
+    }
+  }
+  return Buffer{b.data, b.nbytes(), DType::kUInt8, b.device};
+}
+
+// Waits for `works` when the transfer failed before it could: they use the
+// caller's memory. Their own errors are dropped (the first one is reported).
+void drain(const std::vector<WorkPtr>& works) noexcept {
+  try {
+    wait_all(works);
+  } catch (...) {
+    // the transfer's own error is the one to report
   }
 }
 
-// Fills `b` with negative zeros of its dtype (0 for the integer types): added
-// to any value, one leaves every bit of it as it is, -0.0 and NaN included (a
-// positive zero would turn -0.0 into +0.0).
-void fill_negative_zero(const Buffer& b) {
-  switch (b.dtype) {
-    case DType::kFloat32:
-      std::fill_n(static_cast<std::uint32_t*>(b.data), b.count, 0x80000000u);
-      return;
-    case DType::kFloat64:
-      std::fill_n(static_cast<std::uint64_t*>(b.data), b.count, 0x8000000000000000ull);
-      return;
-    case DType::kFloat16:
-    case DType::kBFloat16:
-      std::fill_n(static_cast<std::uint16_t*>(b.data), b.count, std::uint16_t{0x8000});
-      return;
-    default:
-      std::memset(b.data, 0, b.nbytes());
-      return;
-  }
-}
-
-// Moves the root's CPU buffers to every rank through all-reduces (SUM), in
-// place, in which every other rank contributes negative zeros: the group's
-// fastest path (shared memory on one host), where a broadcast goes over TCP.
-// All are issued before the first is waited for.
-void allreduce_from_root(ProcessGroup& group, const std::vector<Buffer>& buffers, int root) {
+// Moves the root's buffers to every rank through all-reduces (SUM) of integer
+// words, in which every other rank contributes zeros: adding zero to an
+// integer leaves every bit as it is, whatever the buffer's own dtype (NaN
+// payloads and -0.0 included). The all-reduce is the group's fastest path
+// (shared memory on one host), where a broadcast goes over TCP.
+//   - CPU buffers of at least `in_place_bytes`: in place, one all-reduce each
+//     (a receiver zeroes its buffer first);
+//   - the others (smaller buffers, counters, CUDA buffers) laid end to end,
+//     each padded to whole int64 words, through host staging memory of at most
+//     `staging_bytes`, one all-reduce a slice: the root copies the slice in, a
+//     receiver zeroes it and copies it out.
+// Everything the in-place all-reduces and the first slice's read is written
+// before the first is issued: copying while they run would compete with them
+// for the cores (with more ranks than cores, a rank then misses its peers'
+// barriers and sleeps; measured, half of the syncs took 2-3x as long).
+void transfer_from_root(ProcessGroup& group, const std::vector<Buffer>& buffers, int root,
+                        std::size_t in_place_bytes, std::size_t staging_bytes) {
   const bool is_root = group.rank() == root;
-  std::vector<WorkPtr> works;
+  std::vector<Buffer> large, small;
   for (const Buffer& b : buffers) {
-    if (b.count == 0) continue;
-    if (!is_root) fill_negative_zero(b);
-    works.push_back(group.allreduce(b, ReduceOp::kSum));
+    (b.device.is_cuda() || b.nbytes() < in_place_bytes ? small : large).push_back(b);
   }
-  for (auto& work : works) work->wait();
+  const Stream stream(small);
+  const std::size_t capacity = std::min(stream.bytes(), staging_bytes);
+  // Not value-initialized: a receiver zeroes each slice, and the root's
+  // padding words only meet the receivers' zeros and are never copied out.
+  const std::unique_ptr<std::int64_t[]> staging(new std::int64_t[capacity / 8]);
+  auto* host = reinterpret_cast<std::byte*>(staging.get());
+  auto slice_at = [&](std::size_t first) { return std::min(capacity, stream.bytes() - first); };
+  auto stage = [&](std::size_t first) {
+    if (is_root) {
+      stream.copy(first, slice_at(first), host, true);
+    } else {
+      std::memset(host, 0, slice_at(first));
+    }
+  };
+  if (!is_root) {
+    for (const Buffer& b : large) std::memset(b.data, 0, b.nbytes());
+  }
+  if (stream.bytes() > 0) stage(0);
+  std::vector<WorkPtr> in_place;
+  for (const Buffer& b : large)
+    in_place.push_back(group.allreduce(as_integer_words(b), ReduceOp::kSum));
+  try {
+    for (std::size_t first = 0; first < stream.bytes(); first += capacity) {
+      if (first > 0) stage(first);
+      group
+          .allreduce(Buffer{host, slice_at(first) / 8, DType::kInt64, Device::cpu()},
+                     ReduceOp::kSum)
+          ->wait();
+      if (!is_root) stream.copy(first, slice_at(first), host, false);
+    }
+  } catch (...) {
+    drain(in_place);
+    throw;
+  }
+  wait_all(in_place);
 }
 
 }  // namespace
@@ -208,6 +301,16 @@ void ReplicaState::add(std::string name, std::int64_t* counter) {
   }
   add(std::move(name), Buffer::of(counter, 1));
   entries_.back().counter = true;
+}
+
+void ReplicaState::set_in_place_bytes(std::size_t bytes) { in_place_bytes_ = bytes; }
+
+void ReplicaState::set_staging_bytes(std::size_t bytes) {
+  if (bytes < 8 || bytes % 8 != 0) {
+    throw InvalidArgument(
+        kOrigin, fmt::format("set_staging_bytes({}): not a positive multiple of 8", bytes));
+  }
+  staging_bytes_ = bytes;
 }
 
 std::size_t ReplicaState::bytes() const {
@@ -283,48 +386,40 @@ SyncResult ReplicaState::sync(ProcessGroup& group) {
                              fmt::join(parts, "; ")));
   }
 
-  // 3. The transfer. A receiving rank is not live until it completed.
+  return transfer(group, root, at(root, kLive) != 0, start);
+}
+
+SyncResult ReplicaState::sync_agreed(ProcessGroup& group, int root, bool root_live) {
+  if (root < 0 || root >= group.size()) {
+    throw InvalidArgument(kOrigin, fmt::format("sync_agreed(): root {} is not a rank of a group "
+                                               "of {}",
+                                               root, group.size()));
+  }
+  return transfer(group, root, root_live, std::chrono::steady_clock::now());
+}
+
+SyncResult ReplicaState::transfer(ProcessGroup& group, int root, bool root_live,
+                                  std::chrono::steady_clock::time_point start) {
+  // A receiving rank is not live until the transfer completed.
   SyncResult result;
   result.root = root;
-  result.received = rank != root;
-  result.from_live = at(root, kLive) != 0;
-  if (world > 1) {
+  result.received = group.rank() != root;
+  result.from_live = root_live;
+  if (group.size() > 1) {
     if (result.received) live_ = false;
-    std::vector<Buffer> cpu;
-    std::vector<Buffer> cuda;
-    std::vector<std::size_t> counters;
-    for (std::size_t i = 0; i < entries_.size(); ++i) {
-      const Entry& e = entries_[i];
-      if (e.counter) {
-        counters.push_back(i);
-      } else if (e.buffer.device.is_cuda()) {
-        cuda.push_back(e.buffer);
-      } else {
-        cpu.push_back(e.buffer);
-      }
-    }
-    allreduce_from_root(group, cpu, root);
-    for (const Buffer& b : cuda) {
-      if (b.count > 0) broadcast_cuda(group, b, root, 64 * kMiB);
-    }
-    if (!counters.empty()) {
-      std::vector<std::int64_t> values(counters.size());
-      for (std::size_t k = 0; k < counters.size(); ++k) {
-        values[k] = *static_cast<std::int64_t*>(entries_[counters[k]].buffer.data);
-      }
-      group.broadcast(Buffer::of(values), root)->wait();
-      for (std::size_t k = 0; k < counters.size() && result.received; ++k) {
-        *static_cast<std::int64_t*>(entries_[counters[k]].buffer.data) = values[k];
-      }
-    }
+    std::vector<Buffer> buffers;  // counters included: one int64 each
+    buffers.reserve(entries_.size());
+    for (const Entry& e : entries_) buffers.push_back(e.buffer);
+    transfer_from_root(group, buffers, root, in_place_bytes_, staging_bytes_);
     result.bytes = bytes();
   }
   live_ = true;
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   // A worker that recovers in place tells its agent, for the recovery's report.
   if (auto* control = detail::ControlClient::get()) {
+    result.round = control->round();
     control->send(contract::encode(
-        contract::Synced{control->round(), root, result.received, result.from_live,
+        contract::Synced{result.round, root, result.received, result.from_live,
                          static_cast<std::int64_t>(result.bytes), result.seconds}));
   }
   return result;

@@ -42,12 +42,19 @@
 //      root and of (at most 8 of) the ranks that differ, then InvalidArgument on
 //      every rank naming each such rank's first difference from the root's
 //      list. Nothing is transferred and liveness is unchanged;
-//   3. otherwise the CPU buffers from the root through one all-reduce (SUM,
-//      in place) per buffer, in which every other rank contributes negative
-//      zeros: they leave every bit of the root's values as it is, and the
-//      all-reduce is the group's fastest path (the same-host shared-memory
-//      one), where a broadcast goes over TCP; then each CUDA buffer staged
-//      through host memory; then the counters as one int64 buffer.
+//   3. otherwise the state from the root through all-reduces (SUM, in place)
+//      of integer words, in which every other rank contributes zeros: adding
+//      zero leaves every bit of the root's values as it is, whatever their
+//      dtype (NaN payloads, -0.0), and the all-reduce is the group's fastest
+//      path (the same-host shared-memory one), where a broadcast goes over
+//      TCP. A CPU buffer of at least in_place_bytes() (1 MiB unless set) goes
+//      in place, in one all-reduce of its own; the other buffers, the counters
+//      and every CUDA buffer are laid end to end in host staging memory (at
+//      most staging_bytes(), 64 MiB unless set): one all-reduce a slice,
+//      copied in on the root and out on the others.
+// sync_agreed(group, root, root_live) is step 3 alone, for a caller that
+// compared the ranks' registrations and liveness itself (ddp_torch.sync_state
+// exchanges them first, with the optimizer state's layout to allocate).
 // The group must take CPU buffers (Gloo); CUDA buffers are copied to and from
 // host memory with cudaMemcpy (a build without NCCL/CUDA rejects them in add()).
 //
@@ -62,6 +69,7 @@
 // whatever the group throws (GroupChanged, TimeoutError, NetworkError, ...).
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -75,8 +83,9 @@ struct SyncResult {
   int root = 0;            // the rank whose state every rank now holds
   bool received = false;   // this rank's memory was overwritten with the root's (rank != root)
   bool from_live = false;  // the root had live state (a survivor), not a fresh start's
-  std::size_t bytes = 0;   // bytes of state broadcast from the root (0 in a group of one)
+  std::size_t bytes = 0;   // bytes of state moved from the root (0 in a group of one)
   double seconds = 0;      // wall time of sync()
+  int round = -1;          // the agent's round it synced in (-1: none named; see Synced)
 };
 
 class ReplicaState {
@@ -96,9 +105,30 @@ class ReplicaState {
 
   // Collective; see the header comment.
   SyncResult sync(ProcessGroup& group);
+  // Collective: the transfer alone, from `root` (whose state was live or not:
+  // `root_live`, reported in the result). Every rank must pass the same root
+  // and hold the same registrations: nothing checks it here (a group with
+  // debug_detail catches sizes that differ). InvalidArgument when root is not
+  // a rank of the group.
+  SyncResult sync_agreed(ProcessGroup& group, int root, bool root_live);
 
   // Whether this process holds live state (a sync() succeeded here).
   bool live() const { return live_; }
+  // Carries the liveness of an earlier ReplicaState of this process, for a
+  // caller that registers its state anew for each sync (ddp_torch.sync_state:
+  // a torch optimizer's state appears lazily). Pass what live() said after
+  // that earlier sync() returned or threw.
+  void set_live(bool live) { live_ = live; }
+  // CPU buffers of at least this many bytes move in place, one all-reduce
+  // each; smaller ones are staged together (see the header comment). Each
+  // all-reduce costs a group with debug_detail one more exchange (the torch
+  // backend's groups check every collective): such a caller stages more.
+  void set_in_place_bytes(std::size_t bytes);
+  std::size_t in_place_bytes() const { return in_place_bytes_; }
+  // The most host memory sync() stages state in (see the header comment):
+  // a multiple of 8, at least 8; InvalidArgument otherwise.
+  void set_staging_bytes(std::size_t bytes);
+  std::size_t staging_bytes() const { return staging_bytes_; }
   // Bytes of registered state (buffers plus 8 per counter).
   std::size_t bytes() const;
   // Number of registrations (buffers and counters).
@@ -110,8 +140,14 @@ class ReplicaState {
     bool counter = false;
     Buffer buffer;  // a counter is one kInt64 element on the CPU
   };
+  // Step 3 of sync(), which began at `start`.
+  SyncResult transfer(ProcessGroup& group, int root, bool root_live,
+                      std::chrono::steady_clock::time_point start);
+
   std::vector<Entry> entries_;
   bool live_ = false;
+  std::size_t in_place_bytes_ = std::size_t{1} << 20;
+  std::size_t staging_bytes_ = std::size_t{64} << 20;
 };
 
 }  // namespace ddp
