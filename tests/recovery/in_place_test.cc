@@ -32,17 +32,29 @@ class InPlaceSeamTest : public ::testing::Test {
   void SetUp() override {
     auto [agent_fd, worker_fd] = control::make_socket_pair();
     agent_fd_ = agent_fd;
-    contract::WorkerRound round;
-    round.store_addr = "127.0.0.1";
-    round.store_port = 1;  // never reached: the groups here meet in a MemoryStore
-    round.store_prefix = "round0/workers";
-    round.change_grace = 500ms;
-    for (const auto& [name, value] : contract::environment_of(round)) {
+    for (const auto& [name, value] : contract::environment_of(round_of(0, 0, 1))) {
       ::setenv(name.c_str(), value.c_str(), 1);
     }
     ::setenv("DDP_CONTROL_FD", std::to_string(worker_fd).c_str(), 1);
   }
   void TearDown() override { ::close(agent_fd_); }
+
+  // Round `number` as ddprun's agent names it to a worker of rank `rank` (one a node).
+  static contract::WorkerRound round_of(int number, int rank, int world) {
+    contract::WorkerRound round;
+    round.round = number;
+    round.rank = rank;
+    round.world_size = world;
+    round.group_rank = rank;
+    round.group_world_size = world;
+    round.master_addr = "127.0.0.1";
+    round.master_port = 29555;
+    round.store_addr = "127.0.0.1";
+    round.store_port = 1;  // never reached: the groups here meet in a MemoryStore
+    round.store_prefix = "round" + std::to_string(number) + "/workers";
+    round.change_grace = 500ms;  // how long a failed collective waits for the agent's word
+    return round;
+  }
 
   void tell(const control::Message& message) {
     ASSERT_EQ(control::send(agent_fd_, message), control::Sent::kSent);
@@ -117,18 +129,7 @@ TEST_F(InPlaceSeamTest, TheNextRoundBecomesTheCurrentOneAndReformedIsReported) {
   ASSERT_TRUE(in_place::open());
   heard();  // hello
   tell(contract::encode(contract::Abort{2, "a new node asked to join"}));
-  contract::WorkerRound next;
-  next.round = 3;
-  next.rank = 1;
-  next.world_size = 2;
-  next.group_rank = 1;
-  next.group_world_size = 2;
-  next.master_addr = "127.0.0.1";
-  next.master_port = 29555;
-  next.store_addr = "127.0.0.1";
-  next.store_port = 1;
-  next.store_prefix = "round3/workers";
-  next.change_grace = 2s;
+  const contract::WorkerRound next = round_of(3, 1, 2);
   tell(contract::encode(next));
   const contract::WorkerRound joined = in_place::wait_next_round(10s);
   EXPECT_EQ(joined, next);
@@ -181,15 +182,9 @@ TEST_F(InPlaceSeamTest, AFailureIsGroupChangedWhenTheRoundEndsWithinTheGrace) {
 
 TEST_F(InPlaceSeamTest, ARoundForAnotherLocalRankIsAProtocolError) {
   ASSERT_TRUE(in_place::open());
-  contract::WorkerRound next;
-  next.round = 1;
+  contract::WorkerRound next = round_of(1, 1, 2);
   next.local_rank = 1;  // this worker is local rank 0
   next.local_world_size = 2;
-  next.world_size = 2;
-  next.rank = 1;
-  next.store_addr = "127.0.0.1";
-  next.store_port = 1;
-  next.store_prefix = "round1/workers";
   tell(contract::encode(next));
   EXPECT_THROW(in_place::wait_next_round(10s), ProtocolError);
 }

@@ -113,7 +113,8 @@ def init_process_group(backend="ddp", *, recover_in_place=False, timeout=None, *
 
     With recover_in_place under ddprun: opens the agent's control channel and
     says hello (this worker is kept through a change of membership), then
-    makes torch's default group from ddprun's environment (env://). The backend
+    makes torch's default group from ddprun's environment (what env:// reads;
+    see _round_store for how its store is made). The backend
     must be "ddp" and the group must meet through env:// (no init_method other
     than "env://", no store, rank or world_size: reform() makes it again from
     the next round's environment). Outside ddprun, or without the opt-in:
@@ -160,8 +161,9 @@ def reform() -> Reformed:
     says so when used: a RuntimeError naming its round); sets os.environ's
     RANK, WORLD_SIZE, LOCAL_RANK, GROUP_RANK, MASTER_ADDR, MASTER_PORT,
     TORCHELASTIC_RESTART_COUNT, DDP_STORE_* and friends from the round; makes
-    torch's default group again (backend "ddp", env://, the same timeout) and
-    tells the agent. Returns Reformed: (rank, world_size) plus the round's
+    torch's default group again (backend "ddp", meeting at the round's
+    MASTER_ADDR:MASTER_PORT as env:// does, the same timeout) and tells the
+    agent. Returns Reformed: (rank, world_size) plus the round's
     facts. Collective with the round's other workers (survivors here,
     newcomers in init_process_group).
 
