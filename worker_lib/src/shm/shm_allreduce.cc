@@ -413,7 +413,9 @@ void ShmAllreduce::wait_for(int peer, std::uint32_t phase, const Deadline& deadl
     }
     if (deadline.expired()) {
       throw TimeoutError("ShmAllreduce",
-                         fmt::format("group '{}' rank {}: timed out waiting for rank {} "
+                         // "Timed out", as Gloo's transports say it: what programs
+                         // written for torch's Gloo match (torch's own tests do).
+                         fmt::format("group '{}' rank {}: Timed out waiting for rank {} "
                                      "in the shared-memory all-reduce ({})",
                                      group_name_, rank_, peer, what));
     }
