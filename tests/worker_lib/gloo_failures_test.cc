@@ -54,7 +54,8 @@ TEST(GlooFailures, RankThatNeverArrivesGivesTimeoutErrorNamingIt) {
   }
 }
 
-// The check, with and without the group's shared-memory segment.
+// The check exchanges the descriptors through the shared-memory segment when
+// the group has one (every rank on one host), else through Gloo's TCP pairs.
 class GlooDetailCheck : public ::testing::TestWithParam<bool> {};
 
 TEST_P(GlooDetailCheck, ReportsSizeMismatchInsteadOfHanging) {

@@ -655,17 +655,27 @@ void ProcessGroupGloo::run_task(Task& task) {
 void ProcessGroupGloo::check_consistency(const CollectiveDescriptor& desc) {
   const auto n = static_cast<std::size_t>(size());
   auto mine = desc.encode();
-  std::vector<std::uint8_t> all(n * CollectiveDescriptor::kEncodedSize);
-  gloo::AllgatherOptions opts(context_);
-  opts.setInput(mine.data(), mine.size());
-  opts.setOutput(all.data(), all.size());
-  opts.setTag(static_cast<std::uint32_t>(2 * desc.seq));
-  opts.setTimeout(options_.timeout);
-  gloo::allgather(opts);
+  constexpr std::size_t kSize = CollectiveDescriptor::kEncodedSize;
+  std::vector<std::uint8_t> all(n * kSize);
+  if (shm_) {
+    // On one host, an all-gather through the shared-memory segment: a sum of
+    // bytes in which each rank fills only its own slot (zeros elsewhere) leaves
+    // every descriptor as it is, at a few microseconds where Gloo's TCP
+    // all-gather takes hundreds.
+    std::memcpy(all.data() + static_cast<std::size_t>(rank()) * kSize, mine.data(), kSize);
+    shm_->allreduce(all.data(), all.size(), DType::kUInt8,
+                    reduce_function(DType::kUInt8, ReduceOp::kSum), 1, Deadline(options_.timeout));
+  } else {
+    gloo::AllgatherOptions opts(context_);
+    opts.setInput(mine.data(), mine.size());
+    opts.setOutput(all.data(), all.size());
+    opts.setTag(static_cast<std::uint32_t>(2 * desc.seq));
+    opts.setTimeout(options_.timeout);
+    gloo::allgather(opts);
+  }
   std::vector<CollectiveDescriptor> per_rank;
   for (std::size_t r = 0; r < n; ++r) {
-    per_rank.push_back(
-        CollectiveDescriptor::decode(all.data() + r * CollectiveDescriptor::kEncodedSize));
+    per_rank.push_back(CollectiveDescriptor::decode(all.data() + r * kSize));
   }
   auto mismatch = find_mismatch(per_rank);
   if (!mismatch.empty()) {

@@ -92,9 +92,10 @@ struct GlooOptions {
   std::string hostname;
   std::string iface;
   // The DDP_DEBUG=DETAIL consistency check before each collective: the ranks
-  // exchange a small descriptor of the call (Gloo's TCP all-gather) and all
-  // fail with InvalidArgument naming the difference. nullopt: on when the
-  // environment has DDP_DEBUG=DETAIL.
+  // exchange a small descriptor of the call (through the shared-memory segment
+  // when the group has one, else Gloo's TCP all-gather) and all fail with
+  // InvalidArgument naming the difference. nullopt: on when the environment
+  // has DDP_DEBUG=DETAIL.
   std::optional<bool> debug_detail;
   AllreduceAlgorithm allreduce_algorithm = AllreduceAlgorithm::kAuto;
   // With kAuto, kDirect is used while buffer bytes x (size - 1) (what each rank
