@@ -439,7 +439,8 @@ TEST(ReplicaState, LargeSmallAndOddBuffersArriveByteForByte) {
       {AllreduceAlgorithm::kSharedMemory, 0},
       {AllreduceAlgorithm::kRing, 0},
       {AllreduceAlgorithm::kSharedMemory, std::size_t{16} << 20}};
-  for (auto [algorithm, in_place_bytes] : cases) {
+  for (const auto& [algorithm, bytes] : cases) {
+    const std::size_t in_place_bytes = bytes;  // a lambda may not capture a binding (clang 14)
     GlooOptions options;
     options.allreduce_algorithm = algorithm;
     options.shared_memory = algorithm == AllreduceAlgorithm::kSharedMemory;
