@@ -20,6 +20,12 @@
 // Two slot sets alternate, so a chunk never overwrites a slot that a slower rank
 // still reads from the chunk before. Every rank ends with identical bits.
 //
+// Broadcast of a list of buffers, read as one stream, per chunk of at most
+// size x slot_bytes (a whole slot set): the root copies the chunk in; barrier;
+// every other rank copies it out. One copy in and one out a rank, against the
+// all-reduce's three passes, and no staging memory: what moves a replica's state
+// to a newcomer (ReplicaState).
+//
 // Waiting: a short spin, then a futex sleep. While asleep the waiter checks every
 // 50 ms that the awaited peer's process still exists (its /proc/<pid>/stat, with
 // the start time it had at setup, and not a zombie), so a dead peer gives
@@ -40,8 +46,9 @@
 // whose creator pid no longer exists and that are over a minute old (a creator
 // killed between creating and unlinking the name).
 //
-// Thread-safety: one thread at a time calls allreduce(), and every rank calls it
-// for the same buffers in the same order (the Gloo group's worker thread does);
+// Thread-safety: one thread at a time calls allreduce() or broadcast(), and every
+// rank calls them for the same buffers in the same order (the Gloo group's worker
+// thread does);
 // abort() may be called from any thread at any time.
 #pragma once
 
@@ -102,6 +109,14 @@ class ShmAllreduce {
   // is gone (both name the rank).
   void allreduce(void* data, std::size_t count, DType dtype, ReduceFn fn, int divisor,
                  const Deadline& deadline);
+
+  struct Part {
+    void* data;
+    std::size_t bytes;
+  };
+  // Copies the bytes of `parts` on `root` into every other rank's `parts` (the
+  // same sizes in the same order on every rank). Errors as allreduce()'s.
+  void broadcast(const std::vector<Part>& parts, int root, const Deadline& deadline);
 
   // Ends the all-reduce for every rank of the group (see above). Thread-safe,
   // idempotent (the first rank to abort is the one named), never blocks.
