@@ -104,6 +104,88 @@ TEST(GlooCollectives, BroadcastEveryDtypeFromEveryRoot) {
   }
 }
 
+// broadcast_many: buffers of odd sizes (empty ones too) read as one stream,
+// from every root, through shared memory with small slots (a chunk of 3 x 4 KiB,
+// so that buffers straddle chunks) and over TCP; every byte arrives, the root's
+// own bytes stay, and the group says which path is the fast one.
+TEST(GlooCollectives, BroadcastManyMovesEveryByteFromEveryRoot) {
+  const int world = 3;
+  for (bool shm : {true, false}) {
+    GlooOptions options;
+    options.shared_memory = shm;
+    options.shm_slot_bytes = 4096;
+    auto groups = make_groups(world, std::make_shared<MemoryStore>(), options);
+    EXPECT_EQ(groups[0]->broadcast_is_fast(), shm);
+    const std::vector<std::pair<DType, std::size_t>> layout = {
+        {DType::kUInt8, 0},     {DType::kUInt8, 1}, {DType::kFloat32, 3001},
+        {DType::kUInt8, 12288}, {DType::kInt64, 0}, {DType::kFloat64, 6251},
+        {DType::kUInt8, 4095},  {DType::kInt64, 7}};
+    for (int root = 0; root < world; ++root) {
+      auto pattern = [](int from, std::size_t buffer, std::size_t i) {
+        return static_cast<std::uint8_t>((i * 31 + buffer * 7 + static_cast<std::size_t>(from)) %
+                                         251);
+      };
+      run_threads(world, [&](int r) {
+        std::vector<std::vector<std::uint8_t>> memory;
+        std::vector<Buffer> buffers;
+        for (const auto& [dtype, count] : layout) {
+          memory.emplace_back(count * element_size(dtype));
+          auto& bytes = memory.back();
+          for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = pattern(r, memory.size(), i);
+          buffers.push_back(Buffer{bytes.data(), count, dtype, Device::cpu()});
+        }
+        groups[static_cast<std::size_t>(r)]->broadcast_many(buffers, root)->wait();
+        for (std::size_t b = 0; b < memory.size(); ++b) {
+          for (std::size_t i = 0; i < memory[b].size(); ++i) {
+            ASSERT_EQ(memory[b][i], pattern(root, b + 1, i))
+                << (shm ? "shm" : "tcp") << " root " << root << " rank " << r << " buffer " << b
+                << " byte " << i;
+          }
+        }
+      });
+    }
+  }
+}
+
+// Broadcasts and all-reduces back to back through the same two slot sets: a
+// broadcast's chunk never overwrites what a slower rank still reads.
+TEST(GlooCollectives, BroadcastManyAndAllreducesShareTheSlotsSafely) {
+  const int world = 3;
+  GlooOptions options;
+  options.shared_memory = true;
+  options.shm_slot_bytes = 4096;
+  auto groups = make_groups(world, std::make_shared<MemoryStore>(), options);
+  run_threads(world, [&](int r) {
+    ProcessGroup& group = *groups[static_cast<std::size_t>(r)];
+    for (int round = 0; round < 300; ++round) {
+      const int root = round % world;
+      std::vector<std::int64_t> a(round % 2 == 0 ? 5000 : 3), b(777);
+      for (std::size_t i = 0; i < a.size(); ++i)
+        a[i] = r == root ? round * 100000 + static_cast<std::int64_t>(i) : -1;
+      for (std::size_t i = 0; i < b.size(); ++i)
+        b[i] = r == root ? round - static_cast<std::int64_t>(i) : -1;
+      const WorkPtr moved = group.broadcast_many({Buffer::of(a), Buffer::of(b)}, root);
+      std::vector<std::int64_t> sum(round % 3 == 0 ? 4000 : 9, r + 1);
+      group.allreduce(Buffer::of(sum), ReduceOp::kSum)->wait();
+      moved->wait();
+      for (std::size_t i = 0; i < a.size(); ++i)
+        ASSERT_EQ(a[i], round * 100000 + static_cast<std::int64_t>(i)) << "round " << round;
+      for (std::size_t i = 0; i < b.size(); ++i)
+        ASSERT_EQ(b[i], round - static_cast<std::int64_t>(i)) << "round " << round;
+      for (std::int64_t x : sum) ASSERT_EQ(x, 6) << "round " << round;
+    }
+  });
+}
+
+TEST(GlooCollectives, BroadcastManyRejectsABadRootOrACudaBuffer) {
+  auto groups = make_groups(1, std::make_shared<MemoryStore>());
+  std::vector<float> v(3);
+  EXPECT_THROW(groups[0]->broadcast_many({Buffer::of(v)}, 1), InvalidArgument);
+  EXPECT_THROW(
+      groups[0]->broadcast_many({Buffer{v.data(), v.size(), DType::kFloat32, Device::cuda(0)}}, 0),
+      InvalidArgument);
+}
+
 TEST(GlooCollectives, AllgatherEveryDtype) {
   const int world = 4;
   auto groups = make_groups(world, std::make_shared<MemoryStore>());

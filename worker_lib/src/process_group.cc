@@ -2,6 +2,11 @@
 
 #include <fmt/format.h>
 
+#include <chrono>
+#include <exception>
+#include <utility>
+#include <vector>
+
 #include "ddp/common/error.h"
 
 namespace ddp {
@@ -76,6 +81,52 @@ const char* to_string(ReduceOp op) {
 
 std::string Device::str() const {
   return is_cuda() ? fmt::format("cuda:{}", index) : std::string("cpu");
+}
+
+namespace {
+
+// The default broadcast_many()'s Work: one broadcast() a buffer, issued in order.
+class BroadcastsWork final : public Work {
+ public:
+  explicit BroadcastsWork(std::vector<WorkPtr> works) : works_(std::move(works)) {}
+
+  bool wait(std::chrono::milliseconds timeout) override {
+    const auto until = std::chrono::steady_clock::now() + timeout;
+    for (const WorkPtr& w : works_) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          until - std::chrono::steady_clock::now());
+      if (timeout.count() > 0 && left.count() <= 0) return false;
+      if (!w->wait(timeout.count() > 0 ? left : timeout)) return false;
+    }
+    return true;
+  }
+  bool is_completed() const override {
+    for (const WorkPtr& w : works_) {
+      if (!w->is_completed()) return false;
+    }
+    return true;
+  }
+  std::exception_ptr exception() const override {
+    for (const WorkPtr& w : works_) {
+      if (auto e = w->exception()) return e;
+    }
+    return nullptr;
+  }
+  std::uint64_t sequence_number() const override {
+    return works_.empty() ? 0 : works_.back()->sequence_number();
+  }
+
+ private:
+  std::vector<WorkPtr> works_;
+};
+
+}  // namespace
+
+WorkPtr ProcessGroup::broadcast_many(std::vector<Buffer> buffers, int root) {
+  std::vector<WorkPtr> works;
+  works.reserve(buffers.size());
+  for (const Buffer& b : buffers) works.push_back(broadcast(b, root));
+  return std::make_shared<BroadcastsWork>(std::move(works));
 }
 
 }  // namespace ddp

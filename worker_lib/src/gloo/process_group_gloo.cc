@@ -797,13 +797,43 @@ WorkPtr ProcessGroupGloo::broadcast(Buffer buffer, int root) {
       CollectiveOp::kBroadcast, buffer.dtype, ReduceOp::kSum, root, 0, buffer.count};
   return enqueue_collective(desc, [this, buffer, root](std::uint32_t tag) {
     if (buffer.count == 0 || size() == 1) return;
+    broadcast_now({buffer}, root, tag);
+  });
+}
+
+WorkPtr ProcessGroupGloo::broadcast_many(std::vector<Buffer> buffers, int root) {
+  std::size_t nbytes = 0;
+  for (const Buffer& b : buffers) {
+    check_cpu(b, "broadcast_many");
+    nbytes += b.nbytes();
+  }
+  check_root("ProcessGroupGloo::broadcast_many", root, size());
+  // Checked (DDP_DEBUG=DETAIL) as one broadcast of the stream's bytes.
+  CollectiveDescriptor desc{
+      CollectiveOp::kBroadcast, DType::kUInt8, ReduceOp::kSum, root, 0, nbytes};
+  return enqueue_collective(desc, [this, buffers = std::move(buffers), root](std::uint32_t tag) {
+    if (size() > 1) broadcast_now(buffers, root, tag);
+  });
+}
+
+void ProcessGroupGloo::broadcast_now(const std::vector<Buffer>& buffers, int root,
+                                     std::uint32_t tag) {
+  if (shm_) {
+    std::vector<ShmAllreduce::Part> parts;
+    parts.reserve(buffers.size());
+    for (const Buffer& b : buffers) parts.push_back({b.data, b.nbytes()});
+    shm_->broadcast(parts, root, Deadline(options_.timeout));
+    return;
+  }
+  for (const Buffer& b : buffers) {
+    if (b.count == 0) continue;
     gloo::BroadcastOptions opts(context_);
-    opts.setOutput(static_cast<std::uint8_t*>(buffer.data), buffer.nbytes());
+    opts.setOutput(static_cast<std::uint8_t*>(b.data), b.nbytes());
     opts.setRoot(root);
     opts.setTag(tag);
     opts.setTimeout(options_.timeout);
     gloo::broadcast(opts);
-  });
+  }
 }
 
 WorkPtr ProcessGroupGloo::allgather(Buffer output, Buffer input) {

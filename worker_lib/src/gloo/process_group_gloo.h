@@ -44,6 +44,7 @@ class ProcessGroupGloo final : public ProcessGroupBase<GlooOptions> {
 
   WorkPtr allreduce(Buffer buffer, ReduceOp op) override;
   WorkPtr broadcast(Buffer buffer, int root) override;
+  WorkPtr broadcast_many(std::vector<Buffer> buffers, int root) override;
   WorkPtr allgather(Buffer output, Buffer input) override;
   WorkPtr reduce_scatter(Buffer output, Buffer input, ReduceOp op) override;
   WorkPtr reduce(Buffer buffer, int root, ReduceOp op) override;
@@ -56,6 +57,7 @@ class ProcessGroupGloo final : public ProcessGroupBase<GlooOptions> {
   WorkPtr recv(Buffer buffer, int src, int tag) override;
   WorkPtr recv_any(Buffer buffer, int tag) override;
   void abort(const std::string& reason) override;
+  bool broadcast_is_fast() const override { return shm_ != nullptr; }
 
  private:
   struct Task {
@@ -75,6 +77,9 @@ class ProcessGroupGloo final : public ProcessGroupBase<GlooOptions> {
   // A send to `peer`, or a receive from `peer` (-1: from any other rank, with a
   // RecvAnyWork), posted on the worker thread in issue order.
   WorkPtr enqueue_p2p(const char* op, Buffer buffer, bool is_send, int peer, int tag);
+  // On the worker thread: `buffers` from `root`, through shared memory when the
+  // group has it, else one Gloo broadcast each.
+  void broadcast_now(const std::vector<Buffer>& buffers, int root, std::uint32_t tag);
   void worker_loop();
   void p2p_loop();
   void run_task(Task& task);

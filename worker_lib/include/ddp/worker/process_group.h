@@ -156,6 +156,21 @@ class ProcessGroup {
   // InvalidArgument).
   virtual WorkPtr recv_any(Buffer buffer, int tag = 0) = 0;
 
+  // From `root` into every rank's `buffers`, as one collective: every rank
+  // passes as many buffers, of the same dtypes and counts, in the same order.
+  // Gloo on one host streams them all through its shared-memory segment (no
+  // staging memory, one barrier per slot set); elsewhere each is broadcast in
+  // turn. The default does that with broadcast(): its Work completes once every
+  // broadcast did, failing with the first one's error.
+  virtual WorkPtr broadcast_many(std::vector<Buffer> buffers, int root);
+
+  // Whether broadcast() moves a buffer at least as fast as allreduce() would:
+  // true for Gloo when every rank is on this host (both go through one shared-
+  // memory segment, a broadcast with a third of the copies), false otherwise
+  // (Gloo over TCP, NCCL: not measured against each other). ReplicaState picks
+  // its transfer by it. Constant for the group's life; thread-safe.
+  virtual bool broadcast_is_fast() const { return false; }
+
   // Ends the group because the job's membership changed: every operation
   // still pending and every later one fails with GroupChanged naming `reason`,
   // at once (Gloo closes its connections, so peers blocked on this rank fail
