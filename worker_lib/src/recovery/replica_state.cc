@@ -216,8 +216,8 @@ void drain(const std::vector<WorkPtr>& works) noexcept {
 // Moves the root's buffers to every rank through all-reduces (SUM) of integer
 // words, in which every other rank contributes zeros: adding zero to an
 // integer leaves every bit as it is, whatever the buffer's own dtype (NaN
-// payloads and -0.0 included). The all-reduce is the group's fastest path
-// (shared memory on one host), where a broadcast goes over TCP.
+// payloads and -0.0 included). For a group whose broadcast is not faster
+// (Gloo over TCP: the path bench/replica_state measures).
 //   - CPU buffers of at least `in_place_bytes`: in place, one all-reduce each
 //     (a receiver zeroes its buffer first);
 //   - the others (smaller buffers, counters, CUDA buffers) laid end to end,
@@ -228,8 +228,8 @@ void drain(const std::vector<WorkPtr>& works) noexcept {
 // before the first is issued: copying while they run would compete with them
 // for the cores (with more ranks than cores, a rank then misses its peers'
 // barriers and sleeps; measured, half of the syncs took 2-3x as long).
-void transfer_from_root(ProcessGroup& group, const std::vector<Buffer>& buffers, int root,
-                        std::size_t in_place_bytes, std::size_t staging_bytes) {
+void transfer_by_allreduce(ProcessGroup& group, const std::vector<Buffer>& buffers, int root,
+                           std::size_t in_place_bytes, std::size_t staging_bytes) {
   const bool is_root = group.rank() == root;
   std::vector<Buffer> large, small;
   for (const Buffer& b : buffers) {
@@ -270,6 +270,39 @@ void transfer_from_root(ProcessGroup& group, const std::vector<Buffer>& buffers,
     throw;
   }
   wait_all(in_place);
+}
+
+// Moves the root's buffers to every rank by broadcasts, for a group whose
+// broadcast is fast (Gloo on one host: through its shared-memory segment, one
+// copy in on the root and one out on each other rank, against the all-reduce's
+// three passes). Every CPU buffer, counters included, in place in one
+// broadcast_many (no staging memory: fresh memory's first touch is dear, a
+// guest fault and a hypervisor's shadow-page fault, some 60 us a page on this
+// project's VM, where 1 MiB of staging cost a newcomer 5-8 ms of a 4 MiB
+// transfer); CUDA buffers through host staging of at most `staging_bytes`, one
+// broadcast a slice.
+void transfer_by_broadcast(ProcessGroup& group, const std::vector<Buffer>& buffers, int root,
+                           std::size_t staging_bytes) {
+  const bool is_root = group.rank() == root;
+  std::vector<Buffer> host_buffers, cuda;
+  for (const Buffer& b : buffers) (b.device.is_cuda() ? cuda : host_buffers).push_back(b);
+  const WorkPtr in_place = group.broadcast_many(std::move(host_buffers), root);
+  try {
+    const Stream stream(cuda);
+    const std::size_t capacity = std::min(stream.bytes(), staging_bytes);
+    std::vector<std::int64_t> staging(capacity / 8);
+    auto* host = reinterpret_cast<std::byte*>(staging.data());
+    for (std::size_t first = 0; first < stream.bytes(); first += capacity) {
+      const std::size_t slice = std::min(capacity, stream.bytes() - first);
+      if (is_root) stream.copy(first, slice, host, true);
+      group.broadcast(Buffer{host, slice, DType::kUInt8, Device::cpu()}, root)->wait();
+      if (!is_root) stream.copy(first, slice, host, false);
+    }
+  } catch (...) {
+    drain({in_place});
+    throw;
+  }
+  in_place->wait();
 }
 
 }  // namespace
@@ -410,7 +443,11 @@ SyncResult ReplicaState::transfer(ProcessGroup& group, int root, bool root_live,
     std::vector<Buffer> buffers;  // counters included: one int64 each
     buffers.reserve(entries_.size());
     for (const Entry& e : entries_) buffers.push_back(e.buffer);
-    transfer_from_root(group, buffers, root, in_place_bytes_, staging_bytes_);
+    if (group.broadcast_is_fast()) {
+      transfer_by_broadcast(group, buffers, root, staging_bytes_);
+    } else {
+      transfer_by_allreduce(group, buffers, root, in_place_bytes_, staging_bytes_);
+    }
     result.bytes = bytes();
   }
   live_ = true;

@@ -33,7 +33,7 @@
 // A sync() that fails after the transfer began leaves a receiving rank not live
 // (its memory may be partly overwritten); the root keeps its liveness.
 //
-// Collectives (only allreduce and broadcast of `group`, so the calls match on
+// Collectives (only allreduce, broadcast and broadcast_many of `group`, so the calls match on
 // every rank as long as every rank calls sync() at the same point):
 //   1. one int64 allreduce of a table with every rank's liveness and a digest
 //      of its registrations (count, names, kinds, dtypes, element counts, CPU or
@@ -42,16 +42,18 @@
 //      root and of (at most 8 of) the ranks that differ, then InvalidArgument on
 //      every rank naming each such rank's first difference from the root's
 //      list. Nothing is transferred and liveness is unchanged;
-//   3. otherwise the state from the root through all-reduces (SUM, in place)
-//      of integer words, in which every other rank contributes zeros: adding
-//      zero leaves every bit of the root's values as it is, whatever their
-//      dtype (NaN payloads, -0.0), and the all-reduce is the group's fastest
-//      path (the same-host shared-memory one), where a broadcast goes over
-//      TCP. A CPU buffer of at least in_place_bytes() (1 MiB unless set) goes
-//      in place, in one all-reduce of its own; the other buffers, the counters
-//      and every CUDA buffer are laid end to end in host staging memory (at
-//      most staging_bytes(), 64 MiB unless set): one all-reduce a slice,
-//      copied in on the root and out on the others.
+//   3. otherwise the state from the root. Where the group's broadcast is fast
+//      (ProcessGroup::broadcast_is_fast: Gloo with every rank on one host), by
+//      one broadcast_many of every CPU buffer and counter, in place (through
+//      the shared-memory segment: no staging memory, one copy in and one out).
+//      Elsewhere by all-reduces (SUM, in place) of integer words in which every
+//      other rank contributes zeros: adding zero leaves every bit of the root's
+//      values as it is, whatever their dtype (NaN payloads, -0.0). A CPU buffer
+//      of at least in_place_bytes() (1 MiB unless set) goes in place, in one
+//      all-reduce of its own; the other buffers and the counters are laid end
+//      to end in host staging memory (at most staging_bytes(), 64 MiB unless
+//      set): one all-reduce a slice, copied in on the root and out on the
+//      others. CUDA buffers always go through host staging.
 // sync_agreed(group, root, root_live) is step 3 alone, for a caller that
 // compared the ranks' registrations and liveness itself (ddp_torch.sync_state
 // exchanges them first, with the optimizer state's layout to allocate).
