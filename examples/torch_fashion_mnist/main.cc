@@ -66,8 +66,9 @@ int run(const Flags& flags) {
   const auto train = ddp::examples::load_fashion_mnist(flags.data_dir, "train", flags.train_limit);
   const auto test = ddp::examples::load_fashion_mnist(flags.data_dir, "t10k", flags.test_limit);
   auto as_images = [](const ddp::examples::Dataset& d) {
-    return torch::from_blob(const_cast<float*>(d.images.data()),
-                            {static_cast<long>(d.size), 1, 28, 28});
+    auto x = torch::empty({static_cast<long>(d.size), 1, 28, 28});
+    d.normalized(0, d.size, x.data_ptr<float>());
+    return x;
   };
   auto as_labels = [](const ddp::examples::Dataset& d) {
     return torch::from_blob(const_cast<std::uint8_t*>(d.labels.data()), {static_cast<long>(d.size)},

@@ -75,9 +75,11 @@ double evaluate(Mlp& model, const Dataset& test, ProcessGroup& pg) {
   std::vector<std::int64_t> counts = {0, static_cast<std::int64_t>(end - begin)};
   std::vector<float> logits;
   constexpr std::size_t kChunk = 500;
+  std::vector<float> inputs(kChunk * test.features);
   for (std::size_t s = begin; s < end; s += kChunk) {
     const int n = static_cast<int>(std::min(kChunk, end - s));
-    model.forward(&test.images[s * test.features], n, logits);
+    test.normalized(s, static_cast<std::size_t>(n), inputs.data());
+    model.forward(inputs.data(), n, logits);
     for (int k = 0; k < n; ++k) {
       const float* z = &logits[static_cast<std::size_t>(k) * 10];
       const auto pred = std::max_element(z, z + 10) - z;
@@ -99,8 +101,7 @@ float forward_backward(Loop& l, const Shard& shard, std::size_t k) {
     const std::size_t base = k * t.per_step + static_cast<std::size_t>(m) * batch;
     for (int s = 0; s < batch; ++s) {
       const auto idx = static_cast<std::size_t>(shard.indices[base + static_cast<std::size_t>(s)]);
-      std::copy_n(&t.train.images[idx * t.train.features], t.train.features,
-                  &l.xb[static_cast<std::size_t>(s) * t.train.features]);
+      t.train.normalized(idx, 1, &l.xb[static_cast<std::size_t>(s) * t.train.features]);
       l.yb[static_cast<std::size_t>(s)] = t.train.labels[idx];
     }
     auto one = [&] {

@@ -62,17 +62,21 @@ Dataset load_fashion_mnist(const std::string& dir, const std::string& prefix, st
   Dataset ds;
   ds.size = image_dims[0];
   ds.features = static_cast<std::size_t>(image_dims[1]) * image_dims[2];
-  ds.images.resize(pixels.size());
-  // Fashion-MNIST's training-set pixel mean and standard deviation.
-  constexpr float kMean = 0.2860f, kStd = 0.3530f;
-  for (std::size_t i = 0; i < pixels.size(); ++i) {
-    ds.images[i] = (static_cast<float>(pixels[i]) / 255.0f - kMean) / kStd;
-  }
+  ds.pixels = std::move(pixels);
   ds.labels = std::move(labels);
   for (auto l : ds.labels) {
     if (l > 9) throw std::runtime_error(labels_path + ": label out of range");
   }
   return ds;
+}
+
+void Dataset::normalized(std::size_t first, std::size_t count, float* out) const {
+  // Fashion-MNIST's training-set pixel mean and standard deviation.
+  constexpr float kMean = 0.2860f, kStd = 0.3530f;
+  const std::uint8_t* in = &pixels[first * features];
+  for (std::size_t i = 0; i < count * features; ++i) {
+    out[i] = (static_cast<float>(in[i]) / 255.0f - kMean) / kStd;
+  }
 }
 
 }  // namespace ddp::examples

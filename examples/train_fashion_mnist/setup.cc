@@ -71,7 +71,7 @@ std::string fingerprint(const Dataset& data) {
       n -= chunk;
     }
   };
-  add(data.images.data(), data.images.size() * sizeof(float));
+  add(data.pixels.data(), data.pixels.size());
   add(data.labels.data(), data.labels.size());
   char hex[16];
   std::snprintf(hex, sizeof hex, "%08lx", static_cast<unsigned long>(crc));
