@@ -26,6 +26,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -59,6 +60,22 @@ class Job:
             proc = subprocess.Popen(argv, env=env, cwd=self.tmp, stdout=sink, stderr=subprocess.STDOUT,
                                     start_new_session=True)
         self.agents.append((proc, out))
+        return index
+
+    def start_store_host(self):
+        """Starts the first agent and waits until it hosts the store on the endpoint: agents
+        started together race to bind it, and the test kills nodes other than the host."""
+        index = self.start_agent()
+        host, port = self.endpoint.rsplit(":", 1)
+
+        def listens():
+            try:
+                socket.create_connection((host, int(port)), timeout=1).close()
+                return True
+            except OSError:
+                return False
+
+        self.wait_for("the first agent hosts the store", listens)
         return index
 
     def output(self, index):
@@ -134,7 +151,8 @@ def in_place(tmp):
     set_phase(tmp, 0)
     job = Job(tmp, "in_place", "2:5")
     try:
-        first, second, third = (job.start_agent() for _ in range(3))
+        first = job.start_store_host()
+        second, third = job.start_agent(), job.start_agent()
         survivors = (first, second)
         job.wait_for("3 workers in DDP steps", formed(job, (first, second, third), 3, 0))
         set_phase(tmp, 1)
