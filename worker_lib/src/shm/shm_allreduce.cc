@@ -511,7 +511,9 @@ void ShmAllreduce::broadcast(const std::vector<Part>& parts, int root, const Dea
         const Part& p = parts[part];
         const std::size_t len = std::min(p.bytes - within, n - at);
         auto* bytes = static_cast<std::uint8_t*>(p.data) + within;
-        if (into_set) {
+        if (len == 0) {
+          // an empty part (its data may be null): nothing to copy
+        } else if (into_set) {
           std::memcpy(set + at, bytes, len);
         } else {
           std::memcpy(bytes, set + at, len);
