@@ -1,5 +1,6 @@
 // The Gloo backend: CPU collectives over Gloo's TCP transport, full mesh, and
-// all-reduce through shared memory when every rank of the group is on this host.
+// all-reduce and broadcast through shared memory when every rank of the group is
+// on this host.
 //
 // make_gloo_process_group() blocks until every rank of the group has exchanged
 // its address through `store` and connected (at most options.timeout), then
@@ -10,9 +11,9 @@
 // DDP_SHM_DISABLE=1 like NCCL_SHM_DISABLE), the group also sets up a POSIX
 // shared-memory segment (rank 0 creates it in /dev/shm; 2 x shm_slot_bytes per rank).
 // When every rank could map it, all-reduce (and reduce_scatter, which is built
-// on it) bypasses TCP; otherwise the group quietly keeps to TCP. Broadcast,
-// allgather, reduce, gather, scatter, alltoall, barrier and send/recv always use
-// TCP.
+// on it), broadcast and broadcast_many bypass TCP (broadcast_is_fast() is then
+// true); otherwise the group quietly keeps to TCP. Allgather, reduce, gather,
+// scatter, alltoall, barrier and send/recv always use TCP.
 //
 // Every collective supports float32, float64, float16, bfloat16, int32, int64,
 // uint8, int8 and bool, and the reductions SUM, AVG, MIN, MAX, PRODUCT, and
