@@ -158,13 +158,21 @@ std::optional<Hang> stalled_group(const std::string& name, const Members& member
     if (m.first->state == RankStatus::State::kRunning) live.push_back(m);
   }
   if (live.size() != members.size() || live.empty()) return std::nullopt;
+  // Every rank of the group must be seen: one not seen yet (no page, still
+  // starting) may be the one behind, and the others have not stalled.
+  if (live.size() < static_cast<std::size_t>(live.front().second->size)) return std::nullopt;
   Millis quiet = Millis::max();
+  Millis all_inside = Millis::max();  // how long every rank has been in the collective
   std::size_t inside = 0;
   for (const auto& [r, g] : live) {
     quiet = std::min(quiet, g->since_completed);
     if (g->in_collective()) ++inside;
+    all_inside = std::min(all_inside, g->waiting);
   }
   if (quiet < timeout || (inside != 0 && inside != live.size())) return std::nullopt;
+  // A collective the last rank entered just now has not stalled, however
+  // long the ranks went without completing one before it.
+  if (inside != 0 && all_inside < timeout) return std::nullopt;
   Hang hang;
   hang.kind = Hang::Kind::kStalled;
   hang.group = name;
@@ -175,9 +183,9 @@ std::optional<Hang> stalled_group(const std::string& name, const Members& member
     hang.seq = g.completed;
     hang.collective = g.completed + 1 == g.issued ? g.last_kind : progress::Kind::kNone;
     hang.summary = fmt::format(
-        "no rank of group '{}' completed a collective for {}: every rank waits in {}, which "
-        "never completes (the backend or the network between the ranks)",
-        name, seconds(quiet), collective_name(g, g.completed));
+        "no rank of group '{}' completed a collective for {}: every rank has waited in {} for "
+        "{} or more, and it never completes (the backend or the network between the ranks)",
+        name, seconds(quiet), collective_name(g, g.completed), seconds(all_inside));
   } else {
     hang.in_own_code = true;
     hang.seq = live.front().second->completed;

@@ -7,10 +7,14 @@
 //     T or longer while others never issued #N (they stay in #N-1 or earlier,
 //     inside or outside a collective, or exited). The culprits are the ranks
 //     furthest behind.
-//   - kStalled: no rank of a group completed a collective for T. When every
-//     rank waits in the same collective the culprits are all of them (the
-//     collective itself does not complete: the network or the backend); when
-//     none is in a collective, all of them (nobody issued one for T).
+//   - kStalled: every rank of a group is seen (a page names the group for as
+//     many ranks as its size) and none completed a collective of it for T.
+//     When every rank has waited in the same collective for T the culprits
+//     are all of them (the collective itself does not complete: the network
+//     or the backend); when none is in a collective, all of them (nobody
+//     issued one for T). A collective the last rank entered less than T ago
+//     is no stall, and neither is a group some of whose ranks are not seen
+//     yet (still starting, before their page names it).
 //   - kNotExiting: a rank still runs T after every other rank exited 0 (also
 //     for programs that do not link ddp::worker).
 // Thread-safety: none needed (values in, values out).

@@ -126,6 +126,40 @@ TEST(FindHang, NoRankInACollectiveForTheTimeoutStallsInUserCode) {
   EXPECT_FALSE(find_hang(ranks, seconds(3)));
 }
 
+TEST(FindHang, ACollectiveTheLastRankEnteredJustNowHasNotStalled) {
+  // Every rank waits in #0, long after the ranks started (a slow start on a
+  // loaded machine), but the last one entered it 0.1 s ago.
+  std::vector<RankStatus> ranks;
+  for (int r = 0; r < 4; ++r) ranks.push_back(rank_at(r, 1, 0, seconds(5), seconds(7)));
+  ranks[2].groups[0].waiting = Millis(100);
+  EXPECT_FALSE(find_hang(ranks, seconds(3)));
+  ranks[2].groups[0].waiting = Millis(3100);
+  auto hang = find_hang(ranks, seconds(3));
+  ASSERT_TRUE(hang);
+  EXPECT_EQ(hang->kind, Hang::Kind::kStalled);
+  EXPECT_NE(hang->summary.find("for 3.1 s or more"), std::string::npos) << hang->summary;
+}
+
+TEST(FindHang, AGroupWithRanksNotSeenYetHasNotStalled) {
+  // Ranks 0 and 1 still start (no page yet); ranks 2 and 3 wait in the
+  // group's first collective for them: nobody has stalled.
+  std::vector<RankStatus> ranks = {rank_at(0, 0, 0), rank_at(1, 0, 0),
+                                   rank_at(2, 1, 0, seconds(9), seconds(9)),
+                                   rank_at(3, 1, 0, seconds(9), seconds(9))};
+  for (int r = 0; r < 2; ++r) {
+    ranks[r].has_page = false;
+    ranks[r].groups.clear();
+  }
+  EXPECT_FALSE(find_hang(ranks, seconds(3)));
+  // The same two ranks, once the other two are seen in the group: a stall.
+  ranks[0] = rank_at(0, 1, 0, seconds(4), seconds(9));
+  ranks[1] = rank_at(1, 1, 0, seconds(4), seconds(9));
+  auto hang = find_hang(ranks, seconds(3));
+  ASSERT_TRUE(hang);
+  EXPECT_EQ(hang->kind, Hang::Kind::kStalled);
+  EXPECT_EQ(hang->culprits, (std::vector<int>{0, 1, 2, 3}));
+}
+
 TEST(FindHang, ARankStillRunningAfterEveryOtherExitedZeroIsNotExiting) {
   std::vector<RankStatus> ranks;
   for (int r = 0; r < 3; ++r) {
