@@ -135,9 +135,11 @@ class Agent::Impl {
     round_ = std::move(round);
     const RendezvousInfo& info = round_->info();
     ++attempt_;
+    read_job_counts();
     live_view_.follow(*round_);
     events_.round_formed(RoundFormed{info.round, attempt_ - 1, info.world_size,
-                                     info.group_world_size, info.group_rank, info.base_rank});
+                                     info.group_world_size, info.group_rank, info.base_rank,
+                                     job_counts_});
     if (reforming_) {
       reforming_ = false;
       membership_.note(events_, "re-formed the group as round " + std::to_string(info.round) +
@@ -149,7 +151,8 @@ class Agent::Impl {
                   info.group_rank, info.group_world_size, info.base_rank,
                   info.base_rank + options_.spec.local_world_size - 1, info.world_size,
                   info.master_addr, info.master_port);
-    group_.begin_round(*round_, attempt_, restart_count_, std::exchange(keeping_, false));
+    group_.begin_round(*round_, attempt_, restart_count_, job_counts_,
+                       std::exchange(keeping_, false));
     recovery_.round_formed(info);
     hang_.begin_round();
     begin_watch();
@@ -184,6 +187,8 @@ class Agent::Impl {
     if (monitor.hurry_until()) hurry_until_ = monitor.hurry_until();
     if (monitor.reform_cause()) reform_cause_ = *monitor.reform_cause();
     watch.reset();
+    // Read before the watch forgets the round's ranks.
+    round_progressed_ = watch_.steps_seen().value_or(true);
     watch_.end_round(/*keep_workers=*/outcome.kind == RoundOutcome::Kind::kReformInPlace);
     recovery_.finish_report();
     return outcome;
@@ -207,24 +212,91 @@ class Agent::Impl {
         break;
       case RoundOutcome::Kind::kReform:
         reforming_ = true;
+        // A membership change does not consume --max_restarts: counted apart.
+        count_round_end(RoundEndCount::Kind::kMembershipChange);
         count_restart(reform_cause_);
-        return std::nullopt;  // a membership change does not consume --max_restarts
+        return std::nullopt;
       case RoundOutcome::Kind::kReformInPlace:
         reforming_ = true;
         keeping_ = true;
         if (outcome.spends_restart) ++restart_count_;
+        count_round_end(outcome.spends_restart ? RoundEndCount::Kind::kRestart
+                                               : RoundEndCount::Kind::kMembershipChange);
         count_restart(outcome.spends_restart ? RestartCause::kWorkerFailure : reform_cause_);
         return std::nullopt;
     }
     if (outcome.kind == RoundOutcome::Kind::kRestart &&
-        restart_count_ < options_.spec.max_restarts) {
+        job_counts_.restarts < options_.spec.max_restarts) {
       ++restart_count_;
+      count_round_end(RoundEndCount::Kind::kRestart);
+      note_restart_cause(outcome);
+      if (no_progress_limit_reached()) return stop_for_no_progress();
       count_restart(hang_.last_hang().empty() ? RestartCause::kWorkerFailure : RestartCause::kHang);
-      logger_->warn("restarting the worker group ({}/{} restarts)", restart_count_,
+      logger_->warn("restarting the worker group ({}/{} restarts)", job_counts_.restarts,
                     options_.spec.max_restarts);
       return std::nullopt;
     }
     return report_failure(outcome);
+  }
+
+  // The job's counts as the store holds them, read as a round forms (a node
+  // that joins late starts from the job's, not from zero).
+  void read_job_counts() {
+    try {
+      if (auto counts = rdzv_.job_counts()) job_counts_ = *counts;
+    } catch (const std::exception& e) {
+      logger_->warn(
+          "could not read the job's restart count from the store ({}); going on with "
+          "this node's: {}",
+          e.what(), job_counts_.restarts);
+    }
+  }
+
+  // Counts the end of this round for the job, once across every node.
+  void count_round_end(RoundEndCount::Kind kind) {
+    const RoundEndCount how{kind, round_progressed_};
+    try {
+      job_counts_ = rdzv_.count_round_end(job_counts_, how);
+    } catch (const std::exception& e) {
+      job_counts_ = counted(job_counts_, how);
+      logger_->warn("could not count the restart in the store ({}); counting it on this node",
+                    e.what());
+    }
+  }
+
+  // One line per restart for the no-progress report (the last few kept).
+  void note_restart_cause(const RoundOutcome& outcome) {
+    const std::string why = !hang_.last_hang().empty()
+                                ? "a hang: " + hang_.last_hang()
+                                : fmt::format("node {}'s workers failed (exit code {})",
+                                              outcome.node, exit_code_for(outcome.value));
+    restart_causes_.push_back(fmt::format(
+        "restart {} of the job, after round {}: {}; {}", job_counts_.restarts, round_->info().round,
+        why, round_progressed_ ? "steps were completed" : "no rank completed a step"));
+    if (restart_causes_.size() > kRestartCausesKept) restart_causes_.erase(restart_causes_.begin());
+  }
+
+  bool no_progress_limit_reached() const {
+    const int limit = options_.spec.max_no_progress_restarts;
+    return limit > 0 && job_counts_.restarts_without_progress >= limit;
+  }
+
+  // --max_no_progress_restarts: the restarts in a row made no progress; every
+  // node of the round counted the same and stops the same way.
+  int stop_for_no_progress() {
+    std::string report = fmt::format(
+        "ddprun: stopping the job: its last {} restarts each came after a round in which no rank "
+        "completed a step (--max_no_progress_restarts={}); exit code {}\n",
+        job_counts_.restarts_without_progress, options_.spec.max_no_progress_restarts,
+        kNoProgressExitCode);
+    for (const auto& line : restart_causes_) report += "  " + line + "\n";
+    const auto& failures = group_.failures();
+    if (!failures.empty()) {
+      report += format_report(program_name(), failures, options_.hostname);
+      reported_worker_failure_ = true;
+    }
+    events_.report(report);
+    return kNoProgressExitCode;
   }
 
   // Another node's agent stopped the job: its exit code here.
@@ -257,8 +329,9 @@ class Agent::Impl {
     }
     events_.notice(
         fmt::format("the worker group on node {} failed (exit code {}) and no restarts are left "
-                    "(--max_restarts={})",
-                    outcome.node, exit_code_for(outcome.value), options_.spec.max_restarts));
+                    "(--max_restarts={}: the job spent {} across its nodes)",
+                    outcome.node, exit_code_for(outcome.value), options_.spec.max_restarts,
+                    job_counts_.restarts));
     return exit_code_for(outcome.value);
   }
 
@@ -360,7 +433,7 @@ class Agent::Impl {
   }
 
   void count_restart(RestartCause cause) {
-    events_.restarting(Restart{cause, restart_count_, options_.spec.max_restarts});
+    events_.restarting(Restart{cause, job_counts_, options_.spec.max_restarts});
   }
 
   AgentOptions options_;
@@ -380,7 +453,17 @@ class Agent::Impl {
   InPlaceRecovery recovery_;
   // The round this node runs in (null before the first).
   std::unique_ptr<Round> round_;
+  // This agent's restarts (torchrun's TORCHELASTIC_RESTART_COUNT).
   int restart_count_ = 0;
+  // The job's counts (restarts on every node, membership changes): read as
+  // a round forms, then with the round's end counted.
+  JobCounts job_counts_;
+  // Whether a rank completed a step in the round that just ended (true when
+  // steps cannot be seen: no progress pages).
+  bool round_progressed_ = true;
+  // The last restarts and why, for the no-progress report.
+  static constexpr std::size_t kRestartCausesKept = 16;
+  std::vector<std::string> restart_causes_;
   // Rounds this agent ran workers in (attempt_<n> log directories).
   int attempt_ = 0;
   // The group re-forms after this round; with keeping_, the next round keeps

@@ -102,7 +102,7 @@ std::string HangResponse::action_of(const ProgressWatch::Verdict& verdict,
                                          : "none on this node: the culprit's node ends it";
   }
   if (options_.watch.on_hang == WatchOptions::OnHang::kFail) return "fail (--on_hang=fail)";
-  return group_.restart_count() < options_.spec.max_restarts
+  return group_.job_restarts() < options_.spec.max_restarts
              ? "restart (--on_hang=restart)"
              : "fail (--on_hang=restart, but no restarts are left)";
 }

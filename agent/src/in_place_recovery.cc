@@ -21,7 +21,7 @@ bool InPlaceRecovery::keep_workers_through(const RoundEnd& end) {
     if (!w.running || !control.in_place(w.local_rank)) return false;
   }
   const bool restart = end.kind == RoundEnd::Kind::kRestart;
-  if (restart && group_.restart_count() >= options_.spec.max_restarts) return false;
+  if (restart && group_.job_restarts() >= options_.spec.max_restarts) return false;
   const control::Message abort =
       contract::encode(contract::Abort{group_.round_info().round, describe(end)});
   bool failed = false;

@@ -260,7 +260,12 @@ std::string status_json(const JobSnapshot& job, Clock::time_point now, std::time
   }
   json causes = json::object();
   for (RestartCause c : kCauses) causes[to_string(c)] = count_of(job.restarts, c);
-  doc["restarts"] = {{"spent", job.restarts_spent}, {"max", f.max_restarts}, {"by_cause", causes}};
+  // The job's counts (every node's), and this node's restarts and re-forms by cause.
+  doc["restarts"] = {{"spent", job.job.restarts},
+                     {"max", f.max_restarts},
+                     {"membership_changes", job.job.membership_changes},
+                     {"in_a_row_without_progress", job.job.restarts_without_progress},
+                     {"by_cause", causes}};
   json exits = json::object();
   for (ExitReason r : kReasons) exits[to_string(r)] = count_of(job.exits, r);
   doc["worker_exits"] = exits;
@@ -328,6 +333,12 @@ void write_member_metrics(const JobSnapshot& job, status_http::MetricsText& out)
     out.sample("ddprun_restarts_total", {{"cause", to_string(c)}},
                static_cast<double>(count_of(job.restarts, c)));
   }
+  out.family("ddprun_job_restarts", "gauge",
+             "Restarts the job spent, counted once per restart across every node");
+  out.sample("ddprun_job_restarts", job.job.restarts);
+  out.family("ddprun_job_membership_changes", "gauge",
+             "Times the job re-formed for a node lost or admitted, across every node");
+  out.sample("ddprun_job_membership_changes", job.job.membership_changes);
   out.family("ddprun_max_restarts", "gauge",
              "Restarts a worker failure may spend (--max_restarts)");
   out.sample("ddprun_max_restarts", f.max_restarts);

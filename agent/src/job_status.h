@@ -92,7 +92,7 @@ struct JobSnapshot {
   Clock::time_point state_since{};
   std::optional<RoundStatus> round;
   int rounds_formed = 0;
-  int restarts_spent = 0;
+  JobCounts job;  // the job's restarts and membership changes
   std::map<RestartCause, std::uint64_t> restarts;
   std::map<ExitReason, std::uint64_t> exits;
   std::uint64_t hangs = 0;

@@ -64,6 +64,7 @@ void LiveViewFeed::round_formed(const RoundFormed& info) {
   const RoundStatus r{info, options_.runtime->now()};
   board_.update([&](JobSnapshot& job) {
     job.round = r;
+    job.job = info.job;
     ++job.rounds_formed;
     job.in_rendezvous = false;
     job.members.clear();
@@ -176,12 +177,12 @@ void LiveViewFeed::restarting(const Restart& restart) {
   const RestartCause cause = restart.cause;
   board_.update([&](JobSnapshot& job) {
     ++job.restarts[cause];
-    job.restarts_spent = restart.restarts_spent;
+    job.job = restart.job;
     set_state(job, JobState::kRestarting);
   });
   if (cause == RestartCause::kWorkerFailure || cause == RestartCause::kHang) {
     board_.event("restart", fmt::format("restarting the worker group ({}/{} restarts{})",
-                                        restart.restarts_spent, restart.max_restarts,
+                                        restart.job.restarts, restart.max_restarts,
                                         cause == RestartCause::kHang ? ", after a hang" : ""));
   } else {
     board_.event("restart", std::string("re-forming the group after a node ") +

@@ -293,6 +293,25 @@ std::vector<RankStatus> ProgressWatch::view_local() const {
   return local;
 }
 
+std::optional<bool> ProgressWatch::steps_seen() const {
+  bool pages = false;
+  const auto now = runtime_.now();
+  const std::int64_t now_ns = progress::now_ns();
+  for (const auto& [local_rank, local] : locals_) {
+    if (local.rank < 0 || !local.page) continue;
+    const RankStatus r = status_of(local_rank, local, now_ns, now);
+    pages = pages || r.has_page;
+    if (r.steps > 0) return true;
+  }
+  for (const auto& r : view_) {
+    if (r.node == info_.group_rank) continue;  // read from the pages above
+    pages = pages || r.has_page;
+    if (r.steps > 0) return true;
+  }
+  if (!pages) return std::nullopt;
+  return false;
+}
+
 std::string ProgressWatch::straggler_summary() const {
   std::string text = format_scores(final_scores_, stragglers_.named());
   if (!text.empty() && static_cast<int>(final_scores_.size()) < info_.world_size) {

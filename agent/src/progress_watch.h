@@ -108,6 +108,12 @@ class ProgressWatch {
   // hang was reported, or the store did not take it in time.
   bool hang_in_store(Millis wait);
 
+  // Whether a rank of the round completed a step: this node's ranks as their
+  // pages show now, the other nodes' as last seen. Nullopt when no rank has
+  // a page (a program that writes none: its steps cannot be seen). Call it
+  // before end_round().
+  std::optional<bool> steps_seen() const;
+
   // Every rank as last seen (this node's and the others').
   const std::vector<RankStatus>& ranks() const { return view_; }
 

@@ -25,10 +25,12 @@ WorkerGroup::WorkerGroup(const AgentOptions& options, RendezvousHandler& rendezv
     : options_(options), rdzv_(rendezvous), loop_(loop), watch_(watch), events_(events),
       logger_(log::get("ddprun")), python_(runs_python(options.spec.argv)) {}
 
-void WorkerGroup::begin_round(const Round& round, int attempt, int restart_count, bool keep) {
+void WorkerGroup::begin_round(const Round& round, int attempt, int restart_count,
+                              const JobCounts& job, bool keep) {
   round_ = &round;
   attempt_ = attempt;
   restart_count_ = restart_count;
+  job_ = job;
   std::vector<Worker> kept;
   if (keep) {
     for (auto& w : workers_) {
@@ -141,6 +143,8 @@ contract::WorkerRound WorkerGroup::round_of(const Worker& worker) const {
   round.group_rank = info.group_rank;
   round.group_world_size = info.group_world_size;
   round.restart_count = restart_count_;
+  round.job_restart_count = job_.restarts;
+  round.membership_changes = job_.membership_changes;
   round.master_addr = info.master_addr;
   round.master_port = info.master_port;
   round.store_addr = info.store_addr;

@@ -58,8 +58,10 @@ class WorkerGroup {
   // A new round begins (`round` must outlive it, until the next begin_round):
   // the workers of the last one are forgotten, or, with `keep` (they recover
   // in place), those still running are kept. `attempt` numbers its
-  // attempt_<n> directory, plus one; `restart_count` is what workers are told.
-  void begin_round(const Round& round, int attempt, int restart_count, bool keep);
+  // attempt_<n> directory, plus one; `restart_count` (this agent's restarts)
+  // and `job` (the job's counts) are what workers are told.
+  void begin_round(const Round& round, int attempt, int restart_count, const JobCounts& job,
+                   bool keep);
 
   // Starts a worker in every local slot without a running one; a worker kept
   // through an in-place recovery is told the new round instead.
@@ -101,7 +103,8 @@ class WorkerGroup {
   // this node ran workers in), and that directory's name below run_log_dir.
   int attempt() const { return attempt_ - 1; }
   std::string attempt_subdir_name() const;
-  int restart_count() const { return restart_count_; }
+  // The job's restarts when this round formed (what --max_restarts limits).
+  int job_restarts() const { return job_.restarts; }
   // The workers run under Python.
   bool python() const { return python_; }
   // torch's file timer the workers are told of (null: none); must outlive
@@ -130,6 +133,7 @@ class WorkerGroup {
   const Round* round_ = nullptr;
   int attempt_ = 0;
   int restart_count_ = 0;
+  JobCounts job_;
   FileTimerServer* timer_ = nullptr;
   std::vector<Worker> workers_;
   std::map<int, std::size_t> pid_to_worker_;

@@ -107,7 +107,15 @@ const std::vector<OptionRow>& option_table() {
       {.name = "max_restarts",
        .text = &R::max_restarts,
        .default_value = std::to_string(agent.spec.max_restarts),
-       .help = "Maximum number of worker group restarts before failing."},
+       .help = "Maximum number of worker group restarts before failing, for the whole job: "
+               "counted once per restart across every node, and read by a node that joins "
+               "late."},
+      {.name = "max_no_progress_restarts",
+       .text = &R::max_no_progress_restarts,
+       .default_value = std::to_string(agent.spec.max_no_progress_restarts),
+       .help = "Stop the job, with exit code 93, after this many restarts in a row after rounds "
+               "in which no rank completed a step (seen on the progress pages of ddp::worker "
+               "programs and of PyTorch scripts on the backend \"ddp\"); 0: never."},
       {.name = "monitor_interval",
        .text = &R::monitor_interval,
        .default_value = "5",

@@ -28,6 +28,7 @@ struct RawOptions {
   std::string master_port;
   std::string local_addr;
   std::string max_restarts;
+  std::string max_no_progress_restarts;
   std::string monitor_interval;
   std::string start_method;
   std::string role;

@@ -192,6 +192,9 @@ class Resolver {
     spec.name = c.program;  // the report's title, as torchrun does
     spec.max_restarts = static_cast<int>(parse_int_in(
         raw_.max_restarts, 0, 1000000, what("max_restarts"), "a non-negative integer"));
+    spec.max_no_progress_restarts =
+        static_cast<int>(parse_int_in(raw_.max_no_progress_restarts, 0, 1000000,
+                                      what("max_no_progress_restarts"), "a non-negative integer"));
     char* end = nullptr;
     c.monitor_interval = std::strtod(raw_.monitor_interval.c_str(), &end);
     if (raw_.monitor_interval.empty() || *end != '\0' || !(c.monitor_interval > 0) ||

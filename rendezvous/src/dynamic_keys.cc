@@ -120,6 +120,7 @@ void leave_job(Store& store, const RunKeys& keys, int last_round, int nodes) {
   delete_round_keys(store, last);
   store.delete_key(keys.current());
   store.delete_key(keys.config());
+  store.delete_key(keys.counts());
 }
 
 void delete_round_keys(Store& store, const std::string& r) {

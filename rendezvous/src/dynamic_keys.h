@@ -3,6 +3,7 @@
 // decision. Under P = "rdzv/<run_id>/":
 //   P/current                  "<round> <nodes>" of the last round that formed
 //   P/config                   the job that holds the run id
+//   P/counts                   the job's restarts and membership changes (job_counts.h)
 //   P/alive/<member>           a node's keep-alive (liveness.h)
 //   R = P/round_<r>:
 //     R/arrivals               a node's arrival index: tickets on a store that
@@ -37,6 +38,7 @@ class RunKeys {
   const std::string& prefix() const { return prefix_; }
   std::string current() const { return prefix_ + "current"; }
   std::string config() const { return prefix_ + "config"; }
+  std::string counts() const { return prefix_ + "counts"; }
   std::string round(int round) const { return prefix_ + "round_" + std::to_string(round); }
 
   // Below a round prefix R.
@@ -89,7 +91,7 @@ std::string end_round_once(Store& store, const std::string& r, const RoundEnd& e
 
 // This node leaves the job after round `last_round` (-1: it joined none) of
 // `nodes` nodes: counts it in R/left; the last of them deletes what is left
-// of the job (that round, the one before, P/current, P/config).
+// of the job (that round, the one before, P/current, P/config, P/counts).
 void leave_job(Store& store, const RunKeys& keys, int last_round, int nodes);
 
 // Deletes round R's keys (its workers' keys cannot be listed and stay).

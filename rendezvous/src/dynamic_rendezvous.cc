@@ -4,6 +4,7 @@
 
 #include "ddp/common/error.h"
 #include "ddp/common/text.h"
+#include "job_counts_store.h"
 #include "round_control.h"
 #include "run_claim.h"
 
@@ -65,6 +66,16 @@ void DynamicRendezvous::observe_keep_alives(const std::function<void(KeepAlivePr
 }
 
 std::string DynamicRendezvous::store_name() const { return store_.name(); }
+
+std::optional<JobCounts> DynamicRendezvous::job_counts() {
+  if (params_.max_nodes == 1) return std::nullopt;  // no store round trip for a single node
+  return read_job_counts(*store_.client(), keys_.counts());
+}
+
+JobCounts DynamicRendezvous::count_round_end(const JobCounts& seen, const RoundEndCount& how) {
+  if (params_.max_nodes == 1) return counted(seen, how);
+  return rendezvous_detail::count_round_end(*store_.client(), keys_.counts(), seen, how);
+}
 
 std::shared_ptr<Store> DynamicRendezvous::store() { return store_.client(); }
 

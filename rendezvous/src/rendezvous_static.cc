@@ -22,6 +22,7 @@
 #include "ddp/common/error.h"
 #include "ddp/common/time.h"
 #include "ddp/rendezvous/rendezvous.h"
+#include "job_counts_store.h"
 #include "records.h"
 #include "round_control.h"
 
@@ -216,7 +217,7 @@ class RoundHandler : public RendezvousHandler {
         if (!before.empty()) {
           for (auto& key : round_keys(before, before_nodes)) keys.push_back(std::move(key));
         }
-        for (const char* name : {"/left", "/heartbeat", "/started", "/round"}) {
+        for (const char* name : {"/left", "/heartbeat", "/started", "/round", "/counts"}) {
           keys.push_back(base + instance + name);
         }
         for (const auto& key : keys) store.delete_key(key);
@@ -262,6 +263,14 @@ class RoundHandler : public RendezvousHandler {
 
   // Connected on first use when only an opener was given (a single node
   // never needs its own client).
+  std::optional<JobCounts> job_counts() override {
+    if (params_.max_nodes == 1) return std::nullopt;  // a single node never touches the store
+    return rendezvous_detail::read_job_counts(*store_.client(), counts_key());
+  }
+  JobCounts count_round_end(const JobCounts& seen, const RoundEndCount& how) override {
+    if (params_.max_nodes == 1) return counted(seen, how);
+    return rendezvous_detail::count_round_end(*store_.client(), counts_key(), seen, how);
+  }
   std::shared_ptr<Store> store() override { return store_.client(); }
   std::shared_ptr<Store> open_store() override { return store_.open(); }
   std::string store_token() const override { return store_.token(); }
@@ -272,6 +281,8 @@ class RoundHandler : public RendezvousHandler {
   const char* origin() const { return "static rendezvous"; }
   std::string base_prefix() const { return "rdzv/" + params_.run_id + "/"; }
   std::string instance_key() const { return base_prefix() + "instance"; }
+  // The job's counts (job_counts.h), one key per instance.
+  std::string counts_key() const { return instance_prefix(instance_) + "/counts"; }
   std::string instance_prefix(const std::string& instance) const {
     return base_prefix() + instance;
   }
@@ -375,7 +386,7 @@ class RoundHandler : public RendezvousHandler {
           keys.push_back(std::move(key));
         }
       }
-      for (const char* name : {"/left", "/heartbeat", "/started", "/round"}) {
+      for (const char* name : {"/left", "/heartbeat", "/started", "/round", "/counts"}) {
         keys.push_back(prefix + name);
       }
       for (const auto& key : keys) store.delete_key(key);

@@ -463,6 +463,79 @@ TEST_F(AgentTest, AllNodesRestartTogether) {
   EXPECT_EQ(store_->num_keys(), 0);
 }
 
+// --max_restarts is the job's: three agents (c10d, 2 to 3 nodes) whose
+// failures on different nodes spend one budget of 2, the third of them a node
+// that joined after the first restart. It reads the job's count instead of
+// starting at zero, so when the budget is gone every node stops alike.
+TEST_F(AgentTest, FailuresOnDifferentNodesSpendOneJobWideRestartBudget) {
+  auto job_restarts = [](const FakeEventLoop::Launch& launch) {
+    return std::stoi(launch.env.at("DDP_JOB_RESTART_COUNT"));
+  };
+  auto changes = [](const FakeEventLoop::Launch& launch) {
+    return std::stoi(launch.env.at("DDP_MEMBERSHIP_CHANGES"));
+  };
+  FakeEventLoop l0, l1, l2;
+  // The first failure, on the first node to arrive (node A).
+  l0.on_launch = [&](FakeEventLoop& l, const FakeEventLoop::Launch& launch) {
+    if (job_restarts(launch) == 0) l.exit(launch.pid, 5);
+  };
+  // The third, on node B, once the job spent two: no restart is left.
+  l1.on_launch = [&](FakeEventLoop& l, const FakeEventLoop::Launch& launch) {
+    if (job_restarts(launch) == 2) l.exit(launch.pid, 9);
+  };
+  // The second, on the late node C, in its first round.
+  l2.on_launch = [&](FakeEventLoop& l, const FakeEventLoop::Launch& launch) {
+    if (job_restarts(launch) == 1 && changes(launch) == 1) l.exit(launch.pid, 7);
+  };
+  auto c10d = [&] {
+    RendezvousParams p;
+    p.run_id = "job";
+    p.min_nodes = 2;
+    p.max_nodes = 3;
+    p.node_rank = -1;
+    p.local_world_size = 1;
+    p.join_timeout = std::chrono::seconds(20);
+    p.last_call_timeout = std::chrono::milliseconds(100);
+    p.keep_alive_interval = std::chrono::milliseconds(500);
+    p.worker_master_port = 4321;
+    RendezvousStore rs(store_);
+    rs.at("10.1.2.3", 1234);
+    return make_c10d_rendezvous(p, rs);
+  };
+  auto r0 = c10d();
+  auto r1 = c10d();
+  auto r2 = c10d();
+  std::atomic<int> c0{-1}, c1{-1}, c2{-1};
+  std::thread t0([&] { c0 = Agent(options(1, 2, 0), *r0, l0).run(); });
+  std::thread t1([&] { c1 = Agent(options(1, 2, 1), *r1, l1).run(); });
+  // Node C arrives once A and B run round 1 (after the first restart).
+  for (int i = 0; i < 2000 && (l0.launches().size() < 2 || l1.launches().size() < 2); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_EQ(l1.launches().size(), 2u);
+  std::thread t2([&] { c2 = Agent(options(1, 2, 2), *r2, l2).run(); });
+  t0.join();
+  t1.join();
+  t2.join();
+  // Every node stopped with the last failure's exit code: none restarted alone.
+  EXPECT_EQ(c0, 9);
+  EXPECT_EQ(c1, 9);
+  EXPECT_EQ(c2, 9);
+  // A and B: round 0, the restart, the re-form that admitted C, the restart.
+  ASSERT_EQ(l0.launches().size(), 4u);
+  ASSERT_EQ(l1.launches().size(), 4u);
+  ASSERT_EQ(l2.launches().size(), 2u);
+  const auto c_first = l2.launches()[0];
+  EXPECT_EQ(c_first.env.at("DDP_JOB_RESTART_COUNT"), "1");
+  EXPECT_EQ(c_first.env.at("DDP_MEMBERSHIP_CHANGES"), "1");
+  EXPECT_EQ(c_first.env.at("TORCHELASTIC_RESTART_COUNT"), "0");  // torchrun's: this agent's
+  const auto a_last = l0.launches()[3];
+  EXPECT_EQ(a_last.env.at("DDP_JOB_RESTART_COUNT"), "2");
+  EXPECT_EQ(a_last.env.at("DDP_MEMBERSHIP_CHANGES"), "1");
+  EXPECT_EQ(a_last.env.at("TORCHELASTIC_RESTART_COUNT"), "2");
+  EXPECT_EQ(l2.launches()[1].env.at("TORCHELASTIC_RESTART_COUNT"), "1");
+}
+
 // A worker kept for in-place recovery that never reads its control channel:
 // once the socket's buffer is full, the agent's abort cannot go out. The agent
 // must not block in the send (it used to, and with it the node's loop): the

@@ -67,9 +67,10 @@ void fill(JobBoard& board, FakeTime& time) {
   board.update([&](JobSnapshot& job) {
     job.state = JobState::kRunning;
     job.state_since = time.now();
-    job.round = RoundStatus{{3, 4, 4, 2, 0, 0}, time.now()};
+    job.round = RoundStatus{{3, 4, 4, 2, 0, 0, {}}, time.now()};
     job.rounds_formed = 4;
-    job.restarts_spent = 1;
+    job.job.restarts = 1;
+    job.job.membership_changes = 2;
     job.restarts[RestartCause::kWorkerFailure] = 1;
     job.restarts[RestartCause::kNodeLost] = 2;
     job.exits[ExitReason::kStopped] = 6;
@@ -95,7 +96,9 @@ TEST(JobBoard, EventsAreStampedWithTheirRoundAndBounded) {
   JobBoard board(time);
   board.event("done", "before any round");
   EXPECT_EQ(board.snapshot().events.back().round, -1);
-  board.update([&](JobSnapshot& job) { job.round = RoundStatus{{7, 1, 2, 1, 0, 0}, time.now()}; });
+  board.update([&](JobSnapshot& job) {
+    job.round = RoundStatus{{7, 1, 2, 1, 0, 0, {}}, time.now()};
+  });
   for (int i = 0; i < 250; ++i) board.event("restart", "restart " + std::to_string(i));
   const JobSnapshot job = board.snapshot();
   ASSERT_EQ(job.events.size(), JobSnapshot::kMaxEvents);
@@ -137,6 +140,8 @@ TEST(JobStatus, StatusJsonHoldsTheJobAsThisNodeSeesIt) {
   EXPECT_DOUBLE_EQ(doc["round"]["formed_s_ago"].get<double>(), 3.0);
   EXPECT_EQ(doc["restarts"]["spent"], 1);
   EXPECT_EQ(doc["restarts"]["max"], 3);
+  EXPECT_EQ(doc["restarts"]["membership_changes"], 2);
+  EXPECT_EQ(doc["restarts"]["in_a_row_without_progress"], 0);
   EXPECT_EQ(doc["restarts"]["by_cause"]["node_lost"], 2);
   EXPECT_EQ(doc["restarts"]["by_cause"]["hang"], 0);
   EXPECT_EQ(doc["worker_exits"]["stopped"], 6);
@@ -233,6 +238,8 @@ TEST(JobMetrics, TheExpositionHasEveryFamilyWithItsSamples) {
            "ddprun_members{state=\"alive\"} 0\n",
            "# TYPE ddprun_restarts_total counter\n",
            "ddprun_restarts_total{cause=\"worker_failure\"} 1\n",
+           "ddprun_job_restarts 1\n",
+           "ddprun_job_membership_changes 2\n",
            "ddprun_restarts_total{cause=\"node_lost\"} 2\n",
            "ddprun_restarts_total{cause=\"hang\"} 0\n",
            "ddprun_worker_exits_total{reason=\"stopped\"} 6\n",

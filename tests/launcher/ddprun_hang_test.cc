@@ -356,6 +356,53 @@ TEST_F(HangTest, ARankThatNeverExitsIsNamedAsNotExitingByEveryNode) {
       << err(1);
 }
 
+// --max_no_progress_restarts: rank 1 fails before its first step on every
+// attempt, so no restart brings progress. After the second restart in a row
+// without a step, both nodes stop the job with exit code 93 and say why,
+// though restarts are left.
+TEST_F(HangTest, RestartsWithoutAStepInARowStopTheJobWithItsOwnExitCode) {
+  ASSERT_NO_FATAL_FAILURE(
+      start("fail", 1, 0, {"--max_restarts=5", "--max_no_progress_restarts=2"}, {}));
+  ASSERT_TRUE(wait_agents()) << "the job did not end\n" << logs();
+  for (int node = 0; node < 2; ++node) {
+    SCOPED_TRACE("node " + std::to_string(node));
+    EXPECT_EQ(code(node), 93) << logs();
+    const std::string text = err(node);
+    EXPECT_TRUE(contains(text,
+                         "ddprun: stopping the job: its last 2 restarts each came after a "
+                         "round in which no rank completed a step "
+                         "(--max_no_progress_restarts=2); exit code 93"))
+        << text;
+    EXPECT_TRUE(contains(text, "  restart 1 of the job, after round 0: ")) << text;
+    EXPECT_TRUE(contains(text, "  restart 2 of the job, after round 1: ")) << text;
+    EXPECT_TRUE(contains(text, "; no rank completed a step\n")) << text;
+  }
+  EXPECT_TRUE(contains(err(0), "node 0's workers failed (exit code 3)")) << err(0);
+  // Rounds 0 and 1 ran and failed; no third attempt was started.
+  EXPECT_TRUE(fs::is_directory(attempt_dir(1))) << logs();
+  EXPECT_FALSE(fs::exists(attempt_dir(2))) << logs();
+}
+
+// The same failure after two steps: the round made progress, so the rule
+// (at 1) lets the restart happen; --max_restarts ends the job, with the
+// worker's exit code.
+TEST_F(HangTest, RestartsAfterStepsAreNotStoppedByTheNoProgressRule) {
+  ASSERT_NO_FATAL_FAILURE(
+      start("fail", 1, 2, {"--max_restarts=1", "--max_no_progress_restarts=1"}, {}));
+  ASSERT_TRUE(wait_agents()) << "the job did not end\n" << logs();
+  // Node 0 runs the failing rank; node 1's ranks may fail of its loss first
+  // (their collective breaks), so its code is theirs.
+  EXPECT_EQ(code(0), 3) << logs();
+  EXPECT_NE(code(1), 0) << logs();
+  for (int node = 0; node < 2; ++node) {
+    EXPECT_NE(code(node), 93) << logs();
+    EXPECT_FALSE(contains(err(node), "--max_no_progress_restarts=1)")) << err(node);
+  }
+  EXPECT_TRUE(fs::is_directory(attempt_dir(1))) << logs();
+  EXPECT_TRUE(contains(err(0), "restarting the worker group (1/1 restarts)")) << err(0);
+  EXPECT_FALSE(fs::exists(attempt_dir(2))) << logs();
+}
+
 // A healthy job with a slow first step and a checkpoint pause, each shorter
 // than the timeout: nothing is reported.
 TEST_F(HangTest, ASlowFirstStepAndACheckpointPauseAreNotHangs) {

@@ -15,8 +15,9 @@
 //   slow          the culprit computes 3x longer each step (a straggler, no hang)
 //   no_exit       every rank finishes; the culprit never exits
 //   checkpoint    healthy, with a first step of F ms and every rank pausing P ms at step k
-// Faults happen on the first attempt only (TORCHELASTIC_RESTART_COUNT 0), so a
-// restarted group succeeds. With --mark_dir D the culprit writes D/stall_<rank>
+//   fail          the culprit exits with code 3 before step k, on every attempt
+// Faults other than fail happen on the first attempt only (TORCHELASTIC_RESTART_COUNT
+// 0), so a restarted group succeeds. With --mark_dir D the culprit writes D/stall_<rank>
 // (CLOCK_REALTIME seconds, as text) the moment its fault begins (for skip: when
 // it finishes its loop, a collective short).
 // The culprit's blocking functions have names a stack shows:
@@ -85,7 +86,7 @@ int main(int argc, char** argv) {
   }
   const char* restart = std::getenv("TORCHELASTIC_RESTART_COUNT");
   const bool first_attempt = restart == nullptr || std::string(restart) == "0";
-  const std::string mode = first_attempt ? argv[1] : "healthy";
+  const std::string mode = first_attempt || std::strcmp(argv[1], "fail") == 0 ? argv[1] : "healthy";
   mark_dir = arg_text(argc, argv, "--mark_dir");
   const int culprit = std::atoi(argv[2]);
   const long k = std::atol(argv[3]);
@@ -117,6 +118,11 @@ int main(int argc, char** argv) {
         progress_worker_spins_forever();
       }
       if (mode == "skip") continue;
+      if (mode == "fail") {
+        std::fprintf(stderr, "rank %d fails before step %ld\n", rank, step);
+        std::fflush(nullptr);
+        std::_Exit(3);
+      }
     }
     model.begin_forward();
     model.begin_backward();

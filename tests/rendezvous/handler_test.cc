@@ -221,6 +221,88 @@ TEST(C10dRendezvous, RangeClosesAfterLastCallAndALateNodeIsAdmittedByAReform) {
   late->shutdown(std::chrono::seconds(1));
 }
 
+// ------------------------------------------------------------ the job's counts
+
+TEST(JobCounts, RoundTripAndRejectAnythingElse) {
+  const JobCounts counts{3, 2, 1};
+  EXPECT_EQ(encode_job_counts(counts), "3 2 1");
+  EXPECT_EQ(decode_job_counts("3 2 1"), counts);
+  for (const char* bad : {"", "3", "3 2", "3 2 1 0", "3 2 -1", "3  2 1", "a 2 1", "3 2 4",
+                          "1234567890 0 0", " 3 2 1", "3 2 1 "}) {
+    EXPECT_FALSE(decode_job_counts(bad)) << "'" << bad << "'";
+  }
+}
+
+TEST(JobCounts, ARestartWithoutAStepExtendsTheRunAndAnyStepEndsIt) {
+  using K = RoundEndCount::Kind;
+  JobCounts c;
+  c = counted(c, {K::kRestart, false});
+  c = counted(c, {K::kMembershipChange, false});  // a re-form without a step: the run goes on
+  c = counted(c, {K::kRestart, false});
+  EXPECT_EQ(c, (JobCounts{2, 1, 2}));
+  c = counted(c, {K::kMembershipChange, true});  // steps in the re-formed round
+  EXPECT_EQ(c, (JobCounts{2, 2, 0}));
+  c = counted(c, {K::kRestart, true});
+  EXPECT_EQ(c, (JobCounts{3, 2, 0}));
+}
+
+// Every agent of a round counts its end; the job counts it once, whatever
+// the order, and a node that joins later reads the job's counts.
+TEST(JobCounts, EveryNodeCountsARoundEndAndTheJobCountsItOnce) {
+  for (const bool c10d : {false, true}) {
+    SCOPED_TRACE(c10d ? "c10d" : "static");
+    auto store = std::make_shared<MemoryStore>();
+    std::vector<std::unique_ptr<RendezvousHandler>> handlers;
+    for (int node = 0; node < 2; ++node) {
+      handlers.push_back(c10d ? make_c10d_rendezvous(params(2, node, 1), with(store))
+                              : make_static_rendezvous(params(2, node, 1), with(store)));
+    }
+    form(handlers);
+    const RoundEndCount restart{RoundEndCount::Kind::kRestart, false};
+    const JobCounts seen = *handlers[0]->job_counts();
+    EXPECT_EQ(seen, JobCounts{});
+    EXPECT_EQ(*handlers[1]->job_counts(), seen);
+    EXPECT_EQ(handlers[1]->count_round_end(seen, restart), (JobCounts{1, 0, 1}));
+    EXPECT_EQ(handlers[0]->count_round_end(seen, restart), (JobCounts{1, 0, 1}));
+    EXPECT_EQ(*handlers[0]->job_counts(), (JobCounts{1, 0, 1}));
+    // The next round's end, with a step seen: counted from the new counts.
+    const JobCounts next = *handlers[1]->job_counts();
+    const RoundEndCount change{RoundEndCount::Kind::kMembershipChange, true};
+    EXPECT_EQ(handlers[0]->count_round_end(next, change), (JobCounts{1, 1, 0}));
+    EXPECT_EQ(handlers[1]->count_round_end(next, change), (JobCounts{1, 1, 0}));
+    // A late counter of the first round (a node that left) changes nothing.
+    EXPECT_EQ(handlers[1]->count_round_end(seen, restart), (JobCounts{1, 1, 0}));
+    for (auto& h : handlers) h->shutdown(std::chrono::seconds(1));
+  }
+}
+
+TEST(JobCounts, ASingleNodeKeepsItsOwnAndTouchesNoStore) {
+  auto store = std::make_shared<MemoryStore>();
+  auto handler = make_c10d_rendezvous(params(1, 0, 1), with(store));
+  handler->join();
+  EXPECT_FALSE(handler->job_counts());
+  EXPECT_EQ(handler->count_round_end(JobCounts{2, 0, 0}, {RoundEndCount::Kind::kRestart, true}),
+            (JobCounts{3, 0, 0}));
+  EXPECT_EQ(store->num_keys(), 0);
+}
+
+TEST(JobCounts, AValueThatIsNoCountsIsAProtocolErrorNamingTheKey) {
+  auto store = std::make_shared<MemoryStore>();
+  std::vector<std::unique_ptr<RendezvousHandler>> handlers;
+  for (int node = 0; node < 2; ++node) {
+    handlers.push_back(make_c10d_rendezvous(params(2, node, 1), with(store)));
+  }
+  form(handlers);
+  store->set("rdzv/r/counts", "lots");
+  try {
+    handlers[0]->job_counts();
+    FAIL() << "no error";
+  } catch (const ProtocolError& e) {
+    EXPECT_NE(std::string(e.what()).find("rdzv/r/counts"), std::string::npos) << e.what();
+  }
+  for (auto& h : handlers) h->shutdown(std::chrono::seconds(1));
+}
+
 // ------------------------------------------------------------ job instances
 
 TEST(JobInstance, SecondJobWithTheSameIdIsRefusedWhileTheFirstRuns) {

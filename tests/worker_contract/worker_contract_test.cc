@@ -26,6 +26,8 @@ WorkerRound a_round() {
   r.group_rank = 2;
   r.group_world_size = 4;
   r.restart_count = 3;
+  r.job_restart_count = 4;
+  r.membership_changes = 2;
   r.master_addr = "10.0.0.2";
   r.master_port = 29500;
   r.store_addr = "node-0.example";
@@ -69,11 +71,12 @@ TEST(WorkerContract, EveryMessageRoundTrips) {
 // synced, while synced lacked the `round` the agent read).
 TEST(WorkerContract, EachMessageCarriesTheFieldsOfItsStruct) {
   EXPECT_EQ(encode(a_round()).type, "round");
-  EXPECT_EQ(keys_of(encode(a_round())),
-            (std::set<std::string>{"round", "rank", "world_size", "local_rank", "local_world_size",
-                                   "group_rank", "group_world_size", "restart_count", "master_addr",
-                                   "master_port", "store_addr", "store_port", "store_prefix",
-                                   "grace_ms"}));
+  EXPECT_EQ(
+      keys_of(encode(a_round())),
+      (std::set<std::string>{"round", "rank", "world_size", "local_rank", "local_world_size",
+                             "group_rank", "group_world_size", "restart_count", "job_restart_count",
+                             "membership_changes", "master_addr", "master_port", "store_addr",
+                             "store_port", "store_prefix", "grace_ms"}));
   EXPECT_EQ(encode(Hello{}).type, "hello");
   EXPECT_EQ(keys_of(encode(Hello{})), (std::set<std::string>{"in_place", "pid"}));
   EXPECT_EQ(encode(Abort{}).type, "abort");
@@ -197,6 +200,8 @@ TEST(WorkerContract, TheEnvironmentAndTheRoundMessageSayTheSameRound) {
       {names::kGroupRank, "group_rank"},
       {names::kGroupWorldSize, "group_world_size"},
       {names::kRestartCount, "restart_count"},
+      {names::kJobRestartCount, "job_restart_count"},
+      {names::kMembershipChanges, "membership_changes"},
       {names::kMasterAddr, "master_addr"},
       {names::kMasterPort, "master_port"},
       {names::kStoreAddr, "store_addr"},
@@ -216,6 +221,8 @@ TEST(WorkerContract, TheEnvironmentAndTheRoundMessageSayTheSameRound) {
   fields.erase("round");
   EXPECT_EQ(in_env, fields);
   EXPECT_EQ(env.at(names::kRank), "5");
+  EXPECT_EQ(env.at(names::kJobRestartCount), "4");
+  EXPECT_EQ(env.at(names::kMembershipChanges), "2");
   EXPECT_EQ(env.at(names::kChangeGraceMs), "12500");
   EXPECT_EQ(env.at(names::kStorePrefix), "rdzv/job/round_7/workers");
 }

@@ -52,6 +52,8 @@ constexpr RoundVariable kRoundVariables[] = {
     {"group_rank", env_names::kGroupRank},
     {"group_world_size", env_names::kGroupWorldSize},
     {"restart_count", env_names::kRestartCount},
+    {"job_restart_count", env_names::kJobRestartCount},
+    {"membership_changes", env_names::kMembershipChanges},
     {"master_addr", env_names::kMasterAddr},
     {"master_port", env_names::kMasterPort},
     {"store_addr", env_names::kStoreAddr},
@@ -106,6 +108,8 @@ control::Message encode(const WorkerRound& r) {
       .set("group_rank", r.group_rank)
       .set("group_world_size", r.group_world_size)
       .set("restart_count", r.restart_count)
+      .set("job_restart_count", r.job_restart_count)
+      .set("membership_changes", r.membership_changes)
       .set("master_addr", r.master_addr)
       .set("master_port", r.master_port)
       .set("store_addr", r.store_addr)
@@ -127,12 +131,14 @@ std::optional<WorkerRound> decode_round(const control::Message& m) {
   const auto local_rank = int_in(m, "local_rank", 0, *local_world_size - 1);
   const auto group_rank = int_in(m, "group_rank", 0, *group_world_size - 1);
   const auto restart_count = int_in(m, "restart_count", 0, kMaxCount);
+  const auto job_restart_count = int_in(m, "job_restart_count", 0, kMaxCount);
+  const auto membership_changes = int_in(m, "membership_changes", 0, kMaxCount);
   const auto master_port = int_in(m, "master_port", 0, 65535);
   const auto store_port = int_in(m, "store_port", 1, 65535);
   const auto grace = m.integer("grace_ms");
-  if (!rank || !local_rank || !group_rank || !restart_count || !master_port || !store_port ||
-      !grace || *grace < 0 || !has(m, "master_addr") || !has(m, "store_prefix") ||
-      m.text("store_addr").empty()) {
+  if (!rank || !local_rank || !group_rank || !restart_count || !job_restart_count ||
+      !membership_changes || !master_port || !store_port || !grace || *grace < 0 ||
+      !has(m, "master_addr") || !has(m, "store_prefix") || m.text("store_addr").empty()) {
     return std::nullopt;
   }
   r.round = *round;
@@ -143,6 +149,8 @@ std::optional<WorkerRound> decode_round(const control::Message& m) {
   r.group_rank = *group_rank;
   r.group_world_size = *group_world_size;
   r.restart_count = *restart_count;
+  r.job_restart_count = *job_restart_count;
+  r.membership_changes = *membership_changes;
   r.master_addr = m.text("master_addr");
   r.master_port = *master_port;
   r.store_addr = m.text("store_addr");

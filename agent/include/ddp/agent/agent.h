@@ -38,6 +38,10 @@
 
 namespace ddp::agent {
 
+// The job's exit code when --max_no_progress_restarts stopped it (NVIDIA's
+// fault-tolerant launcher uses the same for its own no-progress stop).
+inline constexpr int kNoProgressExitCode = 93;
+
 class Agent {
  public:
   // Borrows `rendezvous`, `loop` and `events`; they must outlive the

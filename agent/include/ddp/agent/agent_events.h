@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "ddp/rendezvous/job_counts.h"
+
 namespace ddp::agent {
 
 // Why the group was restarted or re-formed (the live view's `cause` label).
@@ -35,6 +37,8 @@ struct RoundFormed {
   int group_world_size = 0;
   int group_rank = 0;
   int base_rank = 0;
+  // The job's restarts and membership changes when it formed (on every node).
+  JobCounts job;
 };
 
 // A node was declared lost, or one asked to join (the round ends for it).
@@ -59,7 +63,7 @@ struct WorkerExit {
 // The group restarts (spending a restart) or re-forms (a membership change).
 struct Restart {
   RestartCause cause = RestartCause::kWorkerFailure;
-  int restarts_spent = 0;
+  JobCounts job;  // the job's counts, this restart or re-form counted
   int max_restarts = 0;
 };
 

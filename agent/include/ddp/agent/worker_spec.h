@@ -44,7 +44,11 @@ struct WorkerSpec {
   // The title of failure reports ("<name> FAILED"): the script or program as
   // the user named it. Empty: the file name of argv[0].
   std::string name;
+  // The job's restarts (counted once per round across every node).
   int max_restarts = 0;
+  // After this many restarts in a row after rounds in which no rank completed
+  // a step, the job stops with kNoProgressExitCode instead (0: never).
+  int max_no_progress_restarts = 0;
   // -r: the streams written only to <attempt dir>/<local_rank>/{stdout,stderr}.log.
   StdSetting redirects;
   // -t: the streams written to those files and to the console.

@@ -50,6 +50,7 @@
 #include <vector>
 
 #include "ddp/common/time.h"
+#include "ddp/rendezvous/job_counts.h"
 #include "ddp/rendezvous/rendezvous_store.h"
 #include "ddp/rendezvous/round.h"
 #include "ddp/store/store.h"
@@ -245,6 +246,20 @@ class RendezvousHandler {
   // membership never calls it. Register before the first join().
   virtual void observe_keep_alives(const std::function<void(KeepAliveProbe)>& observer) {
     (void)observer;
+  }
+
+  // The job's counts of restarts and membership changes (job_counts.h) as the
+  // store holds them, read when a round formed; nullopt for a handler that
+  // keeps none (a single node: the agent counts its own). Call it between
+  // join() and the round's end, on the agent's thread. Throws the store's errors.
+  virtual std::optional<JobCounts> job_counts() { return std::nullopt; }
+
+  // Counts, once for the job, the end of the round that formed when the
+  // counts were `seen` (what job_counts() read): every agent of the round may
+  // call it, before it joins the next one. Returns the counts after it; a
+  // handler that keeps none returns counted(seen, how). Throws the store's errors.
+  virtual JobCounts count_round_end(const JobCounts& seen, const RoundEndCount& how) {
+    return counted(seen, how);
   }
 
   // The store the agents meet in (used by the agent's thread).

@@ -55,5 +55,11 @@ inline constexpr const char* kControlFd = "DDP_CONTROL_FD";
 // collective wait for the agent's word that the round ended (a node's death
 // reaches its peers' connections before the agents' verdict).
 inline constexpr const char* kChangeGraceMs = "DDP_CHANGE_GRACE_MS";
+// The job's restarts and membership changes so far, counted once per round
+// across every node (TORCHELASTIC_RESTART_COUNT keeps torchrun's meaning:
+// the restarts of this node's agent, which a node that joined late started
+// at zero).
+inline constexpr const char* kJobRestartCount = "DDP_JOB_RESTART_COUNT";
+inline constexpr const char* kMembershipChanges = "DDP_MEMBERSHIP_CHANGES";
 
 }  // namespace ddp::env_names

@@ -61,7 +61,9 @@ struct WorkerRound {
   int local_world_size = 1;
   int group_rank = 0;  // this node's rank among the round's nodes
   int group_world_size = 1;
-  int restart_count = 0;  // restarts the job spent so far
+  int restart_count = 0;       // restarts this node's agent made (torchrun's count)
+  int job_restart_count = 0;   // restarts the job spent so far, on every node
+  int membership_changes = 0;  // rounds the job re-formed for a node lost or admitted
   // PyTorch's env:// meeting point: a free port on group rank 0's node.
   std::string master_addr;
   int master_port = 0;
@@ -81,7 +83,8 @@ struct WorkerRound {
 // torchrun's LOCAL_RANK, RANK, GROUP_RANK, ROLE_RANK, LOCAL_WORLD_SIZE,
 // WORLD_SIZE, GROUP_WORLD_SIZE, ROLE_WORLD_SIZE, MASTER_ADDR, MASTER_PORT,
 // TORCHELASTIC_RESTART_COUNT, and ddprun's DDP_STORE_ADDR, DDP_STORE_PORT,
-// DDP_STORE_PREFIX, DDP_CHANGE_GRACE_MS. Not the round's number (see there).
+// DDP_STORE_PREFIX, DDP_CHANGE_GRACE_MS, DDP_JOB_RESTART_COUNT,
+// DDP_MEMBERSHIP_CHANGES. Not the round's number (see there).
 std::vector<std::pair<std::string, std::string>> environment_of(const WorkerRound& round);
 
 // A variable's value, or nullopt when it is not set (a worker's getenv).
