@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -283,6 +284,55 @@ TEST_F(JobRecordTest, AnAgentKilledMidJobLeavesEveryLineItWrote) {
     EXPECT_EQ(events[i]["text"], std::to_string(i) + std::string(9000, 'r'));
   }
   EXPECT_FALSE(fs::exists(status_file())) << "no end, no final status";
+}
+
+// docs/using.md's section on the record, up to the next section.
+std::string documented_record() {
+  const std::string doc = read_file(fs::path(DDP_SOURCE_DIR) / "docs" / "using.md");
+  const auto start = doc.find("### The job's record");
+  EXPECT_NE(start, std::string::npos) << "docs/using.md no longer describes the record";
+  if (start == std::string::npos) return "";
+  return doc.substr(start, doc.find("\n### ", start + 1) - start);
+}
+
+TEST_F(JobRecordTest, TheDocumentedRecordNamesEveryKindAndEveryField) {
+  JobRecord::Limits limits;
+  limits.events_bytes = 1500;  // a rotation too
+  auto rec = record(limits);
+  rec->notice("n");
+  rec->report("r\n");
+  rec->joining();
+  rec->round_formed(RoundFormed{0, 0, 2, 1, 0, 0});
+  rec->workers_running();
+  rec->workers_stopping();
+  rec->membership_changed(MembershipChange{true, 1, "lost"});
+  rec->membership_changed(MembershipChange{false, 2, "joins"});
+  rec->worker_exited(WorkerExit{0, 0, 0, 1, 0, ExitReason::kSucceeded});
+  rec->worker_failed(WorkerExit{1, 1, 0, 2, 1, ExitReason::kFailed});
+  rec->restarting(Restart{RestartCause::kHang, 1, 2});
+  rec->hang(HangReport{{"step", "s", {1}, 0, 0, "f"}, "t\n"});
+  rec->recovering("why");
+  rec->recovered("ok");
+  rec->job_ended(0);
+  std::vector<json> events = events_of(run() / JobRecord::kRotatedEventsFile);
+  for (auto& e : events_of(events_file())) events.push_back(std::move(e));
+  std::set<std::string> kinds;
+  std::set<std::string> keys;
+  for (const auto& e : events) {
+    kinds.insert(e["kind"].get<std::string>());
+    for (auto it = e.begin(); it != e.end(); ++it) keys.insert(it.key());
+  }
+  EXPECT_EQ(kinds, std::set<std::string>(kRecordKinds.begin(), kRecordKinds.end()))
+      << "every kind, and only kRecordKinds";
+  const std::string documented = documented_record();
+  for (const auto& kind : kRecordKinds) {
+    EXPECT_NE(documented.find("`" + std::string(kind) + "`"), std::string::npos)
+        << "the record has kind '" << kind << "', which docs/using.md does not name";
+  }
+  for (const auto& key : keys) {
+    EXPECT_NE(documented.find("`" + key + "`"), std::string::npos)
+        << "the record has '" << key << "', which docs/using.md does not name";
+  }
 }
 
 }  // namespace
