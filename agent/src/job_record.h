@@ -54,7 +54,9 @@ inline constexpr std::array<std::string_view, 16> kRecordKinds = {
 class JobRecord final : public AgentEvents {
  public:
   struct Limits {
-    // One events file; with its one rotated copy, twice this on disk.
+    // One events file; with its one rotated copy, twice this on disk (a
+    // single line longer than this, impossible with these defaults since
+    // fields are cut, would still be written whole).
     std::size_t events_bytes = std::size_t{4} << 20;
     std::size_t status_bytes = std::size_t{1} << 20;
     // A string field of an event (a report, a hang's text) longer than this
@@ -66,10 +68,11 @@ class JobRecord final : public AgentEvents {
   static constexpr const char* kRotatedEventsFile = "events.jsonl.1";
   static constexpr const char* kStatusFile = "status.json";
 
-  // Writes into `dir` (created when missing; the file itself is never opened
-  // through a symbolic link); an empty `dir` writes nothing at all. `board` is the live view's: its snapshot becomes
-  // status.json at job_ended, so the record must follow the live view in the
-  // fan-out. `host` goes on every line.
+  // Writes into `dir` (created when missing; the files are never opened
+  // through a symbolic link); an empty `dir` writes nothing at all. `board`
+  // is the live view's: its snapshot becomes status.json at job_ended, so
+  // the record must follow the live view in the fan-out. `host` goes on
+  // every line.
   JobRecord(std::string dir, std::string host, const JobBoard& board,
             std::function<void(const std::string&)> warn, Limits limits);
   JobRecord(std::string dir, std::string host, const JobBoard& board,
