@@ -18,6 +18,7 @@
 #include "file_timer_service.h"
 #include "hang_response.h"
 #include "in_place_recovery.h"
+#include "job_record.h"
 #include "live_view_feed.h"
 #include "progress_watch.h"
 #include "round_monitor.h"
@@ -41,7 +42,10 @@ class Agent::Impl {
       : options_(std::move(options)), rdzv_(rendezvous), loop_(loop), logger_(log::get("ddprun")),
         watch_(options_.watch, options_.hostname, rendezvous.params().local_addr,
                *options_.runtime),
-        live_view_(options_, rendezvous, watch_), events_({&printer, &live_view_}),
+        live_view_(options_, rendezvous, watch_),
+        record_(options_.record_dir, options_.hostname, live_view_.board(),
+                [&printer](const std::string& line) { printer.notice(line); }),
+        events_({&printer, &live_view_, &record_}),
         group_(options_, rendezvous, loop, watch_, events_),
         hang_(options_, watch_, group_, events_), timer_(options_, group_, events_),
         recovery_(options_, rendezvous.params(), group_, events_) {
@@ -442,8 +446,9 @@ class Agent::Impl {
   std::shared_ptr<spdlog::logger> logger_;
   // Progress, hangs and stragglers of the workers (and the other nodes').
   ProgressWatch watch_;
-  // The live view, and every event to the printer and to it.
+  // The live view, the record, and every event to the printer and to them.
   LiveViewFeed live_view_;
+  JobRecord record_;  // after the live view: it writes the live view's board at the end
   AgentEventsFanout events_;
   // The rooms: the workers, the reaction to a hang, torch's file timer,
   // in-place recovery.

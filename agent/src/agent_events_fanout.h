@@ -1,5 +1,5 @@
 // Every event to several AgentEvents, in the order they were added (the
-// printer before the live view). Borrows them: they must outlive the fan-out.
+// printer, the live view, then the record, which writes the live view's board). Borrows them: they must outlive the fan-out.
 // Thread-safety and blocking: those of its members.
 #pragma once
 

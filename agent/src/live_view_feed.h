@@ -37,6 +37,8 @@ class LiveViewFeed final : public AgentEvents {
   // Stops the endpoint (the board stays).
   void stop() { status_.reset(); }
   std::optional<std::uint16_t> port() const;
+  // What the agent knows, as the endpoint serves it.
+  const JobBoard& board() const { return board_; }
 
   // The round this node runs in now (must live until the next follow()).
   void follow(const Round& round) { round_ = &round; }

@@ -233,6 +233,8 @@ int run(const ddp::launcher::LaunchConfig& config) {
                  "the run)\n",
                  options.run_log_dir.c_str());
   }
+  // The job's record goes where the run's folder is kept (not in the private one).
+  if (!config.log_dir.empty() || output_in_files) options.record_dir = options.run_log_dir;
   const std::string run_log_dir = options.run_log_dir;
 
   // What the agent's events become for the user: lines on stderr (the live

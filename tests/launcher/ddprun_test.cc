@@ -366,6 +366,38 @@ TEST_F(DdprunTest, MaxRestartsExhaustedReportsRootCause) {
   EXPECT_NE(result.err.find("error.json"), std::string::npos);
   EXPECT_NE(result.err.find("host      : "), std::string::npos);
   EXPECT_NE(result.err.find("rank      : "), std::string::npos);
+
+  // The job's record, in the run's folder: the events as lines of JSON, and
+  // the final /status document.
+  std::vector<fs::path> runs;
+  for (const auto& entry : fs::directory_iterator(dir_.path() / "logs")) runs.push_back(entry);
+  ASSERT_EQ(runs.size(), 1u);
+  std::vector<nlohmann::json> events;
+  for (const auto& line : lines_of(read_text(runs[0] / "events.jsonl"))) {
+    events.push_back(nlohmann::json::parse(line));
+  }
+  std::vector<int> attempts;
+  int restarts = 0;
+  int failed_workers = 0;
+  for (const auto& e : events) {
+    if (e["kind"] == "round_formed") attempts.push_back(e["attempt"]);
+    if (e["kind"] == "restarting") {
+      ++restarts;
+      EXPECT_EQ(e["cause"], "worker_failure") << e;
+      EXPECT_EQ(e["restarts_spent"], 1) << e;
+    }
+    if (e["kind"] == "worker_failed") ++failed_workers;
+  }
+  EXPECT_EQ(attempts, (std::vector<int>{0, 1}));
+  EXPECT_EQ(restarts, 1);
+  EXPECT_GE(failed_workers, 2) << "one failure a round at least";
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events.back()["kind"], "job_ended");
+  EXPECT_EQ(events.back()["exit_code"], 9);
+  const auto status = read_json(runs[0] / "status.json");
+  EXPECT_EQ(status["state"], "failed");
+  EXPECT_EQ(status["restarts"]["spent"], 1);
+  EXPECT_EQ(status["events"].back()["text"], "the job ended with exit code 9");
 }
 
 TEST_F(DdprunTest, SignalledWorkerReportsSignalName) {

@@ -1,9 +1,10 @@
 // What the agent tells those who watch it: the events of a run, as one small
 // interface. The agent itself prints nothing and shows nothing; it calls an
 // AgentEvents, and its implementations decide what the events become: ddprun's
-// stderr printer (StderrPrinter below: the lines users see) and the live view
-// (agent/src/live_view_feed.h: the board behind --status_port). An agent holds
-// both behind AgentEventsFanout (agent/src/agent_events_fanout.h).
+// stderr printer (StderrPrinter below: the lines users see), the live view
+// (agent/src/live_view_feed.h: the board behind --status_port) and the job's
+// record (agent/src/job_record.h: the events and the final /status on disk).
+// An agent holds them behind AgentEventsFanout (agent/src/agent_events_fanout.h).
 //
 // Contract for implementations: every call comes from the agent's thread, in
 // the order things happened; a call must not block (no I/O beyond writing a

@@ -95,6 +95,9 @@ struct AgentOptions {
   WorkerSpec spec;
   // <log_dir>/<run_id>: holds attempt_<n>/<local_rank>/{error.json,stdout.log,stderr.log}.
   std::string run_log_dir;
+  // Where the job's record goes (events.jsonl, status.json; agent/src/job_record.h);
+  // empty: none. ddprun sets it to run_log_dir when that folder is kept.
+  std::string record_dir;
   // Set OMP_NUM_THREADS=1 in workers when it is unset (torchrun does this when
   // nproc_per_node > 1).
   bool set_omp_num_threads = false;
