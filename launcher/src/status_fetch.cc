@@ -126,6 +126,19 @@ class Fetch : public std::enable_shared_from_this<Fetch> {
 
   void read() {
     auto self = shared_from_this();
+    http::async_read_header(stream_, buffer_, parser_, [self](const error_code& e, std::size_t) {
+      self->header_read(e);
+    });
+  }
+
+  // Beast 1.74's parser lets a Content-Length over its body limit through (it
+  // enforces the limit on chunked bodies only), so the length is checked here.
+  void header_read(const error_code& ec) {
+    if (ec) return answered(ec);
+    if (const auto length = parser_.content_length(); length && *length > max_body_) {
+      return answered(http::error::body_limit);
+    }
+    auto self = shared_from_this();
     http::async_read(stream_, buffer_, parser_, [self](const error_code& e, std::size_t) {
       self->answered(e);
     });
