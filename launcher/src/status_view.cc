@@ -114,19 +114,21 @@ std::string title_line(const std::vector<AgentAnswer>& answers, const AgentStatu
     if (const AgentStatus* a = agent_of(answer)) runs.insert(a->run_id);
   }
   std::string line = "ddprun status";
+  if (primary && !primary->time.empty()) line += " " + primary->time;
   if (primary) {
     line += " | run " + primary->run_id;
     if (runs.size() > 1) line += fmt::format(" (and {} other runs!)", runs.size() - 1);
     line += " (" + primary->backend + ")";
-    line += fmt::format(" | nnodes {}:{} x {}", primary->min_nodes, primary->max_nodes,
-                        primary->nproc_per_node);
+    line += fmt::format(" | nnodes {}:{}, nproc_per_node {}", primary->min_nodes,
+                        primary->max_nodes, primary->nproc_per_node);
     if (primary->round) {
-      line += fmt::format(" | round {}: {} nodes, {} ranks", primary->round->number,
-                          primary->round->group_world_size, primary->round->world_size);
+      const RoundRow& r = *primary->round;
+      line += fmt::format(" | round {}: {} node{}, {} rank{}", r.number, r.group_world_size,
+                          r.group_world_size == 1 ? "" : "s", r.world_size,
+                          r.world_size == 1 ? "" : "s");
     }
     line += fmt::format(" | restarts {}/{}", primary->restarts_spent, primary->max_restarts);
   }
-  if (primary && !primary->time.empty()) line += " | " + primary->time;
   return line;
 }
 

@@ -250,8 +250,8 @@ TEST(StatusView, ShowsTheNodesRanksEventsOfTwoAgentsOfOneRound) {
                                             answer_of("http://n1:9400/", agent_doc(1, 2))};
   const auto lines = render_status_view(answers, {140, 0});
   EXPECT_EQ(lines[0],
-            "ddprun status | run job42 (c10d) | nnodes 1:2 x 2 | round 2: 2 nodes, 4 ranks | "
-            "restarts 1/3 | 2026-11-28T04:31:02Z");
+            "ddprun status 2026-11-28T04:31:02Z | run job42 (c10d) | nnodes 1:2, nproc_per_node "
+            "2 | round 2: 2 nodes, 4 ranks | restarts 1/3");
   EXPECT_EQ(lines[1], "OK: every node answers (2 in the round)");
   EXPECT_EQ(row(lines, {"http://n0:9400/"}),
             (std::vector<std::string>{"http://n0:9400/", "0", "host0", "running", "2", "yes",
@@ -304,6 +304,14 @@ TEST(StatusView, AnUnreachableAgentAndALostNodeAreTheProblem) {
   EXPECT_EQ(row(lines, {"2", "1"})[4], "running");
   EXPECT_EQ(row(lines, {"2", "1"})[5], "(stale)");
   EXPECT_EQ(row(lines, {"2", "1"})[6], "100");
+}
+
+TEST(StatusView, TheTitleCountsOneNodeAndOneRankInTheSingular) {
+  json doc = agent_doc(0, 4, "lost");
+  doc["round"]["group_world_size"] = 1;
+  doc["round"]["world_size"] = 1;
+  const auto lines = render_status_view({answer_of("http://n0:9400/", doc)}, {200, 0});
+  EXPECT_NE(lines[0].find(" | round 4: 1 node, 1 rank | "), std::string::npos) << lines[0];
 }
 
 TEST(StatusView, NoAgentAnsweringShowsOnlyTheAgents) {

@@ -33,7 +33,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "status"))
 from live_view_test import Failure, Job, bin_dir, check, wait_until  # noqa: E402
 
 SKIP = 77
-WIDTH, HEIGHT = 170, 45
+WIDTH, HEIGHT = 120, 40
 
 
 class Tmux:
