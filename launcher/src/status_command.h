@@ -23,8 +23,8 @@ namespace ddp::launcher::status {
 
 struct StatusArgs {
   std::vector<StatusUrl> urls;
-  std::string token;       // --token
-  std::string token_file;  // --token_file
+  std::string token;                               // --token
+  std::string token_file;                          // --token_file
   std::optional<std::chrono::milliseconds> watch;  // --watch [SECONDS]
   std::chrono::milliseconds timeout{2000};         // --timeout SECONDS
   bool help = false;

@@ -29,7 +29,7 @@ std::string without_scheme(std::string_view text) {
   const std::string_view scheme = text.substr(0, scheme_end);
   if (scheme != "http") {
     throw InvalidArgument("", "'" + std::string(text) + "': the live view speaks " +
-                                               "plain http, not " + std::string(scheme));
+                                  "plain http, not " + std::string(scheme));
   }
   return std::string(text.substr(scheme_end + 3));
 }
@@ -59,14 +59,8 @@ class Fetch : public std::enable_shared_from_this<Fetch> {
  public:
   Fetch(asio::io_context& ioc, const StatusUrl& url, std::string token,
         std::chrono::milliseconds timeout, std::size_t max_body, FetchReply& reply)
-      : url_(url),
-        token_(std::move(token)),
-        timeout_(timeout),
-        resolver_(ioc),
-        stream_(ioc),
-        timer_(ioc),
-        max_body_(max_body),
-        reply_(reply) {
+      : url_(url), token_(std::move(token)), timeout_(timeout), resolver_(ioc), stream_(ioc),
+        timer_(ioc), max_body_(max_body), reply_(reply) {
     parser_.header_limit(kMaxHeader);
     parser_.body_limit(max_body);
   }
@@ -102,9 +96,8 @@ class Fetch : public std::enable_shared_from_this<Fetch> {
   void resolved(const error_code& ec, const tcp::resolver::results_type& results) {
     if (ec) return fail("cannot resolve '" + url_.host + "': " + ec.message());
     auto self = shared_from_this();
-    stream_.async_connect(results, [self](const error_code& e, const tcp::endpoint&) {
-      self->connected(e);
-    });
+    stream_.async_connect(
+        results, [self](const error_code& e, const tcp::endpoint&) { self->connected(e); });
   }
 
   void connected(const error_code& ec) {
@@ -126,9 +119,8 @@ class Fetch : public std::enable_shared_from_this<Fetch> {
 
   void read() {
     auto self = shared_from_this();
-    http::async_read_header(stream_, buffer_, parser_, [self](const error_code& e, std::size_t) {
-      self->header_read(e);
-    });
+    http::async_read_header(stream_, buffer_, parser_,
+                            [self](const error_code& e, std::size_t) { self->header_read(e); });
   }
 
   // Beast 1.74's parser lets a Content-Length over its body limit through (it
@@ -139,9 +131,8 @@ class Fetch : public std::enable_shared_from_this<Fetch> {
       return answered(http::error::body_limit);
     }
     auto self = shared_from_this();
-    http::async_read(stream_, buffer_, parser_, [self](const error_code& e, std::size_t) {
-      self->answered(e);
-    });
+    http::async_read(stream_, buffer_, parser_,
+                     [self](const error_code& e, std::size_t) { self->answered(e); });
   }
 
   void answered(const error_code& ec) {
@@ -205,8 +196,8 @@ StatusUrl parse_status_url(std::string_view text) {
   const HostPort hp = split_host_port(authority, "");
   if (hp.host.empty() || !hp.port || hp.port->empty()) {
     throw InvalidArgument("", "'" + url.text +
-                                               "' names no host and port (the live view is at "
-                                               "http://HOST:PORT/, PORT the agent's --status_port)");
+                                  "' names no host and port (the live view is at "
+                                  "http://HOST:PORT/, PORT the agent's --status_port)");
   }
   int port = 0;
   for (char c : *hp.port) {
@@ -217,8 +208,8 @@ StatusUrl parse_status_url(std::string_view text) {
     port = port * 10 + (c - '0');
   }
   if (port < 1 || port > 65535) {
-    throw InvalidArgument("", "'" + url.text + "': the port '" + *hp.port +
-                                               "' is not a number from 1 to 65535");
+    throw InvalidArgument(
+        "", "'" + url.text + "': the port '" + *hp.port + "' is not a number from 1 to 65535");
   }
   url.host = hp.host;
   url.port = std::to_string(port);
@@ -227,9 +218,8 @@ StatusUrl parse_status_url(std::string_view text) {
   return url;
 }
 
-std::vector<FetchReply> fetch_statuses(const std::vector<StatusUrl>& urls,
-                                       const std::string& token, std::chrono::milliseconds timeout,
-                                       std::size_t max_body) {
+std::vector<FetchReply> fetch_statuses(const std::vector<StatusUrl>& urls, const std::string& token,
+                                       std::chrono::milliseconds timeout, std::size_t max_body) {
   std::vector<FetchReply> replies(urls.size());
   asio::io_context ioc;
   for (std::size_t i = 0; i < urls.size(); ++i) {

@@ -41,8 +41,8 @@ struct FetchReply {
 // GETs every URL's target with "Authorization: Bearer <token>" when it has a
 // token (its own, else `token`), and reads replies of at most `max_body`
 // bytes. Replies in the order of `urls`.
-std::vector<FetchReply> fetch_statuses(const std::vector<StatusUrl>& urls,
-                                       const std::string& token, std::chrono::milliseconds timeout,
+std::vector<FetchReply> fetch_statuses(const std::vector<StatusUrl>& urls, const std::string& token,
+                                       std::chrono::milliseconds timeout,
                                        std::size_t max_body = 16u << 20);
 
 }  // namespace ddp::launcher::status

@@ -154,9 +154,9 @@ std::string banner_line(const std::vector<AgentAnswer>& answers, const AgentStat
   }
   if (problems.empty()) {
     if (!primary) return "OK";
-    return primary->state == "succeeded" ? "OK: the job succeeded"
-                                         : fmt::format("OK: every node answers ({} in the round)",
-                                                       primary->members.size());
+    return primary->state == "succeeded"
+               ? "OK: the job succeeded"
+               : fmt::format("OK: every node answers ({} in the round)", primary->members.size());
   }
   std::string line = "PROBLEM: ";
   for (std::size_t i = 0; i < problems.size(); ++i) line += (i ? "; " : "") + problems[i];
@@ -357,13 +357,14 @@ std::vector<std::string> render_status_view(const std::vector<AgentAnswer>& answ
   out.push_back("");
   std::string ranks_title = "RANKS";
   if (rank_rows < ranks.size()) {
-    ranks_title += fmt::format(" ({} of {}; a taller terminal shows more)", rank_rows,
-                               ranks.size());
+    ranks_title +=
+        fmt::format(" ({} of {}; a taller terminal shows more)", rank_rows, ranks.size());
   }
   out.push_back(ranks_title.substr(0, width));
   append(out, ranks_table(ranks, rank_rows).lines(width));
   out.push_back("");
-  out.push_back(fmt::format("EVENTS, the last {} of {}", event_rows, events.size()).substr(0, width));
+  out.push_back(
+      fmt::format("EVENTS, the last {} of {}", event_rows, events.size()).substr(0, width));
   append(out, events_table(events, event_rows).lines(width));
   out.push_back("");
   out.push_back("LAST INCIDENT");

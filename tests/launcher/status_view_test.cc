@@ -69,27 +69,50 @@ json agent_doc(int node, int round, const std::string& peer_state = "alive") {
           {"backend", "c10d"},
           {"time", "2026-11-28T04:31:02Z"},
           {"uptime_s", 93.5},
-          {"node", {{"host", "host" + std::to_string(node)}, {"addr", "10.0.0.1"},
-                    {"group_rank", node}, {"pid", 77 + node}}},
+          {"node",
+           {{"host", "host" + std::to_string(node)},
+            {"addr", "10.0.0.1"},
+            {"group_rank", node},
+            {"pid", 77 + node}}},
           {"nnodes", {{"min", 1}, {"max", 2}}},
           {"nproc_per_node", 2},
           {"state", "running"},
           {"state_s", 12.0},
           {"ready", true},
           {"ready_reason", ""},
-          {"round", {{"number", round}, {"attempt", 0}, {"world_size", 4},
-                     {"group_world_size", 2}, {"base_rank", 2 * node}, {"formed_s_ago", 12.0}}},
+          {"round",
+           {{"number", round},
+            {"attempt", 0},
+            {"world_size", 4},
+            {"group_world_size", 2},
+            {"base_rank", 2 * node},
+            {"formed_s_ago", 12.0}}},
           {"restarts", {{"spent", 1}, {"max", 3}, {"by_cause", {{"worker_failure", 1}}}}},
           {"worker_exits", {{"succeeded", 0}}},
           {"members", members},
           {"ranks", ranks},
-          {"events", json::array({{{"time", "2026-11-28T04:30:50Z"}, {"age_s", 12.0},
-                                   {"round", round}, {"kind", "round_formed"},
+          {"events", json::array({{{"time", "2026-11-28T04:30:50Z"},
+                                   {"age_s", 12.0},
+                                   {"round", round},
+                                   {"kind", "round_formed"},
                                    {"text", "round formed: 2 nodes, world size 4"}},
-                                  {{"time", "2026-11-28T04:30:55Z"}, {"age_s", 7.0 - node},
-                                   {"round", round}, {"kind", "straggler"},
+                                  {{"time", "2026-11-28T04:30:55Z"},
+                                   {"age_s", 7.0 - node},
+                                   {"round", round},
+                                   {"kind", "straggler"},
                                    {"text", "seen by node " + std::to_string(node)}}})},
           {"incident", nullptr}};
+}
+
+// The incident of a hang rank 3 caused, found by node 1.
+json hang_incident() {
+  return {{"kind", "hang"},
+          {"hang_kind", "collective"},
+          {"summary", "rank 3 never reached allreduce #12"},
+          {"culprits", {3}},
+          {"node", 1},
+          {"time", "2026-11-28T04:31:00Z"},
+          {"file", "/logs/hang_0_node1.json"}};
 }
 
 AgentAnswer answer_of(const std::string& url, const json& doc) {
@@ -176,10 +199,7 @@ TEST(StatusDocument, ReadsTheIncidentAndARoundNotFormedYet) {
   json doc = agent_doc(0, 1);
   doc["round"] = nullptr;
   doc["node"]["group_rank"] = nullptr;
-  doc["incident"] = {{"kind", "hang"}, {"hang_kind", "collective"},
-                     {"summary", "rank 3 never reached allreduce #12"},
-                     {"culprits", {3}}, {"node", 1}, {"time", "2026-11-28T04:31:00Z"},
-                     {"file", "/logs/hang_0_node1.json"}};
+  doc["incident"] = hang_incident();
   const ParsedDocument parsed = parse_status_document(doc.dump());
   ASSERT_TRUE(parsed.document);
   const auto& a = std::get<AgentStatus>(*parsed.document);
@@ -191,8 +211,9 @@ TEST(StatusDocument, ReadsTheIncidentAndARoundNotFormedYet) {
 }
 
 TEST(StatusDocument, ReadsTheDaemonsDocument) {
-  const json doc = {{"kind", "daemon"}, {"address", "0.0.0.0:29400"}, {"state", "serving"},
-                    {"uptime_s", 5.0},  {"ready", true},                {"clients", 3},
+  const json doc = {{"kind", "daemon"},    {"address", "0.0.0.0:29400"},
+                    {"state", "serving"},  {"uptime_s", 5.0},
+                    {"ready", true},       {"clients", 3},
                     {"max_clients", 1024}, {"keys", 17}};
   const ParsedDocument parsed = parse_status_document(doc.dump());
   ASSERT_TRUE(parsed.document);
@@ -203,7 +224,8 @@ TEST(StatusDocument, ReadsTheDaemonsDocument) {
 }
 
 TEST(StatusDocument, RefusesWhatIsNotALiveViewsDocument) {
-  EXPECT_EQ(parse_status_document("<html>nope</html>").error, "answered something that is not JSON");
+  EXPECT_EQ(parse_status_document("<html>nope</html>").error,
+            "answered something that is not JSON");
   EXPECT_EQ(parse_status_document("").error, "answered something that is not JSON");
   EXPECT_EQ(parse_status_document("[1,2]").error,
             "answered JSON that is not a live view's document (not an object)");
@@ -253,9 +275,9 @@ TEST(StatusView, ShowsTheNodesRanksEventsOfTwoAgentsOfOneRound) {
             "ddprun status 2026-11-28T04:31:02Z | run job42 (c10d) | nnodes 1:2, nproc_per_node "
             "2 | round 2: 2 nodes, 4 ranks | restarts 1/3");
   EXPECT_EQ(lines[1], "OK: every node answers (2 in the round)");
-  EXPECT_EQ(row(lines, {"http://n0:9400/"}),
-            (std::vector<std::string>{"http://n0:9400/", "0", "host0", "running", "2", "yes",
-                                      "1m33s"}));
+  EXPECT_EQ(
+      row(lines, {"http://n0:9400/"}),
+      (std::vector<std::string>{"http://n0:9400/", "0", "host0", "running", "2", "yes", "1m33s"}));
   EXPECT_EQ(row(lines, {"http://n1:9400/"})[1], "1");
   // As node 0 sees them (the first URL of the highest round); node 0's own
   // keep-alive age comes from node 1, which judges it.
@@ -264,8 +286,8 @@ TEST(StatusView, ShowsTheNodesRanksEventsOfTwoAgentsOfOneRound) {
             (std::vector<std::string>{"0", "host0", "10.0.0.1", "0-1", "self", "-", "1.50s", "of",
                                       "2.00s"}));
   EXPECT_EQ(row(lines, {"1", "host1"}),
-            (std::vector<std::string>{"1", "host1", "10.0.0.2", "2-3", "alive", "0.250s",
-                                      "0.500s", "of", "2.00s"}));
+            (std::vector<std::string>{"1", "host1", "10.0.0.2", "2-3", "alive", "0.250s", "0.500s",
+                                      "of", "2.00s"}));
   // Each rank from its own node's agent: 120 steps, not stale.
   for (int r = 0; r < 4; ++r) {
     const auto cells = row(lines, {std::to_string(r), std::to_string(r / 2)});
@@ -315,10 +337,10 @@ TEST(StatusView, TheTitleCountsOneNodeAndOneRankInTheSingular) {
 }
 
 TEST(StatusView, NoAgentAnsweringShowsOnlyTheAgents) {
-  const auto lines = render_status_view(
-      {unreachable("http://a:1/", "no answer within 2 s"),
-       unreachable("http://b:2/", "401 Unauthorized: the token was refused")},
-      {100, 0});
+  const auto lines =
+      render_status_view({unreachable("http://a:1/", "no answer within 2 s"),
+                          unreachable("http://b:2/", "401 Unauthorized: the token was refused")},
+                         {100, 0});
   EXPECT_EQ(lines[0], "ddprun status");
   EXPECT_EQ(lines[1],
             "PROBLEM: agent http://a:1/ does not answer; agent http://b:2/ does not answer");
@@ -328,9 +350,10 @@ TEST(StatusView, NoAgentAnsweringShowsOnlyTheAgents) {
 
 TEST(StatusView, TheMostAdvancedAgentIsTheOneWhoseViewIsShown) {
   // Node 1 still reports round 2; node 0 is in round 3, where node 1 is unreachable.
-  const auto lines = render_status_view({answer_of("http://n1:9400/", agent_doc(1, 2)),
-                                         answer_of("http://n0:9400/", agent_doc(0, 3, "unreachable"))},
-                                        {120, 0});
+  const auto lines =
+      render_status_view({answer_of("http://n1:9400/", agent_doc(1, 2)),
+                          answer_of("http://n0:9400/", agent_doc(0, 3, "unreachable"))},
+                         {120, 0});
   EXPECT_NE(joined(lines).find("NODES, as node 0 sees them"), std::string::npos);
   EXPECT_EQ(row(lines, {"1", "host1"})[4], "UNREACHABLE");
   EXPECT_NE(lines[1].find("node 1 (host1) unreachable"), std::string::npos) << lines[1];
@@ -340,19 +363,18 @@ TEST(StatusView, TheMostAdvancedAgentIsTheOneWhoseViewIsShown) {
 
 TEST(StatusView, ShowsTheLastIncidentAndTheDaemon) {
   json doc = agent_doc(0, 1);
-  doc["incident"] = {{"kind", "hang"}, {"hang_kind", "collective"},
-                     {"summary", "rank 3 never reached allreduce #12"},
-                     {"culprits", {3}}, {"node", 1}, {"time", "2026-11-28T04:31:00Z"},
-                     {"file", "/logs/hang_0_node1.json"}};
-  const json daemon = {{"kind", "daemon"}, {"address", "0.0.0.0:29400"}, {"state", "serving"},
-                       {"uptime_s", 5.0}, {"ready", true}, {"clients", 3},
+  doc["incident"] = hang_incident();
+  const json daemon = {{"kind", "daemon"},    {"address", "0.0.0.0:29400"},
+                       {"state", "serving"},  {"uptime_s", 5.0},
+                       {"ready", true},       {"clients", 3},
                        {"max_clients", 1024}, {"keys", 17}};
   const auto lines = render_status_view(
       {answer_of("http://n0:9400/", doc), answer_of("http://store:9500/", daemon)}, {120, 0});
   EXPECT_EQ(lines[1], "PROBLEM: hang: rank 3 never reached allreduce #12");
   ASSERT_GE(lines.size(), 2u);
-  EXPECT_EQ(lines[lines.size() - 2],
-            "  2026-11-28T04:31:00Z collective found by node 1: rank 3 never reached allreduce #12");
+  EXPECT_EQ(
+      lines[lines.size() - 2],
+      "  2026-11-28T04:31:00Z collective found by node 1: rank 3 never reached allreduce #12");
   EXPECT_EQ(lines.back(), "  culprit ranks 3; report /logs/hang_0_node1.json");
   const auto store = row(lines, {"http://store:9500/"});
   ASSERT_GE(store.size(), 4u);
@@ -381,8 +403,11 @@ TEST(StatusView, ATerminalTooShortCutsTheRanksAndEventsToFit) {
     doc["ranks"].push_back(rank);
   }
   for (int e = 0; e < 20; ++e) {
-    doc["events"].push_back({{"time", "2026-11-28T04:31:00Z"}, {"age_s", 1.0}, {"round", 2},
-                             {"kind", "restart"}, {"text", "event " + std::to_string(e)}});
+    doc["events"].push_back({{"time", "2026-11-28T04:31:00Z"},
+                             {"age_s", 1.0},
+                             {"round", 2},
+                             {"kind", "restart"},
+                             {"text", "event " + std::to_string(e)}});
   }
   const std::vector<AgentAnswer> answers = {answer_of("http://n0:9400/", doc)};
   const auto tall = render_status_view(answers, {120, 0});
@@ -394,8 +419,7 @@ TEST(StatusView, ATerminalTooShortCutsTheRanksAndEventsToFit) {
   EXPECT_NE(text.find("EVENTS, the last 3 of 22"), std::string::npos) << text;
   EXPECT_NE(text.find("event 19"), std::string::npos);  // the newest are kept
   // 10 lines above the ranks, 8 of titles, headers and blank lines, 1 of incident, 3 events
-  EXPECT_NE(text.find("RANKS (18 of 64; a taller terminal shows more)"), std::string::npos)
-      << text;
+  EXPECT_NE(text.find("RANKS (18 of 64; a taller terminal shows more)"), std::string::npos) << text;
   EXPECT_EQ(lines.back(), "  none");
 }
 
@@ -422,7 +446,8 @@ TEST(StatusArgs, WatchTakesSecondsWhenTheNextArgumentIsANumber) {
   a = parse_status_args({"--watch=0.5", "h:1"});
   EXPECT_EQ(a.watch, std::chrono::milliseconds(500));
   EXPECT_FALSE(parse_status_args({"h:1"}).watch);
-  EXPECT_EQ(parse_status_args({"--watch=soon", "h:1"}).error, "--watch: expected seconds, got 'soon'");
+  EXPECT_EQ(parse_status_args({"--watch=soon", "h:1"}).error,
+            "--watch: expected seconds, got 'soon'");
   EXPECT_EQ(parse_status_args({"--watch=0", "h:1"}).error,
             "--watch: the period must be more than 0 seconds");
 }
@@ -469,8 +494,9 @@ TEST(StatusArgs, UrlsNameTheLiveViewOrItsStatus) {
   };
   EXPECT_EQ(error_of("https://node0:9400/"),
             "'https://node0:9400/': the live view speaks plain http, not https");
-  EXPECT_EQ(error_of("node0"), "'node0' names no host and port (the live view is at "
-                               "http://HOST:PORT/, PORT the agent's --status_port)");
+  EXPECT_EQ(error_of("node0"),
+            "'node0' names no host and port (the live view is at "
+            "http://HOST:PORT/, PORT the agent's --status_port)");
   EXPECT_EQ(error_of("node0:0"), "'node0:0': the port '0' is not a number from 1 to 65535");
   EXPECT_EQ(error_of("node0:70000"),
             "'node0:70000': the port '70000' is not a number from 1 to 65535");
@@ -529,8 +555,9 @@ class OneReplyServer {
 };
 
 std::string http_reply(const std::string& status, const std::string& body) {
-  return "HTTP/1.1 " + status + "\r\nContent-Type: application/json\r\nContent-Length: " +
-         std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
+  return "HTTP/1.1 " + status +
+         "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
+         "\r\nConnection: close\r\n\r\n" + body;
 }
 
 FetchReply fetch_one(const std::string& url, const std::string& token,
