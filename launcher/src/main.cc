@@ -24,6 +24,7 @@
 #include "ddp/launcher/python_check.h"
 #include "ddp/rendezvous/rendezvous_factory.h"
 #include "ddp/status_http/server.h"
+#include "status_command.h"
 
 extern char** environ;
 
@@ -269,6 +270,11 @@ int run(const ddp::launcher::LaunchConfig& config) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // `ddprun status URL...`: the terminal view of a running job (status_command.h). Only
+  // the first argument is looked at: a program named "status" runs as ./status.
+  if (argc > 1 && std::string(argv[1]) == "status") {
+    return ddp::launcher::status::run_status_command(argc - 1, argv + 1);
+  }
   auto parsed = ddp::launcher::parse_command_line(argc, argv);
   if (!parsed.config) {
     std::fputs(parsed.output.c_str(), parsed.exit_code == 0 ? stdout : stderr);
