@@ -206,7 +206,9 @@ void JobRecord::round_formed(const RoundFormed& r) {
                                    {"world_size", r.world_size},
                                    {"group_world_size", r.group_world_size},
                                    {"group_rank", r.group_rank},
-                                   {"base_rank", r.base_rank}});
+                                   {"base_rank", r.base_rank},
+                                   {"restarts_spent", r.job.restarts},
+                                   {"membership_changes", r.job.membership_changes}});
 }
 
 void JobRecord::workers_running() {
@@ -247,7 +249,8 @@ void JobRecord::worker_failed(const WorkerExit& exit) {
 void JobRecord::restarting(const Restart& restart) {
   if (lines_)
     lines_->write("restarting", {{"cause", to_string(restart.cause)},
-                                 {"restarts_spent", restart.restarts_spent},
+                                 {"restarts_spent", restart.job.restarts},
+                                 {"membership_changes", restart.job.membership_changes},
                                  {"max_restarts", restart.max_restarts}});
 }
 

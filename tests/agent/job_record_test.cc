@@ -86,7 +86,7 @@ TEST_F(JobRecordTest, EveryEventIsALineOfJsonOnDiskAsSoonAsItIsCalled) {
   EXPECT_TRUE(events[0]["round"].is_null());
 
   time_.advance(1500ms);
-  rec->round_formed(RoundFormed{3, 1, 8, 2, 1, 4});
+  rec->round_formed(RoundFormed{3, 1, 8, 2, 1, 4, {}});
   events = events_of(events_file());
   ASSERT_EQ(events.size(), 2u);
   EXPECT_EQ(events[1]["time"], "2026-01-01T00:00:01.500Z");
@@ -99,7 +99,7 @@ TEST_F(JobRecordTest, EveryEventIsALineOfJsonOnDiskAsSoonAsItIsCalled) {
   EXPECT_EQ(events[1]["base_rank"], 4);
 
   rec->worker_failed(WorkerExit{5, 1, 1, 4242, -9, ExitReason::kSignaled});
-  rec->restarting(Restart{RestartCause::kWorkerFailure, 1, 3});
+  rec->restarting(Restart{RestartCause::kWorkerFailure, JobCounts{1, 2, 0}, 3});
   rec->membership_changed(MembershipChange{true, 0, "its keep-alive stopped"});
   rec->hang(HangReport{{"collective", "rank 2 waits", {2}, 0, 0, "/x/hang.json"}, "text\n"});
   rec->notice("a \"quoted\" line\twith a tab");
@@ -113,6 +113,7 @@ TEST_F(JobRecordTest, EveryEventIsALineOfJsonOnDiskAsSoonAsItIsCalled) {
   EXPECT_EQ(events[3]["kind"], "restarting");
   EXPECT_EQ(events[3]["cause"], "worker_failure");
   EXPECT_EQ(events[3]["restarts_spent"], 1);
+  EXPECT_EQ(events[3]["membership_changes"], 2);
   EXPECT_EQ(events[3]["max_restarts"], 3);
   EXPECT_EQ(events[4]["kind"], "node_lost");
   EXPECT_EQ(events[4]["member"], 0);
@@ -240,7 +241,7 @@ TEST_F(JobRecordTest, AFolderThatCannotBeMadeWarnsOnceAndNothingStops) {
   JobRecord rec((dir_.path() / "a_file" / "run").string(), "hostA", board_,
                 [this](const std::string& w) { warnings_.push_back(w); });
   rec.joining();
-  rec.round_formed(RoundFormed{0, 0, 1, 1, 0, 0});
+  rec.round_formed(RoundFormed{0, 0, 1, 1, 0, 0, {}});
   rec.notice("still here");
   rec.job_ended(0);
   ASSERT_EQ(warnings_.size(), 1u);
@@ -267,7 +268,7 @@ TEST_F(JobRecordTest, AnAgentKilledMidJobLeavesEveryLineItWrote) {
   ASSERT_GE(child, 0);
   if (child == 0) {
     JobRecord rec(run().string(), "hostA", board_, [](const std::string&) { ::_exit(3); });
-    rec.round_formed(RoundFormed{0, 0, 2, 1, 0, 0});
+    rec.round_formed(RoundFormed{0, 0, 2, 1, 0, 0, {}});
     // Lines of several pages each: more than one write of the page cache.
     for (int i = 1; i < count; ++i) rec.report(std::to_string(i) + std::string(9000, 'r'));
     ::raise(SIGKILL);
@@ -302,14 +303,14 @@ TEST_F(JobRecordTest, TheDocumentedRecordNamesEveryKindAndEveryField) {
   rec->notice("n");
   rec->report("r\n");
   rec->joining();
-  rec->round_formed(RoundFormed{0, 0, 2, 1, 0, 0});
+  rec->round_formed(RoundFormed{0, 0, 2, 1, 0, 0, {}});
   rec->workers_running();
   rec->workers_stopping();
   rec->membership_changed(MembershipChange{true, 1, "lost"});
   rec->membership_changed(MembershipChange{false, 2, "joins"});
   rec->worker_exited(WorkerExit{0, 0, 0, 1, 0, ExitReason::kSucceeded});
   rec->worker_failed(WorkerExit{1, 1, 0, 2, 1, ExitReason::kFailed});
-  rec->restarting(Restart{RestartCause::kHang, 1, 2});
+  rec->restarting(Restart{RestartCause::kHang, JobCounts{1, 0, 0}, 2});
   rec->hang(HangReport{{"step", "s", {1}, 0, 0, "f"}, "t\n"});
   rec->recovering("why");
   rec->recovered("ok");
