@@ -247,7 +247,8 @@ class PosixEventLoop final : public WorkerEventLoop {
       throw InternalError("launcher", "pipe: " + errno_text(err));
     }
     // The CPUs to bind to, as a set sized for the highest of them.
-    const int top_cpu = spec.cpus.empty() ? 0 : *std::max_element(spec.cpus.begin(), spec.cpus.end());
+    const int top_cpu =
+        spec.cpus.empty() ? 0 : *std::max_element(spec.cpus.begin(), spec.cpus.end());
     std::unique_ptr<cpu_set_t, void (*)(cpu_set_t*)> cpus(
         spec.cpus.empty() ? nullptr : CPU_ALLOC(top_cpu + 1), [](cpu_set_t* set) {
           if (set != nullptr) CPU_FREE(set);

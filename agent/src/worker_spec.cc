@@ -49,10 +49,10 @@ std::string own_device(const std::string& visible, int local_rank) {
 void add_torch_variables(std::map<std::string, std::string>& env, const TorchWorkerFacts& facts) {
   namespace names = env_names;
   env[names::kUseAgentStore] = facts.uses_agent_store ? "True" : "False";
-  const std::string torch_name = either_or_one(env, names::kTorchNcclAsyncErrorHandling,
-                                               names::kNcclAsyncErrorHandling);
-  const std::string old_name = either_or_one(env, names::kNcclAsyncErrorHandling,
-                                             names::kTorchNcclAsyncErrorHandling);
+  const std::string torch_name =
+      either_or_one(env, names::kTorchNcclAsyncErrorHandling, names::kNcclAsyncErrorHandling);
+  const std::string old_name =
+      either_or_one(env, names::kNcclAsyncErrorHandling, names::kTorchNcclAsyncErrorHandling);
   env[names::kTorchNcclAsyncErrorHandling] = torch_name;
   env[names::kNcclAsyncErrorHandling] = old_name;
   if (facts.set_omp_num_threads && env.find(names::kOmpNumThreads) == env.end()) {

@@ -24,8 +24,8 @@ std::optional<std::string> read_line(const fs::path& path) {
 std::optional<int> numbered(const std::string& name, const std::string& prefix) {
   if (name.size() <= prefix.size() || name.rfind(prefix, 0) != 0) return std::nullopt;
   const std::string digits = name.substr(prefix.size());
-  if (digits.size() > 6 || !std::all_of(digits.begin(), digits.end(),
-                                        [](unsigned char c) { return std::isdigit(c); })) {
+  if (digits.size() > 6 ||
+      !std::all_of(digits.begin(), digits.end(), [](unsigned char c) { return std::isdigit(c); })) {
     return std::nullopt;
   }
   return std::stoi(digits);
@@ -130,7 +130,8 @@ std::vector<Slot> gpu_slots(const NumaTopology& t, int nproc, const std::vector<
       if (t.gpu_nodes[gpu] == s.node) on_node.push_back(gpu);
     }
     std::sort(on_node.begin(), on_node.end());
-    s.index = static_cast<int>(std::find(on_node.begin(), on_node.end(), gpus[r]) - on_node.begin());
+    s.index =
+        static_cast<int>(std::find(on_node.begin(), on_node.end(), gpus[r]) - on_node.begin());
     s.peers = static_cast<int>(on_node.size());
     slots.push_back(s);
   }
@@ -178,7 +179,8 @@ std::set<int> socket_cpus(const NumaTopology& t, int node, const std::set<int>& 
   std::set<int> cpus;
   for (const auto& [other, all] : t.node_cpus) {
     const std::set<int> mine = intersect(all, allowed);
-    if (!mine.empty() && socket_of(t, *mine.begin()) == socket) cpus.insert(mine.begin(), mine.end());
+    if (!mine.empty() && socket_of(t, *mine.begin()) == socket)
+      cpus.insert(mine.begin(), mine.end());
   }
   return cpus;
 }
@@ -189,8 +191,8 @@ std::map<int, std::set<int>> group_by(const std::set<int>& cpus, const std::map<
   std::map<int, std::set<int>> groups;
   for (int cpu : cpus) {
     auto it = key_of.find(cpu);
-    if (it == key_of.end()) throw NumaBindingError("no " + std::string(what) + " for CPU " +
-                                                   std::to_string(cpu));
+    if (it == key_of.end())
+      throw NumaBindingError("no " + std::string(what) + " for CPU " + std::to_string(cpu));
     groups[it->second].insert(cpu);
   }
   return groups;
@@ -217,13 +219,13 @@ std::set<int> exclusive_cpus(const NumaTopology& t, const Slot& s, const std::se
   return cpus;
 }
 
-std::set<int> core_complex_cpus(const NumaTopology& t, const Slot& s, const std::set<int>& allowed) {
+std::set<int> core_complex_cpus(const NumaTopology& t, const Slot& s,
+                                const std::set<int>& allowed) {
   const auto caches = group_by(node_cpus(t, s.node, allowed), t.cpu_cache, "last-level cache");
   std::vector<std::pair<int, std::set<int>>> ordered(caches.begin(), caches.end());
   // The largest groups first, then the lowest CPU (torch's order).
-  std::stable_sort(ordered.begin(), ordered.end(), [](const auto& a, const auto& b) {
-    return a.second.size() > b.second.size();
-  });
+  std::stable_sort(ordered.begin(), ordered.end(),
+                   [](const auto& a, const auto& b) { return a.second.size() > b.second.size(); });
   return ordered[static_cast<std::size_t>(s.index) % ordered.size()].second;
 }
 
@@ -304,10 +306,18 @@ std::vector<std::set<int>> plan_numa_binding(const NumaTopology& topology, NumaM
   std::vector<std::set<int>> plan;
   for (const Slot& s : slots) {
     switch (mode) {
-      case NumaMode::kNode: plan.push_back(node_cpus(topology, s.node, allowed)); break;
-      case NumaMode::kSocket: plan.push_back(socket_cpus(topology, s.node, allowed)); break;
-      case NumaMode::kExclusive: plan.push_back(exclusive_cpus(topology, s, allowed)); break;
-      case NumaMode::kCoreComplex: plan.push_back(core_complex_cpus(topology, s, allowed)); break;
+      case NumaMode::kNode:
+        plan.push_back(node_cpus(topology, s.node, allowed));
+        break;
+      case NumaMode::kSocket:
+        plan.push_back(socket_cpus(topology, s.node, allowed));
+        break;
+      case NumaMode::kExclusive:
+        plan.push_back(exclusive_cpus(topology, s, allowed));
+        break;
+      case NumaMode::kCoreComplex:
+        plan.push_back(core_complex_cpus(topology, s, allowed));
+        break;
     }
   }
   return plan;

@@ -58,8 +58,8 @@ class TorchFlags {
     if (origins_.given("shutdown_timeout")) {
       const auto timeout = parse_secs(raw_.shutdown_timeout, what("shutdown_timeout"));
       if (grace_given && parse_secs(raw_.stop_grace, what("stop_grace")) != timeout) {
-        fail(what("shutdown_timeout") + "=" + raw_.shutdown_timeout + " and " +
-             what("stop_grace") + "=" + raw_.stop_grace +
+        fail(what("shutdown_timeout") + "=" + raw_.shutdown_timeout + " and " + what("stop_grace") +
+             "=" + raw_.stop_grace +
              " disagree: both are the seconds between SIGTERM and SIGKILL (give one)");
       }
       return timeout;
@@ -132,7 +132,8 @@ class TorchFlags {
     if (!visible) return gpus;
     for (const auto& item : visible_items(*visible)) {
       if (item.empty() || item.size() > 6 ||
-          !std::all_of(item.begin(), item.end(), [](unsigned char ch) { return std::isdigit(ch); })) {
+          !std::all_of(item.begin(), item.end(),
+                       [](unsigned char ch) { return std::isdigit(ch); })) {
         fail(what("numa_binding") + ": CUDA_VISIBLE_DEVICES='" + *visible +
              "' does not name GPUs by index, so their NUMA nodes are unknown");
       }
@@ -153,11 +154,13 @@ class TorchFlags {
       const NumaTopology topology = read_numa_topology(host_.sysfs_root);
       std::set<int> allowed = host_.allowed_cpus ? host_.allowed_cpus() : std::set<int>();
       if (allowed.empty()) {
-        for (const auto& [node, cpus] : topology.node_cpus) allowed.insert(cpus.begin(), cpus.end());
+        for (const auto& [node, cpus] : topology.node_cpus)
+          allowed.insert(cpus.begin(), cpus.end());
       }
-      const std::vector<int> gpus = topology.gpu_nodes.empty() ? std::vector<int>() : visible_gpus();
-      for (const auto& cpus : plan_numa_binding(topology, *mode, c_.agent.spec.local_world_size,
-                                                gpus, allowed)) {
+      const std::vector<int> gpus =
+          topology.gpu_nodes.empty() ? std::vector<int>() : visible_gpus();
+      for (const auto& cpus :
+           plan_numa_binding(topology, *mode, c_.agent.spec.local_world_size, gpus, allowed)) {
         c_.agent.spec.cpu_affinity.emplace_back(cpus.begin(), cpus.end());
       }
     } catch (const NumaBindingError& e) {
@@ -205,8 +208,8 @@ std::vector<std::string> parse_filters(const std::string& text, const std::strin
   return filters;
 }
 
-void resolve_torch_flags(const RawOptions& raw, const OptionOrigins& origins,
-                         const HostFacts& host, LaunchConfig& c) {
+void resolve_torch_flags(const RawOptions& raw, const OptionOrigins& origins, const HostFacts& host,
+                         LaunchConfig& c) {
   TorchFlags(raw, origins, host, c).resolve();
 }
 

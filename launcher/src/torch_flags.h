@@ -14,8 +14,8 @@
 namespace ddp::launcher {
 
 // Needs c.agent.spec.local_world_size, redirects and tee resolved before.
-void resolve_torch_flags(const RawOptions& raw, const OptionOrigins& origins,
-                         const HostFacts& host, LaunchConfig& c);
+void resolve_torch_flags(const RawOptions& raw, const OptionOrigins& origins, const HostFacts& host,
+                         LaunchConfig& c);
 
 // torchrun's comma-separated filter list: "a,b" -> {"a", "b"}, ",," is a comma;
 // "" -> none. An empty filter (it would copy every line) is a UsageError

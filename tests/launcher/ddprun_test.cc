@@ -627,11 +627,11 @@ TEST_F(DdprunTest, SigkillAfterGraceForWorkersIgnoringSigterm) {
 TEST_F(DdprunTest, ShutdownTimeoutFromTorchsVariableEndsAWorkerIgnoringSigterm) {
   auto env = base_env();
   env["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"] = "1";
-  Child child = spawn(cmd({"--standalone", "--nproc_per_node=1", "--no_python"},
-                          {"/bin/sh", "-c",
-                           "trap '' TERM; echo $$ > " + dir_.str() +
-                               "/0.pid; while true; do sleep 0.01; done"}),
-                      env, dir_.path());
+  Child child = spawn(
+      cmd({"--standalone", "--nproc_per_node=1", "--no_python"},
+          {"/bin/sh", "-c",
+           "trap '' TERM; echo $$ > " + dir_.str() + "/0.pid; while true; do sleep 0.01; done"}),
+      env, dir_.path());
   ASSERT_TRUE(wait_for_file(dir_.path() / "0.pid"));
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
   const pid_t w0 = std::stoi(read_text(dir_.path() / "0.pid"));
@@ -649,9 +649,10 @@ TEST_F(DdprunTest, ShutdownTimeoutFromTorchsVariableEndsAWorkerIgnoringSigterm) 
 TEST_F(DdprunTest, VirtualLocalRankGivesEachWorkerItsOwnDevice) {
   auto env = base_env();
   env["CUDA_VISIBLE_DEVICES"] = "4,6";
-  auto result = run(cmd({"--standalone", "--nproc_per_node=2", "--virtual-local-rank", "--no_python"},
-                        {worker(), "env", dir_.str()}),
-                    env, dir_.path());
+  auto result =
+      run(cmd({"--standalone", "--nproc_per_node=2", "--virtual-local-rank", "--no_python"},
+              {worker(), "env", dir_.str()}),
+          env, dir_.path());
   ASSERT_EQ(result.code, 0) << result.err;
   for (int rank = 0; rank < 2; ++rank) {
     auto wenv = read_json(dir_.path() / ("env_" + std::to_string(rank) + "_0.json"))["env"];
@@ -667,12 +668,12 @@ TEST_F(DdprunTest, VirtualLocalRankGivesEachWorkerItsOwnDevice) {
 // in attempt_<n>/filtered_stdout.log; a stream nobody tees copies nothing.
 TEST_F(DdprunTest, DuplicateFiltersCopyMatchingTeedLines) {
   const fs::path logs = dir_.path() / "logs";
-  auto result = run(cmd({"--standalone", "--nproc_per_node=2", "-t", "0:1", "--log_dir",
-                         logs.string(), "--duplicate-stdout-filters=keep,,me",
-                         "--duplicate_stderr_filters=oops", "--no_python"},
-                        {"/bin/sh", "-c",
-                         "echo \"keep,me $LOCAL_RANK\"; echo keep; echo \"oops $LOCAL_RANK\" >&2"}),
-                    base_env(), dir_.path());
+  auto result = run(
+      cmd({"--standalone", "--nproc_per_node=2", "-t", "0:1", "--log_dir", logs.string(),
+           "--duplicate-stdout-filters=keep,,me", "--duplicate_stderr_filters=oops", "--no_python"},
+          {"/bin/sh", "-c",
+           "echo \"keep,me $LOCAL_RANK\"; echo keep; echo \"oops $LOCAL_RANK\" >&2"}),
+      base_env(), dir_.path());
   ASSERT_EQ(result.code, 0) << result.err;
   EXPECT_NE(result.err.find("--duplicate_stderr_filters copies lines of tee'd streams only"),
             std::string::npos)
@@ -697,11 +698,10 @@ TEST_F(DdprunTest, NumaBindingBindsEachWorkerBeforeExec) {
     const auto start = status.find_first_not_of(" \t", at + 18);
     return status.substr(start, status.find('\n', start) - start);
   };
-  auto result = run(cmd({"--standalone", "--nproc_per_node=2", "--numa_binding=exclusive",
-                         "--no_python"},
-                        {"/bin/sh", "-c",
-                         "cat /proc/self/status > " + dir_.str() + "/$LOCAL_RANK.status"}),
-                    base_env(), dir_.path());
+  auto result =
+      run(cmd({"--standalone", "--nproc_per_node=2", "--numa_binding=exclusive", "--no_python"},
+              {"/bin/sh", "-c", "cat /proc/self/status > " + dir_.str() + "/$LOCAL_RANK.status"}),
+          base_env(), dir_.path());
   if (result.code == 2 && result.err.find("physical cores for") != std::string::npos) {
     GTEST_SKIP() << result.err;
   }

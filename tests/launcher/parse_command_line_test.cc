@@ -763,8 +763,9 @@ bool has_warning(const LaunchConfig& c, const std::string& start) {
 TEST(ParseCommandLine, ShutdownTimeoutIsTorchsNameForTheStopGrace) {
   FakeHost host;
   EXPECT_EQ(host.config({"--shutdown-timeout=2", "/bin/true"}).agent.stop_grace, 2s);
-  EXPECT_EQ(host.config({"--shutdown_timeout=0.5", "--stop_grace=0.5", "/bin/true"}).agent.stop_grace,
-            500ms);
+  EXPECT_EQ(
+      host.config({"--shutdown_timeout=0.5", "--stop_grace=0.5", "/bin/true"}).agent.stop_grace,
+      500ms);
   EXPECT_EQ(host.error({"--shutdown_timeout=2", "--stop_grace=3", "/bin/true"}),
             "--shutdown_timeout=2 and --stop_grace=3 disagree: both are the seconds between "
             "SIGTERM and SIGKILL (give one)");
@@ -802,8 +803,7 @@ TEST(ParseCommandLine, DuplicateFiltersAreTorchsCommaList) {
   FakeHost host;
   const LaunchConfig c =
       host.config({"-t", "3", "--duplicate-stdout-filters=loss,,acc,epoch", "/bin/true"});
-  EXPECT_EQ(c.agent.spec.duplicate_stdout_filters,
-            (std::vector<std::string>{"loss,acc", "epoch"}));
+  EXPECT_EQ(c.agent.spec.duplicate_stdout_filters, (std::vector<std::string>{"loss,acc", "epoch"}));
   EXPECT_TRUE(c.agent.spec.duplicate_stderr_filters.empty());
   EXPECT_FALSE(has_warning(c, "--duplicate_stdout_filters"));
   host.env["PET_DUPLICATE_STDERR_FILTERS"] = "Traceback";

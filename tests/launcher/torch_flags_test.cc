@@ -112,7 +112,7 @@ TEST(NumaBinding, TopologyIsReadFromSysfs) {
   FakeSysfs sys;
   two_sockets(sys);
   sys.gpu("0000:81:00.0", 1);
-  sys.gpu("0000:01:00.0", -1);  // one node's host: -1 is node 0
+  sys.gpu("0000:01:00.0", -1);                                 // one node's host: -1 is node 0
   sys.write("bus/pci/devices/0000:02:00.0/vendor", "0x8086");  // not a GPU
   const NumaTopology t = read_numa_topology(sys.root());
   EXPECT_EQ(t.node_cpus.at(0), (Cpus{0, 1, 2, 3, 8, 9, 10, 11}));
@@ -145,8 +145,8 @@ TEST(NumaBinding, GpuRanksFollowTheirGpusNode) {
   EXPECT_EQ(plan(sys, NumaMode::kNode, 2, {3, 0}), (std::vector<Cpus>{node1, node0}));
   // Only the CPUs ddprun may use.
   EXPECT_EQ(plan(sys, NumaMode::kNode, 1, {}, {1, 2, 5}), (std::vector<Cpus>{{1, 2}}));
-  EXPECT_THROW(plan(sys, NumaMode::kNode, 5), NumaBindingError);   // more ranks than GPUs
-  EXPECT_THROW(plan(sys, NumaMode::kNode, 1, {7}), NumaBindingError);  // no GPU 7
+  EXPECT_THROW(plan(sys, NumaMode::kNode, 5), NumaBindingError);           // more ranks than GPUs
+  EXPECT_THROW(plan(sys, NumaMode::kNode, 1, {7}), NumaBindingError);      // no GPU 7
   EXPECT_THROW(plan(sys, NumaMode::kNode, 1, {}, {5}), NumaBindingError);  // none of node 0's
 }
 
@@ -159,8 +159,7 @@ TEST(NumaBinding, SocketTakesEveryNodeOfTheSocket) {
   }
   sys.gpu("0000:01:00.0", 1);
   sys.gpu("0000:81:00.0", 2);
-  EXPECT_EQ(plan(sys, NumaMode::kSocket, 2, {}, all_cpus(4)),
-            (std::vector<Cpus>{{0, 1}, {2, 3}}));
+  EXPECT_EQ(plan(sys, NumaMode::kSocket, 2, {}, all_cpus(4)), (std::vector<Cpus>{{0, 1}, {2, 3}}));
   EXPECT_EQ(plan(sys, NumaMode::kNode, 2, {}, all_cpus(4)), (std::vector<Cpus>{{1}, {2}}));
 }
 
