@@ -26,25 +26,30 @@ std::string either_or_one(const std::map<std::string, std::string>& env, const c
   return "1";
 }
 
-// torch's _set_local_rank_env: the local_rank-th device of `visible` ("0,3"),
-// split at every ',' ("" is one empty item), without surrounding blanks.
+// torch's _set_local_rank_env: the local_rank-th device of `visible`.
 std::string own_device(const std::string& visible, int local_rank) {
-  std::vector<std::string> items;
-  std::istringstream in(visible);
-  for (std::string item; std::getline(in, item, ',');) items.push_back(item);
-  if (visible.empty() || visible.back() == ',') items.emplace_back();
+  const std::vector<std::string> items = visible_device_items(visible);
   if (local_rank >= static_cast<int>(items.size())) {
     throw InvalidArgument("--virtual_local_rank",
                           "local rank " + std::to_string(local_rank) +
                               " has no device in CUDA_VISIBLE_DEVICES=" + visible);
   }
-  std::string& item = items[static_cast<std::size_t>(local_rank)];
-  item.erase(0, item.find_first_not_of(" \t"));
-  item.erase(item.find_last_not_of(" \t") + 1);
-  return item;
+  return items[static_cast<std::size_t>(local_rank)];
 }
 
 }  // namespace
+
+std::vector<std::string> visible_device_items(const std::string& visible) {
+  std::vector<std::string> items;
+  std::istringstream in(visible);
+  for (std::string item; std::getline(in, item, ',');) items.push_back(item);
+  if (visible.empty() || visible.back() == ',') items.emplace_back();
+  for (auto& item : items) {
+    item.erase(0, item.find_first_not_of(" \t"));
+    item.erase(item.find_last_not_of(" \t") + 1);
+  }
+  return items;
+}
 
 void add_torch_variables(std::map<std::string, std::string>& env, const TorchWorkerFacts& facts) {
   namespace names = env_names;

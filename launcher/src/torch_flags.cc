@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cctype>
 #include <chrono>
-#include <sstream>
 
 #include "ddp/launcher/numa_binding.h"
 #include "values.h"
@@ -12,15 +11,6 @@ namespace ddp::launcher {
 namespace {
 
 constexpr const char* kShutdownTimeoutVariable = "TORCH_ELASTIC_SHUTDOWN_TIMEOUT";
-
-// CUDA_VISIBLE_DEVICES split as torch splits it (at every ',': "" is one item).
-std::vector<std::string> visible_items(const std::string& visible) {
-  std::vector<std::string> items;
-  std::istringstream in(visible);
-  for (std::string item; std::getline(in, item, ',');) items.push_back(item);
-  if (visible.empty() || visible.back() == ',') items.emplace_back();
-  return items;
-}
 
 class TorchFlags {
  public:
@@ -117,7 +107,7 @@ class TorchFlags {
     const auto visible = host_.env("CUDA_VISIBLE_DEVICES");
     if (!visible) return;
     const int nproc = c_.agent.spec.local_world_size;
-    const auto items = visible_items(*visible);
+    const auto items = agent::visible_device_items(*visible);
     if (static_cast<int>(items.size()) < nproc) {
       fail(what("virtual_local_rank") + ": --nproc_per_node=" + std::to_string(nproc) +
            " but CUDA_VISIBLE_DEVICES='" + *visible + "' names " + std::to_string(items.size()) +
@@ -130,7 +120,7 @@ class TorchFlags {
     std::vector<int> gpus;
     const auto visible = host_.env("CUDA_VISIBLE_DEVICES");
     if (!visible) return gpus;
-    for (const auto& item : visible_items(*visible)) {
+    for (const auto& item : agent::visible_device_items(*visible)) {
       if (item.empty() || item.size() > 6 ||
           !std::all_of(item.begin(), item.end(),
                        [](unsigned char ch) { return std::isdigit(ch); })) {

@@ -153,6 +153,10 @@ struct TorchWorkerFacts {
 // has no such item.
 void add_torch_variables(std::map<std::string, std::string>& env, const TorchWorkerFacts& facts);
 
+// CUDA_VISIBLE_DEVICES' items as torch splits them: at every ',' ("" is one
+// empty item, "0,1," three), without blanks around each.
+std::vector<std::string> visible_device_items(const std::string& visible);
+
 // Replaces "${local_rank}" in `arg` (torchrun's macro substitution).
 std::string substitute_local_rank(const std::string& arg, int local_rank);
 
