@@ -757,7 +757,15 @@ TEST_F(DdprunTest, LinesArePrefixedAndNeverInterleaved) {
     EXPECT_EQ(std::stoi(m[3]), next[rank]++) << "lines of a worker stay in order";
     EXPECT_EQ(line.size(), std::string("[default0]:").size() + 300);
   }
-  EXPECT_EQ(lines_of(result.err).size(), 4u * 1500u);
+  // Every worker line, and ddprun's one line of its own: torchrun's warning
+  // that OMP_NUM_THREADS is set to 1 (4 workers, the variable unset).
+  const auto err_lines = lines_of(result.err);
+  EXPECT_EQ(err_lines.size(), 4u * 1500u + 1);
+  EXPECT_EQ(std::count_if(err_lines.begin(), err_lines.end(),
+                          [](const std::string& line) {
+                            return line.starts_with("ddprun: warning: setting OMP_NUM_THREADS=1");
+                          }),
+            1);
 }
 
 TEST_F(DdprunTest, TeeAndRedirectFiles) {
