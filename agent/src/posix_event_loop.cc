@@ -46,7 +46,8 @@ void write_all(int fd, const char* data, std::size_t size) {
 // (a FIFO would block, a device is not a log, a planted hard link is somebody
 // else's file), and only then truncated. O_NONBLOCK: opening a FIFO for writing would
 // otherwise wait for a reader. Returns -1 and sets `problem` when refused.
-int open_log_file(const std::string& path, std::string& problem) {
+// `truncate` false keeps what the file holds (a file this loop wrote before).
+int open_log_file(const std::string& path, std::string& problem, bool truncate = true) {
   int fd = detail::open_no_symlinks(path, O_WRONLY | O_CREAT | O_NONBLOCK | O_NOCTTY, 0644);
   if (fd < 0) {
     problem = detail::open_error_text(errno);
@@ -59,7 +60,7 @@ int open_log_file(const std::string& path, std::string& problem) {
     problem = "it is " + detail::file_type_text(st.st_mode) + ", not a regular file (refused)";
   } else if (st.st_nlink != 1) {
     problem = "it has " + std::to_string(st.st_nlink) + " hard links (refused)";
-  } else if (::ftruncate(fd, 0) != 0) {
+  } else if (truncate && ::ftruncate(fd, 0) != 0) {
     problem = "truncate: " + errno_text(errno);
   } else {
     ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
@@ -422,14 +423,17 @@ class PosixEventLoop final : public WorkerEventLoop {
 
  private:
   // The shared file at `path` for duplicated lines: the one the streams of
-  // running workers hold, else opened now with the log files' refusals.
+  // running workers hold, else opened now with the log files' refusals
+  // (truncated only the first time: a later worker of the same attempt appends).
   template <typename Cleanup>
   std::shared_ptr<DuplicateFile> duplicate_file(const std::string& path, Cleanup& cleanup) {
-    std::erase_if(duplicate_files_, [](const auto& entry) { return entry.second.expired(); });
-    if (auto open = duplicate_files_[path].lock()) return open;
+    auto known = duplicate_files_.find(path);
+    if (known != duplicate_files_.end()) {
+      if (auto open = known->second.lock()) return open;
+    }
     auto file = std::make_shared<DuplicateFile>();
     std::string problem;
-    file->fd = open_log_file(path, problem);
+    file->fd = open_log_file(path, problem, known == duplicate_files_.end());
     if (file->fd < 0) {
       cleanup();
       throw InvalidArgument("launcher", "cannot open log file " + path + ": " + problem);
@@ -547,7 +551,8 @@ class PosixEventLoop final : public WorkerEventLoop {
   std::map<int, Child> children_;
   // pipe fd -> (pid, is stdout)
   std::map<int, std::pair<int, bool>> fd_owner_;
-  // --duplicate_*_filters' files by path, while a stream holds them.
+  // --duplicate_*_filters' files by path (open while a stream holds them; a
+  // path stays known, one per attempt, so that reopening it appends).
   std::map<std::string, std::weak_ptr<DuplicateFile>> duplicate_files_;
   std::deque<LoopEvent> pending_;
 };

@@ -59,9 +59,10 @@ struct StreamRoute {
   bool console = true;
   // With `console`: each console line that contains any of `duplicate_filters`
   // is also appended, behind `prefix`, to `duplicate_file`, which every stream
-  // naming the same path shares (opened at the first launch that names it,
-  // with the same refusals as `file`; closed when no stream names it any
-  // more). Empty: none.
+  // naming the same path shares (created, or truncated, at the first launch
+  // that names it, with the same refusals as `file`; closed when no stream
+  // names it any more, and appended to when a later launch names it again).
+  // Empty: none.
   std::string duplicate_file;
   std::vector<std::string> duplicate_filters;
 };
