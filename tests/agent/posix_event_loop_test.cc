@@ -240,6 +240,15 @@ ProcessSpec logging(const std::string& file) {
   return spec;
 }
 
+// A worker printing two lines, one of them kept by the filters.
+ProcessSpec duplicating(const std::string& name, const fs::path& file) {
+  ProcessSpec spec = shell("echo 'keep " + name + "'; echo drop; printf 'keep last'");
+  spec.prefix = "[" + name + "]:";
+  spec.out.duplicate_file = file.string();
+  spec.out.duplicate_filters = {"nothing", "keep"};
+  return spec;
+}
+
 std::string launch_error(WorkerEventLoop& launcher, const ProcessSpec& spec) {
   try {
     launcher.launch(spec);
@@ -269,6 +278,10 @@ TEST(PosixLauncher, SymlinkPlantedAsLogFileIsRefusedAndItsTargetUntouched) {
   std::string error = launch_error(*launcher, logging(log.string()));
   EXPECT_NE(error.find("cannot open log file " + log.string()), std::string::npos) << error;
   EXPECT_NE(error.find("symbolic link"), std::string::npos) << error;
+  EXPECT_EQ(slurp(victim), "precious");
+  // The duplicate filters' shared file is opened with the same refusals.
+  error = launch_error(*launcher, duplicating("a", log));
+  EXPECT_NE(error.find("cannot open log file " + log.string()), std::string::npos) << error;
   EXPECT_EQ(slurp(victim), "precious");
 }
 
@@ -393,15 +406,6 @@ TEST(PosixLauncher, WorkerAllowsItsAgentToTraceIt) {
 
 // ------------------------------------- torchrun's duplicate filters, NUMA binding
 
-// A worker printing two lines, one of them kept by the filters.
-ProcessSpec duplicating(const std::string& name, const fs::path& file) {
-  ProcessSpec spec = shell("echo 'keep " + name + "'; echo drop; printf 'keep last'");
-  spec.prefix = "[" + name + "]:";
-  spec.out.duplicate_file = file.string();
-  spec.out.duplicate_filters = {"nothing", "keep"};
-  return spec;
-}
-
 TEST(PosixLauncher, MatchingConsoleLinesOfWorkersGoToOneSharedFile) {
   TempDir dir;
   const fs::path file = dir.path() / "filtered_stdout.log";
@@ -418,18 +422,6 @@ TEST(PosixLauncher, MatchingConsoleLinesOfWorkersGoToOneSharedFile) {
   const std::string console = ::testing::internal::GetCapturedStdout();
   EXPECT_EQ(console, "[a]:keep a\n[a]:drop\n[a]:keep last\n[b]:keep b\n[b]:drop\n[b]:keep last\n");
   EXPECT_EQ(slurp(file), "[a]:keep a\n[a]:keep last\n[b]:keep b\n[b]:keep last\n");
-}
-
-TEST(PosixLauncher, SymlinkPlantedAsDuplicateFileIsRefused) {
-  TempDir dir;
-  const fs::path victim = dir.path() / "victim";
-  std::ofstream(victim) << "precious";
-  const fs::path file = dir.path() / "filtered_stdout.log";
-  fs::create_symlink(victim, file);
-  auto launcher = make_posix_event_loop({});
-  const std::string error = launch_error(*launcher, duplicating("a", file));
-  EXPECT_NE(error.find("cannot open log file " + file.string()), std::string::npos) << error;
-  EXPECT_EQ(slurp(victim), "precious");
 }
 
 TEST(PosixLauncher, WorkerIsBoundToItsCpusBeforeExec) {
