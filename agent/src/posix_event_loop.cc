@@ -6,6 +6,7 @@
 // (wake) and every worker's output pipes: the agent sleeps until something
 // happens, nothing polls.
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -20,6 +21,7 @@
 #include <cstring>
 #include <deque>
 #include <map>
+#include <memory>
 #include <string_view>
 
 #include "ddp/agent/worker_event_loop.h"
@@ -44,7 +46,8 @@ void write_all(int fd, const char* data, std::size_t size) {
 // (a FIFO would block, a device is not a log, a planted hard link is somebody
 // else's file), and only then truncated. O_NONBLOCK: opening a FIFO for writing would
 // otherwise wait for a reader. Returns -1 and sets `problem` when refused.
-int open_log_file(const std::string& path, std::string& problem) {
+// `truncate` false keeps what the file holds (a file this loop wrote before).
+int open_log_file(const std::string& path, std::string& problem, bool truncate = true) {
   int fd = detail::open_no_symlinks(path, O_WRONLY | O_CREAT | O_NONBLOCK | O_NOCTTY, 0644);
   if (fd < 0) {
     problem = detail::open_error_text(errno);
@@ -57,7 +60,7 @@ int open_log_file(const std::string& path, std::string& problem) {
     problem = "it is " + detail::file_type_text(st.st_mode) + ", not a regular file (refused)";
   } else if (st.st_nlink != 1) {
     problem = "it has " + std::to_string(st.st_nlink) + " hard links (refused)";
-  } else if (::ftruncate(fd, 0) != 0) {
+  } else if (truncate && ::ftruncate(fd, 0) != 0) {
     problem = "truncate: " + errno_text(errno);
   } else {
     ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
@@ -67,6 +70,28 @@ int open_log_file(const std::string& path, std::string& problem) {
   return -1;
 }
 
+// A file that the console lines matching some filters are copied to
+// (--duplicate_stdout_filters), shared by the streams that name it and closed
+// with the last of them.
+struct DuplicateFile {
+  int fd = -1;
+  ~DuplicateFile() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+// Where one stream's matching console lines are copied, and which match.
+struct Duplicate {
+  std::shared_ptr<DuplicateFile> file;
+  std::vector<std::string> filters;
+
+  bool matches(std::string_view line) const {
+    return std::any_of(filters.begin(), filters.end(), [&](const std::string& filter) {
+      return line.find(filter) != std::string_view::npos;
+    });
+  }
+};
+
 // One output stream of one worker: the read end of its pipe, the partial line
 // not yet written, and where complete lines go.
 struct Stream {
@@ -75,6 +100,22 @@ struct Stream {
   int console_fd = -1;  // 1 or 2, or -1 when not on the console
   std::string prefix;
   std::string partial;
+  Duplicate duplicate;  // no file: none
+
+  // `out` (prefixed console lines, each ending in '\n') from `from`: those
+  // that match go to the duplicate file too, in one write.
+  void copy_matching(const std::string& out, std::size_t from) const {
+    if (!duplicate.file) return;
+    std::string copied;
+    for (std::size_t start = from; start < out.size();) {
+      const std::size_t end = out.find('\n', start) + 1;
+      const std::string_view line(out.data() + start + prefix.size(),
+                                  end - start - prefix.size() - 1);
+      if (duplicate.matches(line)) copied.append(out, start, end - start);
+      start = end;
+    }
+    if (!copied.empty()) write_all(duplicate.file->fd, copied.data(), copied.size());
+  }
 
   // Writes every complete line (prefix + line, one write each so that lines of
   // different workers never interleave) and keeps the rest.
@@ -96,12 +137,14 @@ struct Stream {
       partial.clear();
     }
     if (!out.empty()) write_all(console_fd, out.data(), out.size());
+    copy_matching(out, 0);
   }
 
   void flush_partial() {
     if (console_fd >= 0 && !partial.empty()) {
       std::string out = prefix + partial + "\n";
       write_all(console_fd, out.data(), out.size());
+      copy_matching(out, 0);
     }
     partial.clear();
   }
@@ -184,6 +227,10 @@ class PosixEventLoop final : public WorkerEventLoop {
       }
       if (route.console) stream.console_fd = console;
       stream.prefix = spec.prefix;
+      if (route.console && !route.duplicate_file.empty()) {
+        stream.duplicate.file = duplicate_file(route.duplicate_file, cleanup);
+        stream.duplicate.filters = route.duplicate_filters;
+      }
       // A stream that goes nowhere gets /dev/null (p stays -1).
       if (stream.file_fd >= 0 || stream.console_fd >= 0) {
         if (::pipe2(p, O_CLOEXEC) != 0) {
@@ -199,6 +246,18 @@ class PosixEventLoop final : public WorkerEventLoop {
       int err = errno;
       cleanup();
       throw InternalError("launcher", "pipe: " + errno_text(err));
+    }
+    // The CPUs to bind to, as a set sized for the highest of them.
+    const int top_cpu =
+        spec.cpus.empty() ? 0 : *std::max_element(spec.cpus.begin(), spec.cpus.end());
+    std::unique_ptr<cpu_set_t, void (*)(cpu_set_t*)> cpus(
+        spec.cpus.empty() ? nullptr : CPU_ALLOC(top_cpu + 1), [](cpu_set_t* set) {
+          if (set != nullptr) CPU_FREE(set);
+        });
+    const std::size_t cpus_size = CPU_ALLOC_SIZE(top_cpu + 1);
+    if (cpus) {
+      CPU_ZERO_S(cpus_size, cpus.get());
+      for (int cpu : spec.cpus) CPU_SET_S(cpu, cpus_size, cpus.get());
     }
     const pid_t parent = ::getpid();
     const char* program = argv[0];
@@ -249,6 +308,14 @@ class PosixEventLoop final : public WorkerEventLoop {
       // dispositions ddprun inherited (nohup's SIGHUP) pass on, like Popen.
       ::signal(SIGPIPE, SIG_DFL);
       ::sigprocmask(SIG_SETMASK, &old_mask, nullptr);
+      // --numa_binding: bound before exec, so every thread the program
+      // starts inherits it. A refusal is reported as minus its errno.
+      if (cpus && ::sched_setaffinity(0, cpus_size, cpus.get()) != 0) {
+        int err = -errno;
+        ssize_t ignored = ::write(exec_pipe[1], &err, sizeof(err));
+        (void)ignored;
+        ::_exit(127);
+      }
       ::execve(program, argv.data(), envp.data());
       int err = errno;
       ssize_t ignored = ::write(exec_pipe[1], &err, sizeof(err));
@@ -271,6 +338,12 @@ class PosixEventLoop final : public WorkerEventLoop {
     if (n == static_cast<ssize_t>(sizeof(exec_errno))) {
       ::waitpid(pid, nullptr, 0);
       cleanup();
+      if (exec_errno < 0) {
+        std::string list;
+        for (int cpu : spec.cpus) list += (list.empty() ? "" : ",") + std::to_string(cpu);
+        throw InvalidArgument("launcher", std::string("cannot bind ") + program + " to CPUs " +
+                                              list + ": " + errno_text(-exec_errno));
+      }
       throw InvalidArgument(
           "launcher", std::string("cannot execute ") + program + ": " + errno_text(exec_errno));
     }
@@ -349,6 +422,27 @@ class PosixEventLoop final : public WorkerEventLoop {
   }
 
  private:
+  // The shared file at `path` for duplicated lines: the one the streams of
+  // running workers hold, else opened now with the log files' refusals
+  // (truncated only the first time: a later worker of the same attempt appends).
+  template <typename Cleanup>
+  std::shared_ptr<DuplicateFile> duplicate_file(const std::string& path, Cleanup& cleanup) {
+    auto known = duplicate_files_.find(path);
+    if (known != duplicate_files_.end()) {
+      if (auto open = known->second.lock()) return open;
+    }
+    auto file = std::make_shared<DuplicateFile>();
+    std::string problem;
+    file->fd = open_log_file(path, problem, known == duplicate_files_.end());
+    if (file->fd < 0) {
+      cleanup();
+      throw InvalidArgument("launcher", "cannot open log file " + path + ": " + problem);
+    }
+    ::fcntl(file->fd, F_SETFL, ::fcntl(file->fd, F_GETFL) | O_APPEND);
+    duplicate_files_[path] = file;
+    return file;
+  }
+
   void watch(int fd) {
     epoll_event event{};
     event.events = EPOLLIN;
@@ -457,6 +551,9 @@ class PosixEventLoop final : public WorkerEventLoop {
   std::map<int, Child> children_;
   // pipe fd -> (pid, is stdout)
   std::map<int, std::pair<int, bool>> fd_owner_;
+  // --duplicate_*_filters' files by path (open while a stream holds them; a
+  // path stays known, one per attempt, so that reopening it appends).
+  std::map<std::string, std::weak_ptr<DuplicateFile>> duplicate_files_;
   std::deque<LoopEvent> pending_;
 };
 

@@ -97,14 +97,25 @@ void WorkerGroup::start_worker(int local_rank) {
   const bool on_console = spec.console_ranks.empty() || spec.console_ranks.count(local_rank) > 0;
   const Std redirect = spec.redirects.of(local_rank);
   const Std tee = spec.tee.of(local_rank);
-  auto route = [&](Std bit, const char* name) {
+  auto route = [&](Std bit, const char* name, const std::vector<std::string>& filters,
+                   const char* duplicate_name) {
     StreamRoute r;
     if (has(redirect, bit) || has(tee, bit)) r.file = dir + "/" + name;
     r.console = on_console && (!has(redirect, bit) || has(tee, bit));
+    // torch duplicates the lines of the tee'd streams it shows (its tail).
+    if (!filters.empty() && r.console && has(tee, bit)) {
+      r.duplicate_file = options_.run_log_dir + "/" + attempt_subdir_name() + "/" + duplicate_name;
+      r.duplicate_filters = filters;
+    }
     return r;
   };
-  process.out = route(Std::kOut, "stdout.log");
-  process.err = route(Std::kErr, "stderr.log");
+  process.out =
+      route(Std::kOut, "stdout.log", spec.duplicate_stdout_filters, "filtered_stdout.log");
+  process.err =
+      route(Std::kErr, "stderr.log", spec.duplicate_stderr_filters, "filtered_stderr.log");
+  if (static_cast<std::size_t>(local_rank) < spec.cpu_affinity.size()) {
+    process.cpus = spec.cpu_affinity[static_cast<std::size_t>(local_rank)];
+  }
   if (ProgressPageFile* page = watch_.prepare(local_rank)) {
     process.inherit_fds.push_back(page->fd());
     process.env.push_back(std::string(names::kProgressFd) + "=" + std::to_string(page->fd()));
@@ -138,7 +149,8 @@ contract::WorkerRound WorkerGroup::round_of(const Worker& worker) const {
   round.round = info.round;
   round.rank = worker.rank;
   round.world_size = info.world_size;
-  round.local_rank = worker.local_rank;
+  // --virtual_local_rank: every worker is local rank 0 of its own GPU.
+  round.local_rank = options_.spec.virtual_local_rank ? 0 : worker.local_rank;
   round.local_world_size = options_.spec.local_world_size;
   round.group_rank = info.group_rank;
   round.group_world_size = info.group_world_size;
@@ -193,13 +205,16 @@ std::vector<std::string> WorkerGroup::worker_env(const Worker& worker) const {
   env[names::kRoleName] = spec.role;
   env[names::kMaxRestarts] = std::to_string(spec.max_restarts);
   env[names::kRunId] = params.run_id;
-  env[names::kUseAgentStore] = "False";
   env[names::kErrorFile] = worker.error_file;
-  if (env.find(names::kNcclAsyncErrorHandling) == env.end())
-    env[names::kNcclAsyncErrorHandling] = "1";
-  if (options_.set_omp_num_threads && env.find(names::kOmpNumThreads) == env.end()) {
-    env[names::kOmpNumThreads] = "1";
-  }
+  const RendezvousInfo& info = round_->info();
+  TorchWorkerFacts torch;
+  torch.local_rank = worker.local_rank;
+  torch.virtual_local_rank = spec.virtual_local_rank;
+  // torch's env:// must not host a store where the agents' already runs.
+  torch.uses_agent_store =
+      info.master_addr == info.store_addr && info.master_port == info.store_port;
+  torch.set_omp_num_threads = options_.set_omp_num_threads;
+  add_torch_variables(env, torch);
   if (timer_) env["TORCHELASTIC_TIMER_FILE"] = timer_->path();
   if (!options_.python_module_dir.empty()) {
     auto& path = env[names::kPythonPath];

@@ -1,5 +1,10 @@
 #include "ddp/agent/worker_spec.h"
 
+#include <sstream>
+
+#include "ddp/common/error.h"
+#include "ddp/worker_contract/env_names.h"
+
 namespace ddp::agent {
 namespace {
 
@@ -11,7 +16,61 @@ std::string replace_all(std::string text, const std::string& from, const std::st
   return text;
 }
 
+// The value of `name`, else of `other`, else "1".
+std::string either_or_one(const std::map<std::string, std::string>& env, const char* name,
+                          const char* other) {
+  for (const char* key : {name, other}) {
+    auto it = env.find(key);
+    if (it != env.end()) return it->second;
+  }
+  return "1";
+}
+
+// torch's _set_local_rank_env: the local_rank-th device of `visible`.
+std::string own_device(const std::string& visible, int local_rank) {
+  const std::vector<std::string> items = visible_device_items(visible);
+  if (local_rank >= static_cast<int>(items.size())) {
+    throw InvalidArgument("--virtual_local_rank",
+                          "local rank " + std::to_string(local_rank) +
+                              " has no device in CUDA_VISIBLE_DEVICES=" + visible);
+  }
+  return items[static_cast<std::size_t>(local_rank)];
+}
+
 }  // namespace
+
+std::vector<std::string> visible_device_items(const std::string& visible) {
+  std::vector<std::string> items;
+  std::istringstream in(visible);
+  for (std::string item; std::getline(in, item, ',');) items.push_back(item);
+  if (visible.empty() || visible.back() == ',') items.emplace_back();
+  for (auto& item : items) {
+    item.erase(0, item.find_first_not_of(" \t"));
+    item.erase(item.find_last_not_of(" \t") + 1);
+  }
+  return items;
+}
+
+void add_torch_variables(std::map<std::string, std::string>& env, const TorchWorkerFacts& facts) {
+  namespace names = env_names;
+  env[names::kUseAgentStore] = facts.uses_agent_store ? "True" : "False";
+  const std::string torch_name =
+      either_or_one(env, names::kTorchNcclAsyncErrorHandling, names::kNcclAsyncErrorHandling);
+  const std::string old_name =
+      either_or_one(env, names::kNcclAsyncErrorHandling, names::kTorchNcclAsyncErrorHandling);
+  env[names::kTorchNcclAsyncErrorHandling] = torch_name;
+  env[names::kNcclAsyncErrorHandling] = old_name;
+  if (facts.set_omp_num_threads && env.find(names::kOmpNumThreads) == env.end()) {
+    env[names::kOmpNumThreads] = "1";
+  }
+  if (facts.virtual_local_rank) {
+    auto visible = env.find(names::kCudaVisibleDevices);
+    env[names::kCudaVisibleDevices] = visible == env.end()
+                                          ? std::to_string(facts.local_rank)
+                                          : own_device(visible->second, facts.local_rank);
+    env[names::kLocalRank] = "0";
+  }
+}
 
 std::string substitute_local_rank(const std::string& arg, int local_rank) {
   return replace_all(arg, "${local_rank}", std::to_string(local_rank));

@@ -1,5 +1,6 @@
 #include "ddp/launcher/host_facts.h"
 
+#include <sched.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -52,6 +53,17 @@ const HostFacts& real_host_facts() {
             const auto dir = exe.parent_path().parent_path() / "lib" / "ddprun" / "python";
             return std::filesystem::is_directory(dir, error) ? dir.lexically_normal().string()
                                                              : std::string();
+          },
+      .allowed_cpus =
+          [] {
+            std::set<int> cpus;
+            cpu_set_t set;
+            CPU_ZERO(&set);
+            if (::sched_getaffinity(0, sizeof(set), &set) != 0) return cpus;
+            for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+              if (CPU_ISSET(cpu, &set)) cpus.insert(cpu);
+            }
+            return cpus;
           },
   };
   return facts;

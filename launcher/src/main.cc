@@ -21,6 +21,7 @@
 #include "ddp/common/error.h"
 #include "ddp/common/logging.h"
 #include "ddp/launcher/launch_config.h"
+#include "ddp/launcher/numa_binding.h"
 #include "ddp/launcher/python_check.h"
 #include "ddp/rendezvous/rendezvous_factory.h"
 #include "ddp/status_http/server.h"
@@ -153,6 +154,20 @@ void log_slurm_options(const ddp::launcher::LaunchConfig& config) {
   ddp::log::get("ddprun")->info("from SLURM: {}", line);
 }
 
+// With --numa_binding, one line saying where each local rank runs, e.g.
+// "--numa_binding=exclusive: local rank 0 on CPUs 0-3,16-19; local rank 1 on ...".
+void log_numa_binding(const ddp::launcher::LaunchConfig& config) {
+  if (config.numa_binding.empty()) return;
+  std::string line;
+  const auto& plan = config.agent.spec.cpu_affinity;
+  for (std::size_t rank = 0; rank < plan.size(); ++rank) {
+    line += (line.empty() ? "" : "; ") +
+            ("local rank " + std::to_string(rank) + " on CPUs " +
+             ddp::launcher::cpu_list_text({plan[rank].begin(), plan[rank].end()}));
+  }
+  ddp::log::get("ddprun")->info("--numa_binding={}: {}", config.numa_binding, line);
+}
+
 // --status_allow_no_token let the live view listen beyond loopback without a
 // token (the parser refuses that otherwise): say so, once, as a warning.
 void warn_of_an_open_live_view(const ddp::agent::StatusOptions& status, const std::string& token) {
@@ -167,6 +182,7 @@ void warn_of_an_open_live_view(const ddp::agent::StatusOptions& status, const st
 int run(const ddp::launcher::LaunchConfig& config) {
   namespace fs = std::filesystem;
   log_slurm_options(config);
+  log_numa_binding(config);
   for (const auto& warning : config.warnings) {
     std::fprintf(stderr, "ddprun: warning: %s\n", warning.c_str());
   }

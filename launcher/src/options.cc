@@ -104,6 +104,16 @@ const std::vector<OptionRow>& option_table() {
       {.name = "local_addr",
        .text = &R::local_addr,
        .help = "Address of the local node, as other nodes reach it. Default: this host's name."},
+      {.name = "logs_specs",
+       .text = &R::logs_specs,
+       .help = "torchrun's LogsSpecs plug-in (a Python entry point): refused, ddprun loads no "
+               "Python; its logs are set by --log_dir, -r, -t, --local_ranks_filter and "
+               "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE."},
+      {.name = "numa_binding",
+       .text = &R::numa_binding,
+       .help = "Bind each worker to CPUs near its GPU (local rank r: GPU r), or with no GPU "
+               "spread the local ranks over the NUMA nodes: node, socket, exclusive or "
+               "core-complex (torch's modes, read from sysfs). Default: no binding."},
       {.name = "max_restarts",
        .text = &R::max_restarts,
        .default_value = std::to_string(agent.spec.max_restarts),
@@ -118,14 +128,20 @@ const std::vector<OptionRow>& option_table() {
                "programs and of PyTorch scripts on the backend \"ddp\"); 0: never."},
       {.name = "monitor_interval",
        .text = &R::monitor_interval,
-       .default_value = "5",
-       .help = "Accepted for torchrun compatibility; ddprun notices worker exits at once (no "
-               "polling)."},
+       .default_value = "0.1",
+       .help = "Accepted for torchrun compatibility (torch 2.x's default, 0.1; 1.13's was 5); "
+               "ddprun notices worker exits at once (no polling)."},
       {.name = "start_method",
        .text = &R::start_method,
        .default_value = "spawn",
        .help = "Accepted for torchrun compatibility (spawn, fork, forkserver); workers are always "
                "exec'd."},
+      {.name = "event_log_handler",
+       .text = &R::event_log_handler,
+       .default_value = "null",
+       .help = "torchrun's event handler: null and dynamic_rendezvous record nothing, as "
+               "torchrun's do; console is accepted with a note (ddprun prints its agent's "
+               "events on stderr, and serves them with --status_port)."},
       {.name = "role",
        .text = &R::role,
        .default_value = agent.spec.role,
@@ -160,6 +176,14 @@ const std::vector<OptionRow>& option_table() {
       {.name = "local_ranks_filter",
        .text = &R::local_ranks_filter,
        .help = "Only show logs from these local ranks on the console (e.g. 0,1,2)."},
+      {.name = "duplicate_stdout_filters",
+       .text = &R::duplicate_stdout_filters,
+       .help = "Copy the stdout lines of tee'd ranks (-t) that contain any of these "
+               "comma-separated strings (',,' is a comma) into "
+               "attempt_<n>/filtered_stdout.log, prefixed as on the console."},
+      {.name = "duplicate_stderr_filters",
+       .text = &R::duplicate_stderr_filters,
+       .help = "The same for stderr, into attempt_<n>/filtered_stderr.log."},
       {.name = "signals_to_handle",
        .text = &R::signals_to_handle,
        .default_value = "SIGTERM,SIGINT,SIGHUP,SIGQUIT",
@@ -174,6 +198,14 @@ const std::vector<OptionRow>& option_table() {
        .text = &R::stop_grace,
        .default_value = seconds_text(agent.stop_grace),
        .help = "Seconds between SIGTERM and SIGKILL when stopping workers."},
+      {.name = "shutdown_timeout",
+       .text = &R::shutdown_timeout,
+       .help = "torch 2.x's name for --stop_grace (give one of the two); without either, "
+               "TORCH_ELASTIC_SHUTDOWN_TIMEOUT, else 30."},
+      {.name = "virtual_local_rank",
+       .flag = &R::virtual_local_rank,
+       .help = "Every worker gets LOCAL_RANK=0 and CUDA_VISIBLE_DEVICES naming only its own "
+               "GPU (local rank r: the r-th of CUDA_VISIBLE_DEVICES, else GPU r)."},
       {.name = "hang_timeout",
        .text = &R::hang_timeout,
        .default_value = "auto",

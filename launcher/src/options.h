@@ -31,6 +31,7 @@ struct RawOptions {
   std::string max_no_progress_restarts;
   std::string monitor_interval;
   std::string start_method;
+  std::string event_log_handler;
   std::string role;
   bool no_python = false;
   bool module = false;
@@ -39,9 +40,15 @@ struct RawOptions {
   std::string redirects;
   std::string tee;
   std::string local_ranks_filter;
+  std::string duplicate_stdout_filters;
+  std::string duplicate_stderr_filters;
+  std::string logs_specs;
+  std::string numa_binding;
   std::string signals_to_handle;
   std::string exit_barrier_timeout;
   std::string stop_grace;
+  std::string shutdown_timeout;
+  bool virtual_local_rank = false;
   std::string hang_timeout;
   std::string on_hang;
   std::string status_port;

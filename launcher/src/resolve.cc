@@ -12,6 +12,7 @@
 #include "ddp/rendezvous/backends.h"
 #include "ddp/status_http/server.h"
 #include "rdzv_conf.h"
+#include "torch_flags.h"
 #include "values.h"
 
 namespace ddp::launcher {
@@ -247,13 +248,14 @@ class Resolver {
     }
     c.agent.exit_barrier_timeout =
         parse_secs(raw_.exit_barrier_timeout, what("exit_barrier_timeout"));
-    c.agent.stop_grace = parse_secs(raw_.stop_grace, what("stop_grace"));
     resolve_watch(c.agent.watch);
     resolve_status(c.agent.status);
     if (auto tmpl = host_.env("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE")) {
       spec.line_prefix_template = *tmpl;
     }
     c.agent.set_omp_num_threads = nproc > 1;
+    // --stop_grace with --shutdown_timeout, and torch 2.x's other flags.
+    resolve_torch_flags(raw_, origins_, host_, c);
     if (host_.python_module_dir) c.agent.python_module_dir = host_.python_module_dir();
     c.agent.hostname = host_.hostname();
   }

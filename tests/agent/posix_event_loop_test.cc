@@ -7,6 +7,7 @@
 #include <linux/audit.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
@@ -239,6 +240,15 @@ ProcessSpec logging(const std::string& file) {
   return spec;
 }
 
+// A worker printing two lines, one of them kept by the filters.
+ProcessSpec duplicating(const std::string& name, const fs::path& file) {
+  ProcessSpec spec = shell("echo 'keep " + name + "'; echo drop; printf 'keep last'");
+  spec.prefix = "[" + name + "]:";
+  spec.out.duplicate_file = file.string();
+  spec.out.duplicate_filters = {"nothing", "keep"};
+  return spec;
+}
+
 std::string launch_error(WorkerEventLoop& launcher, const ProcessSpec& spec) {
   try {
     launcher.launch(spec);
@@ -268,6 +278,10 @@ TEST(PosixLauncher, SymlinkPlantedAsLogFileIsRefusedAndItsTargetUntouched) {
   std::string error = launch_error(*launcher, logging(log.string()));
   EXPECT_NE(error.find("cannot open log file " + log.string()), std::string::npos) << error;
   EXPECT_NE(error.find("symbolic link"), std::string::npos) << error;
+  EXPECT_EQ(slurp(victim), "precious");
+  // The duplicate filters' shared file is opened with the same refusals.
+  error = launch_error(*launcher, duplicating("a", log));
+  EXPECT_NE(error.find("cannot open log file " + log.string()), std::string::npos) << error;
   EXPECT_EQ(slurp(victim), "precious");
 }
 
@@ -388,6 +402,46 @@ TEST(PosixLauncher, WorkerAllowsItsAgentToTraceIt) {
   EXPECT_EQ(status, 0) << (status == 8 ? "the worker ran without calling "
                                          "prctl(PR_SET_PTRACER, <its agent's pid>)"
                                        : "unexpected status " + std::to_string(status));
+}
+
+// ------------------------------------- torchrun's duplicate filters, NUMA binding
+
+TEST(PosixLauncher, MatchingConsoleLinesOfWorkersGoToOneSharedFile) {
+  TempDir dir;
+  const fs::path file = dir.path() / "filtered_stdout.log";
+  auto launcher = make_posix_event_loop({});
+  ::testing::internal::CaptureStdout();
+  launcher->launch(duplicating("a", file));
+  ASSERT_EQ(next(*launcher).kind, LoopEvent::Kind::kExited);
+  launcher->launch(duplicating("b", file));  // a new stream, the same file: appended
+  ASSERT_EQ(next(*launcher).kind, LoopEvent::Kind::kExited);
+  ProcessSpec quiet = duplicating("c", file);
+  quiet.out.console = false;  // not on the console: not copied
+  launcher->launch(quiet);
+  ASSERT_EQ(next(*launcher).kind, LoopEvent::Kind::kExited);
+  const std::string console = ::testing::internal::GetCapturedStdout();
+  EXPECT_EQ(console, "[a]:keep a\n[a]:drop\n[a]:keep last\n[b]:keep b\n[b]:drop\n[b]:keep last\n");
+  EXPECT_EQ(slurp(file), "[a]:keep a\n[a]:keep last\n[b]:keep b\n[b]:keep last\n");
+}
+
+TEST(PosixLauncher, WorkerIsBoundToItsCpusBeforeExec) {
+  cpu_set_t mine;
+  CPU_ZERO(&mine);
+  ASSERT_EQ(::sched_getaffinity(0, sizeof(mine), &mine), 0);
+  int cpu = 0;
+  while (cpu < CPU_SETSIZE && !CPU_ISSET(cpu, &mine)) ++cpu;
+  TempDir dir;
+  const fs::path status = dir.path() / "status";
+  ProcessSpec spec = shell("grep Cpus_allowed_list /proc/self/status > " + status.string());
+  spec.cpus = {cpu};
+  auto launcher = make_posix_event_loop({});
+  launcher->launch(spec);
+  ASSERT_EQ(next(*launcher).kind, LoopEvent::Kind::kExited);
+  EXPECT_EQ(slurp(status), "Cpus_allowed_list:\t" + std::to_string(cpu) + "\n");
+  // A CPU the kernel refuses (none of them online): an error naming them.
+  spec.cpus = {100000};
+  const std::string error = launch_error(*launcher, spec);
+  EXPECT_NE(error.find("cannot bind /bin/sh to CPUs 100000: "), std::string::npos) << error;
 }
 
 TEST(PosixLauncher, ResolveProgram) {

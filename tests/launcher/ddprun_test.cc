@@ -68,6 +68,7 @@ TEST_P(EnvTest, WorkerEnvironmentIsExactlyTheContract) {
                                           "TORCHELASTIC_USE_AGENT_STORE",
                                           "TORCHELASTIC_ERROR_FILE",
                                           "NCCL_ASYNC_ERROR_HANDLING",
+                                          "TORCH_NCCL_ASYNC_ERROR_HANDLING",
                                           "DDP_STORE_ADDR",
                                           "DDP_STORE_PORT",
                                           "DDP_STORE_PREFIX",
@@ -112,6 +113,7 @@ TEST_P(EnvTest, WorkerEnvironmentIsExactlyTheContract) {
     EXPECT_EQ(wenv["TORCHELASTIC_MAX_RESTARTS"], "0");
     EXPECT_EQ(wenv["TORCHELASTIC_USE_AGENT_STORE"], "False");
     EXPECT_EQ(wenv["NCCL_ASYNC_ERROR_HANDLING"], "1");
+    EXPECT_EQ(wenv["TORCH_NCCL_ASYNC_ERROR_HANDLING"], "1");  // torch 2.x's name
     EXPECT_EQ(wenv["DDP_STORE_ADDR"], "127.0.0.1");
     if (n > 1) {
       EXPECT_EQ(wenv["OMP_NUM_THREADS"], "1");
@@ -652,6 +654,100 @@ TEST_F(DdprunTest, SigkillAfterGraceForWorkersIgnoringSigterm) {
   EXPECT_TRUE(eventually([&] { return live_members_of_group(w0).empty(); }));
 }
 
+// torch 2.x's name for the grace, from its variable: a worker that ignores
+// SIGTERM is killed after 1 s, not the default 30.
+TEST_F(DdprunTest, ShutdownTimeoutFromTorchsVariableEndsAWorkerIgnoringSigterm) {
+  auto env = base_env();
+  env["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"] = "1";
+  Child child = spawn(
+      cmd({"--standalone", "--nproc_per_node=1", "--no_python"},
+          {"/bin/sh", "-c",
+           "trap '' TERM; echo $$ > " + dir_.str() + "/0.pid; while true; do sleep 0.01; done"}),
+      env, dir_.path());
+  ASSERT_TRUE(wait_for_file(dir_.path() / "0.pid"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const pid_t w0 = std::stoi(read_text(dir_.path() / "0.pid"));
+  const auto start = std::chrono::steady_clock::now();
+  ::kill(child.pid, SIGTERM);
+  EXPECT_EQ(wait_child(child.pid, std::chrono::seconds(10)), 128 + SIGTERM);
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_GE(took, std::chrono::milliseconds(950));
+  EXPECT_LT(took, std::chrono::seconds(5));
+  EXPECT_TRUE(process_dead(w0));
+}
+
+// --virtual-local-rank: LOCAL_RANK=0 everywhere, each worker's own device in
+// CUDA_VISIBLE_DEVICES (the local_rank-th of ddprun's).
+TEST_F(DdprunTest, VirtualLocalRankGivesEachWorkerItsOwnDevice) {
+  auto env = base_env();
+  env["CUDA_VISIBLE_DEVICES"] = "4,6";
+  auto result =
+      run(cmd({"--standalone", "--nproc_per_node=2", "--virtual-local-rank", "--no_python"},
+              {worker(), "env", dir_.str()}),
+          env, dir_.path());
+  ASSERT_EQ(result.code, 0) << result.err;
+  for (int rank = 0; rank < 2; ++rank) {
+    auto wenv = read_json(dir_.path() / ("env_" + std::to_string(rank) + "_0.json"))["env"];
+    EXPECT_EQ(wenv["LOCAL_RANK"], "0") << rank;
+    EXPECT_EQ(wenv["RANK"], std::to_string(rank));
+    EXPECT_EQ(wenv["CUDA_VISIBLE_DEVICES"], rank == 0 ? "4" : "6");
+  }
+  // The console prefix keeps the real local rank, as torchrun's does.
+  EXPECT_NE(result.out.find("[default1]:env written by rank 1"), std::string::npos) << result.out;
+}
+
+// --duplicate_stdout_filters: the matching lines of the tee'd ranks, prefixed,
+// in attempt_<n>/filtered_stdout.log; a stream nobody tees copies nothing.
+TEST_F(DdprunTest, DuplicateFiltersCopyMatchingTeedLines) {
+  const fs::path logs = dir_.path() / "logs";
+  auto result = run(
+      cmd({"--standalone", "--nproc_per_node=2", "-t", "0:1", "--log_dir", logs.string(),
+           "--duplicate-stdout-filters=keep,,me", "--duplicate_stderr_filters=oops", "--no_python"},
+          {"/bin/sh", "-c",
+           "echo \"keep,me $LOCAL_RANK\"; echo keep; echo \"oops $LOCAL_RANK\" >&2"}),
+      base_env(), dir_.path());
+  ASSERT_EQ(result.code, 0) << result.err;
+  EXPECT_NE(result.err.find("--duplicate_stderr_filters copies lines of tee'd streams only"),
+            std::string::npos)
+      << result.err;
+  std::vector<fs::path> runs;
+  for (const auto& entry : fs::directory_iterator(logs)) runs.push_back(entry.path());
+  ASSERT_EQ(runs.size(), 1u);
+  EXPECT_EQ(read_text(runs[0] / "attempt_0" / "filtered_stdout.log"), "[default0]:keep,me 0\n");
+  EXPECT_FALSE(fs::exists(runs[0] / "attempt_0" / "filtered_stderr.log"));
+  // The console and the rank's own log are as without the filters.
+  EXPECT_NE(result.out.find("[default1]:keep,me 1"), std::string::npos) << result.out;
+  EXPECT_EQ(read_text(runs[0] / "attempt_0" / "0" / "stdout.log"), "keep,me 0\nkeep\n");
+}
+
+// --numa_binding on this host's sysfs: two workers of an exclusive binding run
+// on different CPUs, each on fewer than ddprun may use (skipped on a node
+// with fewer than 2 physical cores).
+TEST_F(DdprunTest, NumaBindingBindsEachWorkerBeforeExec) {
+  auto allowed_list = [](const std::string& status) {
+    const auto at = status.find("Cpus_allowed_list:");
+    if (at == std::string::npos) return std::string();
+    const auto start = status.find_first_not_of(" \t", at + 18);
+    return status.substr(start, status.find('\n', start) - start);
+  };
+  auto result =
+      run(cmd({"--standalone", "--nproc_per_node=2", "--numa_binding=exclusive", "--no_python"},
+              {"/bin/sh", "-c", "cat /proc/self/status > " + dir_.str() + "/$LOCAL_RANK.status"}),
+          base_env(), dir_.path());
+  if (result.code == 2 && result.err.find("physical cores for") != std::string::npos) {
+    GTEST_SKIP() << result.err;
+  }
+  ASSERT_EQ(result.code, 0) << result.err;
+  const std::string mine = allowed_list(read_text("/proc/self/status"));
+  const std::string rank0 = allowed_list(read_text(dir_.path() / "0.status"));
+  const std::string rank1 = allowed_list(read_text(dir_.path() / "1.status"));
+  EXPECT_FALSE(rank0.empty());
+  EXPECT_FALSE(rank1.empty());
+  EXPECT_NE(rank0, rank1);
+  EXPECT_NE(rank0, mine);
+  EXPECT_NE(rank1, mine);
+}
+
 TEST_F(DdprunTest, SignalWhileWaitingForOtherNodesExitsAtOnce) {
   const std::uint16_t port = free_port();
   Child child = spawn(
@@ -693,7 +789,15 @@ TEST_F(DdprunTest, LinesArePrefixedAndNeverInterleaved) {
     EXPECT_EQ(std::stoi(m[3]), next[rank]++) << "lines of a worker stay in order";
     EXPECT_EQ(line.size(), std::string("[default0]:").size() + 300);
   }
-  EXPECT_EQ(lines_of(result.err).size(), 4u * 1500u);
+  // Every worker line, and ddprun's one line of its own: torchrun's warning
+  // that OMP_NUM_THREADS is set to 1 (4 workers, the variable unset).
+  const auto err_lines = lines_of(result.err);
+  EXPECT_EQ(err_lines.size(), 4u * 1500u + 1);
+  EXPECT_EQ(std::count_if(err_lines.begin(), err_lines.end(),
+                          [](const std::string& line) {
+                            return line.starts_with("ddprun: warning: setting OMP_NUM_THREADS=1");
+                          }),
+            1);
 }
 
 TEST_F(DdprunTest, TeeAndRedirectFiles) {

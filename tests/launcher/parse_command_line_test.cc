@@ -8,6 +8,8 @@
 
 #include <chrono>
 #include <csignal>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <set>
 #include <sstream>
@@ -16,6 +18,7 @@
 
 #include "ddp/launcher/host_facts.h"
 #include "ddp/launcher/launch_config.h"
+#include "temp_dir.h"
 
 namespace ddp::launcher {
 namespace {
@@ -36,6 +39,8 @@ struct FakeHost {
   std::map<std::string, std::string> readable;
   // ddprun's Python module folder ("" when it has none).
   std::string python_module_dir;
+  // Where --numa_binding reads sysfs (a fake topology's folder).
+  std::string sysfs_root = "/nonexistent-sysfs";
 
   HostFacts facts() const {
     auto regular = [this](const std::string& path) {
@@ -71,6 +76,8 @@ struct FakeHost {
               return it->second.substr(0, it->second.find('\n'));
             },
         .python_module_dir = [this] { return python_module_dir; },
+        .allowed_cpus = {},
+        .sysfs_root = sysfs_root,
     };
   }
 
@@ -742,6 +749,125 @@ TEST(ParseCommandLine, AnExecutableFileRunsDirectlyWhereverItIsNamed) {
   EXPECT_TRUE(script.python_guessed);
   host.files.insert("/work/train.py");
   EXPECT_FALSE(host.config({"/work/train.py"}).python_guessed);
+}
+
+// ------------------------------------------- torchrun's flags newer than 1.13
+
+bool has_warning(const LaunchConfig& c, const std::string& start) {
+  for (const auto& warning : c.warnings) {
+    if (warning.starts_with(start)) return true;
+  }
+  return false;
+}
+
+TEST(ParseCommandLine, ShutdownTimeoutIsTorchsNameForTheStopGrace) {
+  FakeHost host;
+  EXPECT_EQ(host.config({"--shutdown-timeout=2", "/bin/true"}).agent.stop_grace, 2s);
+  EXPECT_EQ(
+      host.config({"--shutdown_timeout=0.5", "--stop_grace=0.5", "/bin/true"}).agent.stop_grace,
+      500ms);
+  EXPECT_EQ(host.error({"--shutdown_timeout=2", "--stop_grace=3", "/bin/true"}),
+            "--shutdown_timeout=2 and --stop_grace=3 disagree: both are the seconds between "
+            "SIGTERM and SIGKILL (give one)");
+  EXPECT_EQ(host.error({"--shutdown-timeout=-1", "/bin/true"}),
+            "--shutdown_timeout: expected a non-negative number of seconds, got '-1'");
+  // torch's variable, when neither flag (nor its PET_ form) is given.
+  host.env["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"] = "7";
+  EXPECT_EQ(host.config({"/bin/true"}).agent.stop_grace, 7s);
+  EXPECT_EQ(host.config({"--stop_grace=3", "/bin/true"}).agent.stop_grace, 3s);
+  host.env["PET_SHUTDOWN_TIMEOUT"] = "4";
+  EXPECT_EQ(host.config({"/bin/true"}).agent.stop_grace, 4s);
+  host.env["PET_SHUTDOWN_TIMEOUT"] = "";  // "" counts as unset: the variable again
+  host.env["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"] = "soon";
+  const auto parsed = host.parse({"/bin/true"});
+  EXPECT_EQ(parsed.exit_code, 2);
+  EXPECT_NE(parsed.output.find("TORCH_ELASTIC_SHUTDOWN_TIMEOUT: expected a non-negative number "
+                               "of seconds, got 'soon'"),
+            std::string::npos)
+      << parsed.output;
+}
+
+TEST(ParseCommandLine, VirtualLocalRankNeedsADeviceForEveryRank) {
+  FakeHost host;
+  EXPECT_FALSE(host.config({"/bin/true"}).agent.spec.virtual_local_rank);
+  EXPECT_TRUE(host.config({"--virtual-local-rank", "--nproc_per_node=4", "/bin/true"})
+                  .agent.spec.virtual_local_rank);
+  host.env["CUDA_VISIBLE_DEVICES"] = "2,5";
+  EXPECT_TRUE(host.config({"--virtual_local_rank", "--nproc_per_node=2", "/bin/true"})
+                  .agent.spec.virtual_local_rank);
+  EXPECT_EQ(host.error({"--virtual_local_rank", "--nproc_per_node=3", "/bin/true"}),
+            "--virtual_local_rank: --nproc_per_node=3 but CUDA_VISIBLE_DEVICES='2,5' names 2 "
+            "device(s): local rank 2 would have none");
+  host.env["PET_VIRTUAL_LOCAL_RANK"] = "1";
+  EXPECT_TRUE(host.config({"--nproc_per_node=2", "/bin/true"}).agent.spec.virtual_local_rank);
+}
+
+TEST(ParseCommandLine, DuplicateFiltersAreTorchsCommaList) {
+  FakeHost host;
+  const LaunchConfig c =
+      host.config({"-t", "3", "--duplicate-stdout-filters=loss,,acc,epoch", "/bin/true"});
+  EXPECT_EQ(c.agent.spec.duplicate_stdout_filters, (std::vector<std::string>{"loss,acc", "epoch"}));
+  EXPECT_TRUE(c.agent.spec.duplicate_stderr_filters.empty());
+  EXPECT_FALSE(has_warning(c, "--duplicate_stdout_filters"));
+  host.env["PET_DUPLICATE_STDERR_FILTERS"] = "Traceback";
+  const LaunchConfig err = host.config({"-t", "0:1", "/bin/true"});
+  EXPECT_EQ(err.agent.spec.duplicate_stderr_filters, (std::vector<std::string>{"Traceback"}));
+  // torch copies the lines of tee'd streams only: without -t, ddprun says so.
+  EXPECT_TRUE(has_warning(err, "--duplicate_stderr_filters copies lines of tee'd streams only"));
+  EXPECT_EQ(host.error({"--duplicate_stdout_filters=a,", "/bin/true"}),
+            "--duplicate_stdout_filters: an empty filter in 'a,' would copy every line (',,' is "
+            "a comma in a filter)");
+}
+
+TEST(ParseCommandLine, EventLogHandlerLogsSpecsAndMonitorInterval) {
+  FakeHost host;
+  const LaunchConfig c = host.config({"/bin/true"});
+  EXPECT_EQ(c.event_log_handler, "null");
+  EXPECT_DOUBLE_EQ(c.monitor_interval, 0.1);  // torch 2.x's default (1.13's was 5)
+  EXPECT_TRUE(c.warnings.empty());
+  EXPECT_FALSE(
+      has_warning(host.config({"--event_log_handler=dynamic_rendezvous", "/bin/true"}), "--event"));
+  EXPECT_TRUE(has_warning(host.config({"--event-log-handler=console", "/bin/true"}),
+                          "--event_log_handler=console: ddprun writes no torchelastic event"));
+  EXPECT_EQ(host.error({"--event_log_handler=scuba", "/bin/true"}),
+            "--event_log_handler: expected null, console or dynamic_rendezvous (torchrun's "
+            "registered handlers), got 'scuba'");
+  EXPECT_TRUE(host.error({"--logs-specs=mine", "/bin/true"})
+                  .starts_with("--logs_specs='mine': torchrun's LogsSpecs plug-ins are Python "
+                               "entry points (torchrun.logs_specs) and ddprun loads no Python; "
+                               "its log layout is set by --log_dir, -r/--redirects"));
+}
+
+TEST(ParseCommandLine, OmpNumThreadsWarningAsTorchrunPrintsIt) {
+  FakeHost host;
+  EXPECT_TRUE(has_warning(host.config({"--nproc_per_node=2", "/bin/true"}),
+                          "setting OMP_NUM_THREADS=1 for each worker"));
+  EXPECT_FALSE(has_warning(host.config({"--nproc_per_node=1", "/bin/true"}), "setting OMP"));
+  host.env["OMP_NUM_THREADS"] = "4";
+  EXPECT_FALSE(has_warning(host.config({"--nproc_per_node=2", "/bin/true"}), "setting OMP"));
+}
+
+TEST(ParseCommandLine, NumaBindingPlansFromTheHostsSysfs) {
+  test::TempDir sys("ddp-numa");
+  for (int node = 0; node < 2; ++node) {
+    const auto dir = sys.path() / "devices/system/node" / ("node" + std::to_string(node));
+    std::filesystem::create_directories(dir);
+    std::ofstream(dir / "cpulist") << (node == 0 ? "0-1" : "2-3") << "\n";
+  }
+  FakeHost host;
+  EXPECT_EQ(host.error({"--numa_binding=node", "/bin/true"}),
+            "--numa_binding=node: no NUMA node found in /nonexistent-sysfs/devices/system/node "
+            "(node<N>/cpulist)");
+  host.sysfs_root = sys.str();
+  const LaunchConfig c = host.config({"--numa-binding=node", "--nproc_per_node=2", "/bin/true"});
+  EXPECT_EQ(c.numa_binding, "node");
+  EXPECT_EQ(c.agent.spec.cpu_affinity, (std::vector<std::vector<int>>{{0, 1}, {2, 3}}));
+  EXPECT_TRUE(host.config({"/bin/true"}).agent.spec.cpu_affinity.empty());
+  EXPECT_EQ(host.error({"--numa_binding=core_complex", "/bin/true"}),
+            "--numa_binding: expected node, socket, exclusive or core-complex, got "
+            "'core_complex'");
+  EXPECT_EQ(host.error({"--numa_binding=exclusive", "--nproc_per_node=6", "/bin/true"}),
+            "--numa_binding=exclusive: NUMA node 0 has 2 physical cores for 3 ranks");
 }
 
 }  // namespace

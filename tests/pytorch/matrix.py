@@ -90,10 +90,12 @@ PER_RUN_VARIABLES = {"MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCH
 # ddprun's own additions (docs/using.md, "What every worker gets"): the store for
 # its worker library (DDP_STORE_TOKEN only with an authenticated store), the
 # progress page, the control channel of in-place recovery, faulthandler for
-# a hung Python worker's tracebacks, and PYTHONPATH with the folder of ddp_torch
-# (in a build with the torch backend).
+# a hung Python worker's tracebacks, PYTHONPATH with the folder of ddp_torch
+# (in a build with the torch backend), and TORCH_NCCL_ASYNC_ERROR_HANDLING (torch
+# 2.x's name for NCCL_ASYNC_ERROR_HANDLING, which 2.x's torchrun sets).
 DDPRUN_OWN_VARIABLES = {"DDP_STORE_ADDR", "DDP_STORE_PORT", "DDP_STORE_PREFIX", "DDP_PROGRESS_FD",
-                        "DDP_CONTROL_FD", "DDP_CHANGE_GRACE_MS", "PYTHONFAULTHANDLER", "PYTHONPATH"}
+                        "DDP_CONTROL_FD", "DDP_CHANGE_GRACE_MS", "PYTHONFAULTHANDLER", "PYTHONPATH",
+                        "TORCH_NCCL_ASYNC_ERROR_HANDLING"}
 
 
 # ---------------------------------------------------------------- processes

@@ -57,6 +57,14 @@ struct StreamRoute {
   // Write each line to the agent's own stream (stdout for stdout, stderr for
   // stderr) behind `prefix`.
   bool console = true;
+  // With `console`: each console line that contains any of `duplicate_filters`
+  // is also appended, behind `prefix`, to `duplicate_file`, which every stream
+  // naming the same path shares (created, or truncated, at the first launch
+  // that names it, with the same refusals as `file`; closed when no stream
+  // names it any more, and appended to when a later launch names it again).
+  // Empty: none.
+  std::string duplicate_file;
+  std::vector<std::string> duplicate_filters;
 };
 
 struct ProcessSpec {
@@ -73,6 +81,10 @@ struct ProcessSpec {
   // Descriptors of the agent the worker inherits under the same numbers (its
   // progress page); every other one is closed at exec.
   std::vector<int> inherit_fds;
+  // The CPUs the worker is bound to (sched_setaffinity before exec; launch()
+  // throws InvalidArgument naming them when the kernel refuses); empty: the
+  // agent's own affinity.
+  std::vector<int> cpus;
 };
 
 struct LoopEvent {

@@ -57,6 +57,19 @@ struct WorkerSpec {
   std::set<int> console_ranks;
   // Console line prefix; ${role_name}, ${local_rank} and ${rank} are replaced.
   std::string line_prefix_template = "[${role_name}${local_rank}]:";
+  // --duplicate_stdout_filters, --duplicate_stderr_filters: the lines of a
+  // tee'd stream shown on the console (-t, --local_ranks_filter) that contain
+  // any of these strings are also written, behind their console prefix, to
+  // <attempt dir>/filtered_stdout.log (filtered_stderr.log), one file for
+  // every rank; empty: none.
+  std::vector<std::string> duplicate_stdout_filters;
+  std::vector<std::string> duplicate_stderr_filters;
+  // --virtual_local_rank: every worker gets LOCAL_RANK=0 and a
+  // CUDA_VISIBLE_DEVICES naming its own GPU only (see add_torch_variables).
+  bool virtual_local_rank = false;
+  // --numa_binding: the CPUs each local rank's worker is bound to (index:
+  // local rank), applied before exec; empty: no binding.
+  std::vector<std::vector<int>> cpu_affinity;
 };
 
 // How the agent watches workers that are alive but may not progress.
@@ -124,6 +137,32 @@ struct AgentOptions {
   // Where the agent's deadlines are read from; must outlive the agent.
   const Runtime* runtime = &real_runtime();
 };
+
+// What decides the variables torch 2.x's agent adds for one worker.
+struct TorchWorkerFacts {
+  int local_rank = 0;
+  bool virtual_local_rank = false;
+  // Whether MASTER_ADDR:MASTER_PORT is the agents' store (it then already
+  // runs, and torch's env:// must not host one): TORCHELASTIC_USE_AGENT_STORE.
+  bool uses_agent_store = false;
+  // More than one worker on this node (torchrun then sets OMP_NUM_THREADS=1).
+  bool set_omp_num_threads = false;
+};
+
+// Adds to `env` (ddprun's environment and the round's variables, LOCAL_RANK
+// included) what torch's agent gives a worker besides: TORCHELASTIC_USE_AGENT_STORE
+// ("True"/"False"); TORCH_NCCL_ASYNC_ERROR_HANDLING (torch 2.x's name) and
+// NCCL_ASYNC_ERROR_HANDLING (1.13's, which torch 2.x still reads), each the
+// user's value in either spelling, else "1"; OMP_NUM_THREADS=1 when asked and
+// unset; and with virtual_local_rank, LOCAL_RANK=0 and CUDA_VISIBLE_DEVICES =
+// the local_rank-th item of the inherited CUDA_VISIBLE_DEVICES (split at ','
+// as torch does), else the local rank. Throws InvalidArgument when that list
+// has no such item.
+void add_torch_variables(std::map<std::string, std::string>& env, const TorchWorkerFacts& facts);
+
+// CUDA_VISIBLE_DEVICES' items as torch splits them: at every ',' ("" is one
+// empty item, "0,1," three), without blanks around each.
+std::vector<std::string> visible_device_items(const std::string& visible);
 
 // Replaces "${local_rank}" in `arg` (torchrun's macro substitution).
 std::string substitute_local_rank(const std::string& arg, int local_rank);

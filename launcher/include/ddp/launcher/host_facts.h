@@ -1,13 +1,15 @@
 // What ddprun's command line reads from the machine it runs on: the
 // environment (PET_<NAME> fallbacks, SLURM, PATH, PYTHON_EXEC,
 // CUDA_VISIBLE_DEVICES), the CPUs and GPUs (--nproc_per_node cpu/gpu/auto),
-// the host name (--local_addr's default, failure reports) and files (the
-// program, the Python, --rdzv_conf's etcd files). parse_command_line reads
+// the host name (--local_addr's default, failure reports), files (the
+// program, the Python, --rdzv_conf's etcd files) and the CPU topology
+// (--numa_binding). parse_command_line reads
 // them only through a HostFacts: real_host_facts() in ddprun, a fake in tests.
 #pragma once
 
 #include <functional>
 #include <optional>
+#include <set>
 #include <string>
 
 namespace ddp::launcher {
@@ -36,6 +38,12 @@ struct HostFacts {
   // executable>/../lib/ddprun/python when that folder exists, else "". May be
   // left empty (a host without it).
   std::function<std::string()> python_module_dir;
+  // The CPUs this process may run on (sched_getaffinity), for --numa_binding.
+  // May be left empty: every CPU sysfs lists.
+  std::function<std::set<int>()> allowed_cpus;
+  // Where sysfs is mounted ("/sys"), for --numa_binding's topology (a fake
+  // topology's folder in tests).
+  std::string sysfs_root = "/sys";
 };
 
 // This process's environment and this machine.

@@ -39,8 +39,11 @@ struct LaunchConfig {
   // for a Python program), spec.name (the program as typed),
   // spec.max_restarts, spec.redirects (-r), spec.tee (-t),
   // spec.console_ranks (--local_ranks_filter), spec.line_prefix_template
-  // (TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE), set_omp_num_threads,
-  // stop_grace, exit_barrier_timeout, announce_timeout (--rdzv_conf
+  // (TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE), spec.duplicate_stdout_filters
+  // and spec.duplicate_stderr_filters, spec.virtual_local_rank,
+  // spec.cpu_affinity (--numa_binding), set_omp_num_threads,
+  // stop_grace (--stop_grace, --shutdown_timeout or
+  // TORCH_ELASTIC_SHUTDOWN_TIMEOUT), exit_barrier_timeout, announce_timeout (--rdzv_conf
   // close_timeout) and hostname.
   agent::AgentOptions agent;
 
@@ -53,6 +56,12 @@ struct LaunchConfig {
   std::uint16_t master_port = 0;
   // --monitor_interval: accepted for compatibility; exits are event-driven.
   double monitor_interval = 0;
+  // --event_log_handler: torchrun's event handler name (null, console,
+  // dynamic_rendezvous); ddprun records no torch event either way.
+  std::string event_log_handler = "null";
+  // --numa_binding's mode as given ("" when off); the CPUs are in
+  // agent.spec.cpu_affinity.
+  std::string numa_binding;
   bool no_python = false;
   bool module = false;
   // --log_dir; empty: a temporary directory removed at exit.

@@ -23,7 +23,12 @@ inline constexpr const char* kMaxRestarts = "TORCHELASTIC_MAX_RESTARTS";
 inline constexpr const char* kRunId = "TORCHELASTIC_RUN_ID";
 inline constexpr const char* kUseAgentStore = "TORCHELASTIC_USE_AGENT_STORE";
 inline constexpr const char* kErrorFile = "TORCHELASTIC_ERROR_FILE";
+// torch 1.13's name and torch 2.x's (which 2.x's agent sets; 2.x still reads
+// the old one, with a deprecation warning): ddprun sets both.
 inline constexpr const char* kNcclAsyncErrorHandling = "NCCL_ASYNC_ERROR_HANDLING";
+inline constexpr const char* kTorchNcclAsyncErrorHandling = "TORCH_NCCL_ASYNC_ERROR_HANDLING";
+// The devices CUDA shows a worker (--virtual_local_rank sets it per worker).
+inline constexpr const char* kCudaVisibleDevices = "CUDA_VISIBLE_DEVICES";
 inline constexpr const char* kOmpNumThreads = "OMP_NUM_THREADS";
 // Python's module path: ddprun appends the folder of its own Python modules
 // (<prefix>/lib/ddprun/python, holding ddp_torch) after the user's entries,
