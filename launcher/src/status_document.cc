@@ -173,6 +173,7 @@ AgentStatus agent_status(const json& doc) {
   if (const json* restarts = member(doc, "restarts")) {
     a.restarts_spent = integer_or(*restarts, "spent", 0);
     a.max_restarts = integer_or(*restarts, "max", 0);
+    a.membership_changes = integer_or(*restarts, "membership_changes", 0);
     if (const json* causes = member(*restarts, "by_cause"); causes && causes->is_object()) {
       for (const auto& [cause, count] : causes->items()) {
         if (count.is_number_integer()) a.restarts_by_cause[printable(cause)] = count.get<long>();

@@ -98,6 +98,7 @@ struct AgentStatus {
   std::optional<RoundRow> round;
   int restarts_spent = 0;
   int max_restarts = 0;
+  int membership_changes = 0;  // the job's re-formations for a node lost or admitted
   std::map<std::string, long> restarts_by_cause;
   std::vector<MemberRow> members;
   std::vector<RankRow> ranks;
