@@ -127,7 +127,7 @@ std::string title_line(const std::vector<AgentAnswer>& answers, const AgentStatu
                           r.group_world_size == 1 ? "" : "s", r.world_size,
                           r.world_size == 1 ? "" : "s");
     }
-    line += fmt::format(" | restarts {}/{}, membership changes {}", primary->restarts_spent,
+    line += fmt::format(" | restarts {}/{}, re-forms {}", primary->restarts_spent,
                         primary->max_restarts, primary->membership_changes);
   }
   return line;

@@ -183,6 +183,48 @@ Child& ElasticTest::start_scripted(const std::string& script) {
   return agents_.back();
 }
 
+// --max_restarts=2 is the job's, across three real agents (c10d, 2 to 3
+// nodes): node A's worker fails first; node C joins after that restart and
+// reads the job's count (its agent has made none), and its worker fails
+// next; node B's worker then fails with no restart left, and every agent
+// stops alike with B's exit code (with per-agent counts C would restart alone).
+TEST_F(ElasticTest, FailuresOnThreeNodesSpendOneJobWideRestartBudget) {
+  // Each worker notes what it was told, then fails where the script says.
+  const std::string script =
+      "echo > \"$0/seen_${1}_job${DDP_JOB_RESTART_COUNT}_changes${DDP_MEMBERSHIP_CHANGES}"
+      "_agent${TORCHELASTIC_RESTART_COUNT}\";"
+      "case \"$1:${DDP_JOB_RESTART_COUNT}:${DDP_MEMBERSHIP_CHANGES}\" in"
+      "  A:0:*) exit 5;; C:1:1) exit 7;; B:2:*) exit 9;; esac;"
+      "while [ ! -e \"$0/finish\" ]; do sleep 0.1; done";
+  auto agent = [&](const std::string& node) -> Child& {
+    agents_.push_back(spawn(
+        {ddprun(), "--nnodes=2:3", "--nproc_per_node=1", "--rdzv_backend=c10d",
+         "--rdzv_endpoint=" + endpoint_, "--rdzv_id=elastic", "--no_python", "--max_restarts=2",
+         std::string("--rdzv_conf=") + kConf, "/bin/sh", "-c", script, dir_.str(), node},
+        base_env(), dir_.path(), "node" + node));
+    return agents_.back();
+  };
+  auto seen = [&](const std::string& name) { return fs::exists(dir_.path() / ("seen_" + name)); };
+  Child& a = agent("A");
+  ASSERT_TRUE(eventually([&] { return port_listens(port_); }, 30s)) << read_text(a.err);
+  Child& b = agent("B");
+  // Round 1, after A's failure: both run with the job's one restart spent.
+  ASSERT_TRUE(eventually(
+      [&] { return seen("A_job1_changes0_agent1") && seen("B_job1_changes0_agent1"); }, 60s))
+      << all_stderr();
+  Child& c = agent("C");
+  for (Child* node : {&a, &b, &c}) EXPECT_EQ(wait_child(node->pid, 90s), 9) << all_stderr();
+  // C joined with the job's count, not its own zero, and the change counted apart.
+  EXPECT_TRUE(seen("C_job1_changes1_agent0")) << all_stderr();
+  EXPECT_TRUE(seen("C_job2_changes1_agent1")) << all_stderr();
+  EXPECT_TRUE(seen("A_job2_changes1_agent2")) << all_stderr();
+  EXPECT_FALSE(seen("A_job3_changes1_agent3")) << "a third restart\n" << all_stderr();
+  const std::string c_err = read_text(c.err);
+  EXPECT_NE(c_err.find("no restarts are left (--max_restarts=2: the job spent 2 across its nodes)"),
+            std::string::npos)
+      << c_err;
+}
+
 // The store host's workers finish first: past its exit barrier's timeout it
 // keeps serving the store until the slower node is done (before: it left,
 // and the other node's healthy workers were killed, exit 1).

@@ -74,7 +74,9 @@ TEST_P(EnvTest, WorkerEnvironmentIsExactlyTheContract) {
                                           "DDP_STORE_PREFIX",
                                           "DDP_PROGRESS_FD",
                                           "DDP_CONTROL_FD",
-                                          "DDP_CHANGE_GRACE_MS"};
+                                          "DDP_CHANGE_GRACE_MS",
+                                          "DDP_JOB_RESTART_COUNT",
+                                          "DDP_MEMBERSHIP_CHANGES"};
   std::string run_id;
   std::string master_port;
   for (int rank = 0; rank < n; ++rank) {

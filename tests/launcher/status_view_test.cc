@@ -277,7 +277,7 @@ TEST(StatusView, ShowsTheNodesRanksEventsOfTwoAgentsOfOneRound) {
   const auto lines = render_status_view(answers, {140, 0});
   EXPECT_EQ(lines[0],
             "ddprun status 2026-11-28T04:31:02Z | run job42 (c10d) | nnodes 1:2, nproc_per_node "
-            "2 | round 2: 2 nodes, 4 ranks | restarts 1/3, membership changes 2");
+            "2 | round 2: 2 nodes, 4 ranks | restarts 1/3, re-forms 2");
   EXPECT_EQ(lines[1], "OK: every node answers (2 in the round)");
   EXPECT_EQ(
       row(lines, {"http://n0:9400/"}),

@@ -95,7 +95,8 @@ PER_RUN_VARIABLES = {"MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCH
 # 2.x's name for NCCL_ASYNC_ERROR_HANDLING, which 2.x's torchrun sets).
 DDPRUN_OWN_VARIABLES = {"DDP_STORE_ADDR", "DDP_STORE_PORT", "DDP_STORE_PREFIX", "DDP_PROGRESS_FD",
                         "DDP_CONTROL_FD", "DDP_CHANGE_GRACE_MS", "PYTHONFAULTHANDLER", "PYTHONPATH",
-                        "TORCH_NCCL_ASYNC_ERROR_HANDLING"}
+                        "TORCH_NCCL_ASYNC_ERROR_HANDLING", "DDP_JOB_RESTART_COUNT",
+                        "DDP_MEMBERSHIP_CHANGES"}
 
 
 # ---------------------------------------------------------------- processes
