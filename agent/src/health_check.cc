@@ -95,6 +95,9 @@ std::optional<int> HealthGate::pass(const std::vector<std::string>& base_env,
     const HealthCheckResult result = run_once(health_check_env(base_env, facts));
     if (result.kind == HealthCheckResult::Kind::kPassed) {
       events_.health_check("");
+      if (facts.attempt > 1) {
+        events_.notice(fmt::format("the health check passed on try {}; joining", facts.attempt));
+      }
       return std::nullopt;
     }
     if (result.kind == HealthCheckResult::Kind::kInterrupted) return 128 + result.signo;
@@ -103,10 +106,9 @@ std::optional<int> HealthGate::pass(const std::vector<std::string>& base_env,
     const auto delay = backoff.next();
     if (runtime_.now() + delay - first_try > give_up_after) {
       events_.notice(fmt::format(
-          "the health check failed for {} ms (the rendezvous' join timeout) since its "
-          "first try ({} tries); giving up: {}",
-          std::chrono::duration_cast<std::chrono::milliseconds>(runtime_.now() - first_try).count(),
-          facts.attempt, why));
+          "error: the health check failed {} times; the next try would come after the "
+          "rendezvous' join timeout ({} ms since the first try): not joining, giving up. Last: {}",
+          facts.attempt, give_up_after.count(), why));
       return 1;
     }
     events_.notice(fmt::format("try {}: {}; not joining; trying again in {} ms", facts.attempt,
