@@ -80,10 +80,7 @@ std::chrono::milliseconds HealthCheckBackoff::next() {
 HealthGate::HealthGate(const HealthCheckOptions& options, WorkerEventLoop& loop,
                        const Runtime& runtime, AgentEvents& events,
                        std::function<void(const LoopEvent&)> other_exit)
-    : options_(options),
-      loop_(loop),
-      runtime_(runtime),
-      events_(events),
+    : options_(options), loop_(loop), runtime_(runtime), events_(events),
       other_exit_(std::move(other_exit)) {}
 
 std::optional<int> HealthGate::pass(const std::vector<std::string>& base_env,
@@ -111,8 +108,8 @@ std::optional<int> HealthGate::pass(const std::vector<std::string>& base_env,
           facts.attempt, give_up_after.count(), why));
       return 1;
     }
-    events_.notice(fmt::format("try {}: {}; not joining; trying again in {} ms", facts.attempt,
-                               why, delay.count()));
+    events_.notice(fmt::format("try {}: {}; not joining; trying again in {} ms", facts.attempt, why,
+                               delay.count()));
     if (auto signo = wait_until(runtime_.now() + delay)) return 128 + *signo;
   }
 }
@@ -138,8 +135,8 @@ HealthCheckResult HealthGate::run_once(const std::vector<std::string>& env) {
     const LoopEvent event = loop_.next_event(deadline);
     if (event.kind == LoopEvent::Kind::kExited && event.pid == pid) {
       result.status = event.status;
-      result.kind = event.status == 0 ? HealthCheckResult::Kind::kPassed
-                                      : HealthCheckResult::Kind::kFailed;
+      result.kind =
+          event.status == 0 ? HealthCheckResult::Kind::kPassed : HealthCheckResult::Kind::kFailed;
       break;
     }
     if (event.kind == LoopEvent::Kind::kExited) {

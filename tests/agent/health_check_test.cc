@@ -80,9 +80,9 @@ TEST_F(RealCheckTest, KilledBySignalIsAFailure) {
 }
 
 TEST_F(RealCheckTest, GetsTheNodesFacts) {
-  const auto result = run(
-      "echo $DDP_HEALTH_CHECK_NODE_RANK,$LOCAL_WORLD_SIZE,$TORCHELASTIC_RUN_ID,"
-      "$DDP_HEALTH_CHECK_ATTEMPT,[$DDP_HEALTH_CHECK_LAST_ROUND]");
+  const auto result =
+      run("echo $DDP_HEALTH_CHECK_NODE_RANK,$LOCAL_WORLD_SIZE,$TORCHELASTIC_RUN_ID,"
+          "$DDP_HEALTH_CHECK_ATTEMPT,[$DDP_HEALTH_CHECK_LAST_ROUND]");
   ASSERT_EQ(result.kind, HealthCheckResult::Kind::kPassed);
   EXPECT_EQ(result.output, "2,4,job7,3,[]\n");
 }
@@ -113,8 +113,7 @@ TEST_F(RealCheckTest, TimeoutKillsTheWholeGroup) {
   const pid_t child = read_pid(pid_file);
   ASSERT_GT(child, 0);
   EXPECT_TRUE(gone_within(child, 5s));
-  EXPECT_NE(describe_failure("c", result, 300ms).find("timed out after 300 ms"),
-            std::string::npos);
+  EXPECT_NE(describe_failure("c", result, 300ms).find("timed out after 300 ms"), std::string::npos);
 }
 
 TEST_F(RealCheckTest, AHandledSignalKillsTheCheckAndIsReturned) {
@@ -144,10 +143,10 @@ TEST(HealthCheckEnvTest, ReplacesTheInheritedValuesAndLeavesUnknownsEmpty) {
   facts.local_world_size = 2;
   facts.run_id = "r";
   const auto env = health_check_env({"LOCAL_WORLD_SIZE=9", "HOME=/h"}, facts);
-  EXPECT_EQ(env, (std::vector<std::string>{"HOME=/h", "DDP_HEALTH_CHECK_NODE_RANK=",
-                                           "DDP_HEALTH_CHECK_ATTEMPT=1",
-                                           "DDP_HEALTH_CHECK_LAST_ROUND=", "LOCAL_WORLD_SIZE=2",
-                                           "TORCHELASTIC_RUN_ID=r"}));
+  EXPECT_EQ(env,
+            (std::vector<std::string>{
+                "HOME=/h", "DDP_HEALTH_CHECK_NODE_RANK=", "DDP_HEALTH_CHECK_ATTEMPT=1",
+                "DDP_HEALTH_CHECK_LAST_ROUND=", "LOCAL_WORLD_SIZE=2", "TORCHELASTIC_RUN_ID=r"}));
 }
 
 // Each launch exits with the next scripted status at once; waits move the
@@ -257,7 +256,8 @@ TEST(HealthReadinessTest, NotReadyNamesTheFailedCheck) {
   job.health_check_failure = "health check `c` exited with status 1; its output: gpu bad";
   const Health ready = readiness(job);
   EXPECT_FALSE(ready.ok);
-  EXPECT_EQ(ready.reason, "not joining: health check `c` exited with status 1; its output: gpu bad");
+  EXPECT_EQ(ready.reason,
+            "not joining: health check `c` exited with status 1; its output: gpu bad");
   job.health_check_failure.clear();
   EXPECT_EQ(readiness(job).reason.find("not joining"), std::string::npos);
 }
