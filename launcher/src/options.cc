@@ -221,10 +221,9 @@ const std::vector<OptionRow>& option_table() {
                "restart) or fail (ends the job)."},
       {.name = "health_check",
        .text = &R::health_check,
-       .help = "A command (run by /bin/sh -c) each node runs before it joins a round, the first "
-               "and every re-join; a node whose check fails (non-zero exit, signal, timeout) "
-               "does not join, says why, and tries again after a back-off (1 s doubling to "
-               "30 s) until the rendezvous' join timeout. Default: none."},
+       .help = "A command (/bin/sh -c) each node runs before every join; a node whose check "
+               "fails does not join, says why, and retries (1 s doubling to 30 s) until the "
+               "join timeout. Default: none."},
       {.name = "health_check_timeout",
        .text = &R::health_check_timeout,
        .default_value = seconds_text(agent.health_check.timeout),
