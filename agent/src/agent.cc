@@ -152,7 +152,12 @@ class Agent::Impl {
     } else if (params.node_rank >= 0) {
       facts.node_rank = params.node_rank;
     }
-    return health_.pass(options_.base_env, facts, params.join_timeout);
+    try {
+      return health_.pass(options_.base_env, facts, params.join_timeout);
+    } catch (const std::exception& e) {
+      events_.notice(std::string("error: could not run the health check: ") + e.what());
+      return 1;
+    }
   }
 
   // The round formed: the workers, the watch and the rooms begin it.
