@@ -17,6 +17,7 @@
 #include "ddp/common/logging.h"
 #include "file_timer_service.h"
 #include "hang_response.h"
+#include "health_check.h"
 #include "in_place_recovery.h"
 #include "job_record.h"
 #include "live_view_feed.h"
@@ -120,6 +121,10 @@ class Agent::Impl {
     // in-place recovery may fail while the group re-forms.
     group_.clear_failures();
     events_.joining();
+    if (auto code = pass_health_check()) {
+      group_.stop(*code > 128 ? *code - 128 : SIGTERM);  // workers kept for an in-place recovery
+      return code;
+    }
     try {
       return next_round(round);
     } catch (const ShutdownError& e) {
@@ -130,6 +135,27 @@ class Agent::Impl {
     } catch (const std::exception& e) {
       events_.notice(std::string("rendezvous failed: ") + e.what());
       group_.stop(SIGTERM);
+      return 1;
+    }
+  }
+
+  // --health_check: runs until it passes (nullopt) or the job ends here.
+  std::optional<int> pass_health_check() {
+    if (!health_.enabled()) return std::nullopt;
+    const RendezvousParams& params = rdzv_.params();
+    HealthCheckFacts facts;
+    facts.local_world_size = options_.spec.local_world_size;
+    facts.run_id = params.run_id;
+    if (round_) {
+      facts.node_rank = round_->info().group_rank;
+      facts.last_round = round_->info().round;
+    } else if (params.node_rank >= 0) {
+      facts.node_rank = params.node_rank;
+    }
+    try {
+      return health_.pass(options_.base_env, facts, params.join_timeout);
+    } catch (const std::exception& e) {
+      events_.notice(std::string("error: could not run the health check: ") + e.what());
       return 1;
     }
   }
@@ -403,16 +429,20 @@ class Agent::Impl {
         return 128 + event.signo;
       }
       if (event.kind == LoopEvent::Kind::kExited) {
-        // A worker kept for an in-place recovery ended while the group
-        // re-forms: a failure of the next round (a restart, when one is left).
-        if (Worker* worker = group_.on_exit(event); worker != nullptr && event.status != 0) {
-          group_.record_failure(*worker, event);
-        }
+        on_kept_worker_exit(event);
         continue;
       }
       if (event.kind != LoopEvent::Kind::kWake) continue;
       std::lock_guard lock(shared.mutex);
       if (shared.done) return std::nullopt;  // other wakes (an old round's watcher) are spurious
+    }
+  }
+
+  // A worker kept for an in-place recovery ended while the group re-forms: a
+  // failure of the next round (a restart, when one is left).
+  void on_kept_worker_exit(const LoopEvent& event) {
+    if (Worker* worker = group_.on_exit(event); worker != nullptr && event.status != 0) {
+      group_.record_failure(*worker, event);
     }
   }
 
@@ -478,6 +508,9 @@ class Agent::Impl {
   // Why the current round re-forms.
   RestartCause reform_cause_ = RestartCause::kNodeLost;
   MembershipLog membership_;
+  // --health_check before each join.
+  HealthGate health_{options_.health_check, loop_, *options_.runtime, events_,
+                     [this](const LoopEvent& event) { on_kept_worker_exit(event); }};
   // What a round's monitor drives.
   AgentRooms rooms_{options_, loop_, watch_, group_, hang_, timer_, recovery_, live_view_, events_};
   // Set once a signal asked the agent to leave: the end of its short deadline.

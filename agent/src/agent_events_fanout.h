@@ -23,6 +23,9 @@ class AgentEventsFanout final : public AgentEvents {
   void joining() override {
     for (auto* e : to_) e->joining();
   }
+  void health_check(const std::string& failure) override {
+    for (auto* e : to_) e->health_check(failure);
+  }
   void round_formed(const RoundFormed& round) override {
     for (auto* e : to_) e->round_formed(round);
   }

@@ -153,6 +153,9 @@ Health readiness(const JobSnapshot& job) {
     case JobState::kRunning:
       return Health{true, ""};
     case JobState::kRendezvous:
+      if (!job.health_check_failure.empty()) {
+        return Health{false, "not joining: " + job.health_check_failure};
+      }
       return Health{false, job.rounds_formed == 0
                                ? "waiting for the other nodes (the first round has not formed)"
                                : "waiting for the other nodes to form the next round"};

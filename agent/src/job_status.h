@@ -106,6 +106,9 @@ struct JobSnapshot {
   // call known to block for long (the rendezvous).
   Clock::time_point last_update{};
   bool in_rendezvous = false;
+  // Why the last health check before a join failed; empty when it passed
+  // (or none ran).
+  std::string health_check_failure;
 
   static constexpr std::size_t kMaxEvents = 200;
 };

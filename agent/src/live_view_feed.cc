@@ -60,6 +60,10 @@ void LiveViewFeed::joining() {
   });
 }
 
+void LiveViewFeed::health_check(const std::string& failure) {
+  board_.update([&failure](JobSnapshot& job) { job.health_check_failure = failure; });
+}
+
 void LiveViewFeed::round_formed(const RoundFormed& info) {
   const RoundStatus r{info, options_.runtime->now()};
   board_.update([&](JobSnapshot& job) {

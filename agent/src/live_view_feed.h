@@ -46,6 +46,7 @@ class LiveViewFeed final : public AgentEvents {
   void refresh();
 
   void joining() override;
+  void health_check(const std::string& failure) override;
   void round_formed(const RoundFormed& round) override;
   void workers_running() override;
   void workers_stopping() override;

@@ -234,6 +234,9 @@ int run(const ddp::launcher::LaunchConfig& config) {
   }
   try {
     options.run_log_dir = prepare_run_log_dir(base, rdzv.params.run_id);
+    if (!options.health_check.command.empty()) {
+      options.health_check.output_file = options.run_log_dir + "/health_check.log";
+    }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "ddprun: error: %s\n", e.what());
     if (!temp_dir.empty()) {

@@ -219,6 +219,16 @@ const std::vector<OptionRow>& option_table() {
        .default_value = "restart",
        .help = "What a hang does once the culprit's stacks are taken: restart (spends a "
                "restart) or fail (ends the job)."},
+      {.name = "health_check",
+       .text = &R::health_check,
+       .help = "A command (/bin/sh -c) each node runs before every join; a node whose check "
+               "fails does not join, says why, and retries (1 s doubling to 30 s) until the "
+               "join timeout. Default: none."},
+      {.name = "health_check_timeout",
+       .text = &R::health_check_timeout,
+       .default_value = seconds_text(agent.health_check.timeout),
+       .help = "Seconds a --health_check may run before its process group is killed (a "
+               "failure)."},
       {.name = "status_port",
        .text = &R::status_port,
        .help = "Serve this node's live view over HTTP on this port: /metrics (Prometheus), "

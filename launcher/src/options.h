@@ -52,6 +52,8 @@ struct RawOptions {
   std::string hang_timeout;
   std::string on_hang;
   std::string status_port;
+  std::string health_check;
+  std::string health_check_timeout;
   std::string status_host;
   bool status_allow_no_token = false;
 };

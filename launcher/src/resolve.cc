@@ -250,6 +250,9 @@ class Resolver {
         parse_secs(raw_.exit_barrier_timeout, what("exit_barrier_timeout"));
     resolve_watch(c.agent.watch);
     resolve_status(c.agent.status);
+    c.agent.health_check.command = raw_.health_check;
+    c.agent.health_check.timeout =
+        positive_secs(raw_.health_check_timeout, what("health_check_timeout"));
     if (auto tmpl = host_.env("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE")) {
       spec.line_prefix_template = *tmpl;
     }

@@ -806,5 +806,44 @@ TEST_F(AgentTest, AWorkerThatFailedByItselfWaitsForTheMembershipGrace) {
   EXPECT_NE(err.find("waiting up to 0.2 s for the group's verdict"), std::string::npos) << err;
 }
 
+// --health_check: the check runs before every join; a failing one keeps the
+// node out (no worker starts) until a retry passes; a re-join after a restart
+// checks again, told the last round and the node's group rank.
+TEST_F(AgentTest, HealthCheckRunsBeforeEveryJoinAndHoldsTheNodeBackUntilItPasses) {
+  FakeEventLoop launcher;
+  int checks = 0;
+  launcher.on_launch = [&checks](FakeEventLoop& l, const FakeEventLoop::Launch& launch) {
+    if (launch.spec.argv[0] == "/bin/sh") {
+      ++checks;
+      l.exit(launch.pid, checks == 1 ? 1 : 0);
+      return;
+    }
+    l.exit(launch.pid, restart_of(launch) == 0 ? 3 : 0);
+  };
+  auto rdzv = rendezvous(1, 0, 1);
+  AgentOptions o = options(1, 1);
+  o.health_check.command = "gpu_ok";
+  o.health_check.backoff_initial = std::chrono::milliseconds(10);
+  Agent agent(o, *rdzv, launcher);
+  EXPECT_EQ(agent.run(), 0);
+  const auto launches = launcher.launches();
+  std::vector<std::string> order;
+  for (const auto& launch : launches) {
+    order.push_back(launch.spec.argv[0] == "/bin/sh"
+                        ? "check " + launch.env.at("DDP_HEALTH_CHECK_ATTEMPT")
+                        : "worker " + launch.env.at("TORCHELASTIC_RESTART_COUNT"));
+  }
+  EXPECT_EQ(order,
+            (std::vector<std::string>{"check 1", "check 2", "worker 0", "check 1", "worker 1"}));
+  ASSERT_EQ(launches.size(), 5u);
+  EXPECT_EQ(launches[0].spec.argv[2], "exec 2>&1\ngpu_ok");
+  EXPECT_EQ(launches[0].env.at("DDP_HEALTH_CHECK_NODE_RANK"), "0");  // the static node rank
+  EXPECT_EQ(launches[0].env.at("DDP_HEALTH_CHECK_LAST_ROUND"), "");
+  EXPECT_EQ(launches[0].env.at("KEEP"), "me");
+  EXPECT_EQ(launches[3].env.at("DDP_HEALTH_CHECK_LAST_ROUND"), "0");
+  EXPECT_EQ(launches[3].env.at("TORCHELASTIC_RUN_ID"), "job");
+  EXPECT_EQ(launcher.stuck(), 0);
+}
+
 }  // namespace
 }  // namespace ddp::agent::test

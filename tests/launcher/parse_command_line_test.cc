@@ -230,6 +230,24 @@ TEST(ParseCommandLine, StatusPortAndHostSetTheLiveView) {
   EXPECT_EQ(host.error({"--status_host", "", "/bin/true"}), "--status_host: empty address");
 }
 
+TEST(ParseCommandLine, HealthCheckAndItsTimeout) {
+  FakeHost host;
+  auto c = host.config({"/bin/true"});
+  EXPECT_EQ(c.agent.health_check.command, "");  // off by default
+  EXPECT_EQ(c.agent.health_check.timeout, std::chrono::seconds(60));
+  c = host.config({"--health_check", "nvidia-smi -L", "--health-check-timeout=2.5", "/bin/true"});
+  EXPECT_EQ(c.agent.health_check.command, "nvidia-smi -L");
+  EXPECT_EQ(c.agent.health_check.timeout, std::chrono::milliseconds(2500));
+  host.env["PET_HEALTH_CHECK"] = "true";
+  host.env["PET_HEALTH_CHECK_TIMEOUT"] = "7";
+  c = host.config({"/bin/true"});
+  EXPECT_EQ(c.agent.health_check.command, "true");
+  EXPECT_EQ(c.agent.health_check.timeout, std::chrono::seconds(7));
+  host.env.erase("PET_HEALTH_CHECK_TIMEOUT");
+  EXPECT_EQ(host.error({"--health_check_timeout=0", "/bin/true"}),
+            "--health_check_timeout: expected a positive number of seconds, got '0'");
+}
+
 TEST(ParseCommandLine, ALiveViewBeyondLoopbackNeedsATokenOrTheFlagThatAllowsItWithout) {
   FakeHost host;
   const std::string refused =

@@ -96,6 +96,9 @@ class AgentEvents {
   virtual void report(const std::string& /*text*/) {}
   // The agent is about to join a round (and may wait there long).
   virtual void joining() {}
+  // The health check before a join (--health_check) ran: "" when it passed,
+  // else why it failed (one line; the node does not join until it passes).
+  virtual void health_check(const std::string& /*failure*/) {}
   virtual void round_formed(const RoundFormed& /*round*/) {}
   // The round's workers run (started, or kept and resumed).
   virtual void workers_running() {}

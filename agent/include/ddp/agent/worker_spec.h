@@ -94,6 +94,20 @@ struct WatchOptions {
   std::chrono::milliseconds stack_timeout = std::chrono::seconds(15);
 };
 
+// A command each node runs before it joins a round (agent/src/health_check.h).
+struct HealthCheckOptions {
+  // Run through /bin/sh -c; empty: no check.
+  std::string command;
+  // The check's group is killed (SIGKILL) when it runs longer.
+  std::chrono::milliseconds timeout = std::chrono::seconds(60);
+  // The waits between failed tries: initial, doubled each time, at most max.
+  std::chrono::milliseconds backoff_initial = std::chrono::seconds(1);
+  std::chrono::milliseconds backoff_max = std::chrono::seconds(30);
+  // Where each run's stdout and stderr go (truncated per run); empty: the
+  // output is not kept (the failure line then shows none).
+  std::string output_file;
+};
+
 // The agent's live view (status_endpoint.h): /metrics, /livez, /readyz,
 // /status and the page.
 struct StatusOptions {
@@ -134,6 +148,8 @@ struct AgentOptions {
   WatchOptions watch;
   // The live view.
   StatusOptions status;
+  // --health_check: run before every join.
+  HealthCheckOptions health_check;
   // Where the agent's deadlines are read from; must outlive the agent.
   const Runtime* runtime = &real_runtime();
 };
