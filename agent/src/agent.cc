@@ -255,10 +255,14 @@ class Agent::Impl {
         count_restart(outcome.spends_restart ? RestartCause::kWorkerFailure : reform_cause_);
         return std::nullopt;
     }
-    if (outcome.kind == RoundOutcome::Kind::kRestart &&
-        job_counts_.restarts < options_.spec.max_restarts) {
-      ++restart_count_;
+    // Counted first, then judged: every node of the round gets the same
+    // counts from the store, so every node decides alike.
+    if (outcome.kind == RoundOutcome::Kind::kRestart) {
       count_round_end(RoundEndCount::Kind::kRestart);
+    }
+    if (outcome.kind == RoundOutcome::Kind::kRestart &&
+        job_counts_.restarts <= options_.spec.max_restarts) {
+      ++restart_count_;
       note_restart_cause(outcome);
       if (no_progress_limit_reached()) return stop_for_no_progress();
       count_restart(hang_.last_hang().empty() ? RestartCause::kWorkerFailure : RestartCause::kHang);
@@ -286,9 +290,9 @@ class Agent::Impl {
   void count_round_end(RoundEndCount::Kind kind) {
     const RoundEndCount how{kind, round_progressed_};
     try {
-      job_counts_ = rdzv_.count_round_end(job_counts_, how);
+      job_counts_ = rdzv_.count_round_end(job_counts_, round_->info().round, how);
     } catch (const std::exception& e) {
-      job_counts_ = counted(job_counts_, how);
+      job_counts_ = counted(job_counts_, round_->info().round, how);
       logger_->warn("could not count the restart in the store ({}); counting it on this node",
                     e.what());
     }
@@ -359,9 +363,8 @@ class Agent::Impl {
     }
     events_.notice(
         fmt::format("the worker group on node {} failed (exit code {}) and no restarts are left "
-                    "(--max_restarts={}: the job spent {} across its nodes)",
-                    outcome.node, exit_code_for(outcome.value), options_.spec.max_restarts,
-                    job_counts_.restarts));
+                    "(--max_restarts={}, all spent by the job across its nodes)",
+                    outcome.node, exit_code_for(outcome.value), options_.spec.max_restarts));
     return exit_code_for(outcome.value);
   }
 

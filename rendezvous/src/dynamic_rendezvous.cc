@@ -72,9 +72,10 @@ std::optional<JobCounts> DynamicRendezvous::job_counts() {
   return read_job_counts(*store_.client(), keys_.counts());
 }
 
-JobCounts DynamicRendezvous::count_round_end(const JobCounts& seen, const RoundEndCount& how) {
-  if (params_.max_nodes == 1) return counted(seen, how);
-  return rendezvous_detail::count_round_end(*store_.client(), keys_.counts(), seen, how);
+JobCounts DynamicRendezvous::count_round_end(const JobCounts& mine, int round,
+                                             const RoundEndCount& how) {
+  if (params_.max_nodes == 1) return counted(mine, round, how);
+  return rendezvous_detail::count_round_end(*store_.client(), keys_.counts(), round, how);
 }
 
 std::shared_ptr<Store> DynamicRendezvous::store() { return store_.client(); }

@@ -58,7 +58,7 @@ class DynamicRendezvous : public RendezvousHandler {
   // The probe reads the liveness strategy's view of the node it judges.
   void observe_keep_alives(const std::function<void(KeepAliveProbe)>& observer) override;
   std::optional<JobCounts> job_counts() override;
-  JobCounts count_round_end(const JobCounts& seen, const RoundEndCount& how) override;
+  JobCounts count_round_end(const JobCounts& mine, int round, const RoundEndCount& how) override;
   std::shared_ptr<Store> store() override;
   std::shared_ptr<Store> open_store() override;
   std::string store_name() const override;

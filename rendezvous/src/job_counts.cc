@@ -22,7 +22,7 @@ std::optional<int> parse_count(std::string_view text) {
 
 }  // namespace
 
-JobCounts counted(JobCounts counts, const RoundEndCount& how) {
+JobCounts counted(JobCounts counts, int round, const RoundEndCount& how) {
   if (how.kind == RoundEndCount::Kind::kRestart) {
     ++counts.restarts;
     if (!how.progressed) ++counts.restarts_without_progress;
@@ -30,12 +30,14 @@ JobCounts counted(JobCounts counts, const RoundEndCount& how) {
     ++counts.membership_changes;
   }
   if (how.progressed) counts.restarts_without_progress = 0;
+  counts.last_counted_round = round;
   return counts;
 }
 
 std::string encode_job_counts(const JobCounts& counts) {
   return std::to_string(counts.restarts) + " " + std::to_string(counts.membership_changes) + " " +
-         std::to_string(counts.restarts_without_progress);
+         std::to_string(counts.restarts_without_progress) + " " +
+         std::to_string(counts.last_counted_round);
 }
 
 std::optional<JobCounts> decode_job_counts(const std::string& text) {
@@ -46,13 +48,14 @@ std::optional<JobCounts> decode_job_counts(const std::string& text) {
     rest.remove_prefix(space + 1);
   }
   parts.push_back(rest);
-  if (parts.size() != 3) return std::nullopt;
+  if (parts.size() != 4) return std::nullopt;
   const auto restarts = parse_count(parts[0]);
   const auto changes = parse_count(parts[1]);
   const auto in_a_row = parse_count(parts[2]);
+  const auto round = parse_count(parts[3]);
   // More restarts in a row than in all is no count.
-  if (!restarts || !changes || !in_a_row || *in_a_row > *restarts) return std::nullopt;
-  return JobCounts{*restarts, *changes, *in_a_row};
+  if (!restarts || !changes || !in_a_row || !round || *in_a_row > *restarts) return std::nullopt;
+  return JobCounts{*restarts, *changes, *in_a_row, *round};
 }
 
 namespace rendezvous_detail {
@@ -64,7 +67,7 @@ JobCounts decode_or_throw(const std::string& text, const std::string& key) {
     throw ProtocolError("rendezvous",
                         "store key " + key + " holds '" + shown_value(text) +
                             "', not the job's counts ('<restarts> <membership changes> "
-                            "<restarts without progress>')");
+                            "<restarts without progress> <last round counted>')");
   }
   return *counts;
 }
@@ -76,12 +79,26 @@ JobCounts read_job_counts(Store& store, const std::string& key) {
   return decode_or_throw(store.get(key), key);
 }
 
-JobCounts count_round_end(Store& store, const std::string& key, const JobCounts& seen,
+JobCounts count_round_end(Store& store, const std::string& key, int round,
                           const RoundEndCount& how) {
-  // The zero counts are the missing key (compare_set's empty expected value).
-  const std::string expected = seen == JobCounts{} ? "" : encode_job_counts(seen);
-  return decode_or_throw(store.compare_set(key, expected, encode_job_counts(counted(seen, how))),
-                         key);
+  // The missing key holds zero counts (compare_set's empty expected value).
+  std::string current = store.check({key}) ? store.get(key) : "";
+  // Each lost race means another round's end or this one was counted: a few
+  // tries are plenty; past them the store is not behaving.
+  for (int attempt = 0; attempt < 64; ++attempt) {
+    const JobCounts seen = current.empty() ? JobCounts{} : decode_or_throw(current, key);
+    if (seen.last_counted_round >= round) return seen;  // counted by another agent
+    const std::string mine = encode_job_counts(counted(seen, round, how));
+    const std::string after = store.compare_set(key, current, mine);
+    if (after == mine) return counted(seen, round, how);
+    // The key went (the job's last agent deleted it) or changed: read again.
+    if (after == current) return counted(seen, round, how);
+    current = after;
+  }
+  throw ProtocolError("rendezvous", "store key " + key +
+                                        " changed under every one of 64 tries to count the end "
+                                        "of round " +
+                                        std::to_string(round));
 }
 
 }  // namespace rendezvous_detail

@@ -14,10 +14,10 @@ namespace ddp::rendezvous_detail {
 // The counts at `key` (zero when it does not exist). Never waits.
 JobCounts read_job_counts(Store& store, const std::string& key);
 
-// Counts the end of a round that formed when the counts were `seen`: sets
-// `key` to counted(seen, how) unless another agent of the round did already
-// (compare_set from `seen`). Returns the counts the store holds after it.
-JobCounts count_round_end(Store& store, const std::string& key, const JobCounts& seen,
+// Counts the end of round `round` as `how` unless another agent did (the
+// counts' last_counted_round is `round` or later): compare_set from what it
+// read, read again after a lost race. Returns the counts after it.
+JobCounts count_round_end(Store& store, const std::string& key, int round,
                           const RoundEndCount& how);
 
 }  // namespace ddp::rendezvous_detail

@@ -267,9 +267,9 @@ class RoundHandler : public RendezvousHandler {
     if (params_.max_nodes == 1) return std::nullopt;  // a single node never touches the store
     return rendezvous_detail::read_job_counts(*store_.client(), counts_key());
   }
-  JobCounts count_round_end(const JobCounts& seen, const RoundEndCount& how) override {
-    if (params_.max_nodes == 1) return counted(seen, how);
-    return rendezvous_detail::count_round_end(*store_.client(), counts_key(), seen, how);
+  JobCounts count_round_end(const JobCounts& mine, int round, const RoundEndCount& how) override {
+    if (params_.max_nodes == 1) return counted(mine, round, how);
+    return rendezvous_detail::count_round_end(*store_.client(), counts_key(), round, how);
   }
   std::shared_ptr<Store> store() override { return store_.client(); }
   std::shared_ptr<Store> open_store() override { return store_.open(); }

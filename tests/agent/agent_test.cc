@@ -583,7 +583,7 @@ TEST_F(AgentTest, AKeptWorkerWhoseControlChannelIsFullIsEndedAsFailed) {
   if (worker_end >= 0) ::close(worker_end);
   ASSERT_TRUE(ended) << "the agent blocked sending to a worker that does not read\n" << err;
   EXPECT_GT(filled, 0);
-  EXPECT_EQ(code0, 0);
+  EXPECT_EQ(code0, 0) << err;
   EXPECT_EQ(code1, 0);
   auto launches = l0.launches();
   ASSERT_EQ(launches.size(), 2u) << "node 0's worker was restarted, not kept";

@@ -220,8 +220,9 @@ TEST_F(ElasticTest, FailuresOnThreeNodesSpendOneJobWideRestartBudget) {
   EXPECT_TRUE(seen("A_job2_changes1_agent2")) << all_stderr();
   EXPECT_FALSE(seen("A_job3_changes1_agent3")) << "a third restart\n" << all_stderr();
   const std::string c_err = read_text(c.err);
-  EXPECT_NE(c_err.find("no restarts are left (--max_restarts=2: the job spent 2 across its nodes)"),
-            std::string::npos)
+  EXPECT_NE(
+      c_err.find("no restarts are left (--max_restarts=2, all spent by the job across its nodes)"),
+      std::string::npos)
       << c_err;
 }
 

@@ -224,11 +224,11 @@ TEST(C10dRendezvous, RangeClosesAfterLastCallAndALateNodeIsAdmittedByAReform) {
 // ------------------------------------------------------------ the job's counts
 
 TEST(JobCounts, RoundTripAndRejectAnythingElse) {
-  const JobCounts counts{3, 2, 1};
-  EXPECT_EQ(encode_job_counts(counts), "3 2 1");
-  EXPECT_EQ(decode_job_counts("3 2 1"), counts);
-  for (const char* bad : {"", "3", "3 2", "3 2 1 0", "3 2 -1", "3  2 1", "a 2 1", "3 2 4",
-                          "1234567890 0 0", " 3 2 1", "3 2 1 "}) {
+  const JobCounts counts{3, 2, 1, 7};
+  EXPECT_EQ(encode_job_counts(counts), "3 2 1 7");
+  EXPECT_EQ(decode_job_counts("3 2 1 7"), counts);
+  for (const char* bad : {"", "3", "3 2 1", "3 2 1 7 0", "3 2 -1 7", "3  2 1 7", "a 2 1 7",
+                          "3 2 4 7", "1234567890 0 0 0", " 3 2 1 7", "3 2 1 7 ", "3 2 1 -1"}) {
     EXPECT_FALSE(decode_job_counts(bad)) << "'" << bad << "'";
   }
 }
@@ -236,18 +236,19 @@ TEST(JobCounts, RoundTripAndRejectAnythingElse) {
 TEST(JobCounts, ARestartWithoutAStepExtendsTheRunAndAnyStepEndsIt) {
   using K = RoundEndCount::Kind;
   JobCounts c;
-  c = counted(c, {K::kRestart, false});
-  c = counted(c, {K::kMembershipChange, false});  // a re-form without a step: the run goes on
-  c = counted(c, {K::kRestart, false});
-  EXPECT_EQ(c, (JobCounts{2, 1, 2}));
-  c = counted(c, {K::kMembershipChange, true});  // steps in the re-formed round
-  EXPECT_EQ(c, (JobCounts{2, 2, 0}));
-  c = counted(c, {K::kRestart, true});
-  EXPECT_EQ(c, (JobCounts{3, 2, 0}));
+  c = counted(c, 0, {K::kRestart, false});
+  c = counted(c, 1, {K::kMembershipChange, false});  // a re-form without a step: the run goes on
+  c = counted(c, 2, {K::kRestart, false});
+  EXPECT_EQ(c, (JobCounts{2, 1, 2, 2}));
+  c = counted(c, 3, {K::kMembershipChange, true});  // steps in the re-formed round
+  EXPECT_EQ(c, (JobCounts{2, 2, 0, 3}));
+  c = counted(c, 4, {K::kRestart, true});
+  EXPECT_EQ(c, (JobCounts{3, 2, 0, 4}));
 }
 
 // Every agent of a round counts its end; the job counts it once, whatever
-// the order, and a node that joins later reads the job's counts.
+// the order, however late an agent read the counts, and a node that joins
+// later reads the job's counts.
 TEST(JobCounts, EveryNodeCountsARoundEndAndTheJobCountsItOnce) {
   for (const bool c10d : {false, true}) {
     SCOPED_TRACE(c10d ? "c10d" : "static");
@@ -257,21 +258,20 @@ TEST(JobCounts, EveryNodeCountsARoundEndAndTheJobCountsItOnce) {
       handlers.push_back(c10d ? make_c10d_rendezvous(params(2, node, 1), with(store))
                               : make_static_rendezvous(params(2, node, 1), with(store)));
     }
-    form(handlers);
+    const int round = form(handlers)[0].round;
     const RoundEndCount restart{RoundEndCount::Kind::kRestart, false};
-    const JobCounts seen = *handlers[0]->job_counts();
-    EXPECT_EQ(seen, JobCounts{});
-    EXPECT_EQ(*handlers[1]->job_counts(), seen);
-    EXPECT_EQ(handlers[1]->count_round_end(seen, restart), (JobCounts{1, 0, 1}));
-    EXPECT_EQ(handlers[0]->count_round_end(seen, restart), (JobCounts{1, 0, 1}));
-    EXPECT_EQ(*handlers[0]->job_counts(), (JobCounts{1, 0, 1}));
-    // The next round's end, with a step seen: counted from the new counts.
-    const JobCounts next = *handlers[1]->job_counts();
+    EXPECT_EQ(*handlers[0]->job_counts(), JobCounts{});
+    EXPECT_EQ(handlers[1]->count_round_end({}, round, restart), (JobCounts{1, 0, 1, round}));
+    // Node 0 read the counts only now, after node 1 counted the round's end:
+    // it finds the round counted and does not count it again.
+    EXPECT_EQ(*handlers[0]->job_counts(), (JobCounts{1, 0, 1, round}));
+    EXPECT_EQ(handlers[0]->count_round_end({}, round, restart), (JobCounts{1, 0, 1, round}));
+    // The next round's end, with a step seen, counted by both.
     const RoundEndCount change{RoundEndCount::Kind::kMembershipChange, true};
-    EXPECT_EQ(handlers[0]->count_round_end(next, change), (JobCounts{1, 1, 0}));
-    EXPECT_EQ(handlers[1]->count_round_end(next, change), (JobCounts{1, 1, 0}));
+    EXPECT_EQ(handlers[0]->count_round_end({}, round + 1, change), (JobCounts{1, 1, 0, round + 1}));
+    EXPECT_EQ(handlers[1]->count_round_end({}, round + 1, change), (JobCounts{1, 1, 0, round + 1}));
     // A late counter of the first round (a node that left) changes nothing.
-    EXPECT_EQ(handlers[1]->count_round_end(seen, restart), (JobCounts{1, 1, 0}));
+    EXPECT_EQ(handlers[1]->count_round_end({}, round, restart), (JobCounts{1, 1, 0, round + 1}));
     for (auto& h : handlers) h->shutdown(std::chrono::seconds(1));
   }
 }
@@ -281,8 +281,9 @@ TEST(JobCounts, ASingleNodeKeepsItsOwnAndTouchesNoStore) {
   auto handler = make_c10d_rendezvous(params(1, 0, 1), with(store));
   handler->join();
   EXPECT_FALSE(handler->job_counts());
-  EXPECT_EQ(handler->count_round_end(JobCounts{2, 0, 0}, {RoundEndCount::Kind::kRestart, true}),
-            (JobCounts{3, 0, 0}));
+  EXPECT_EQ(
+      handler->count_round_end(JobCounts{2, 0, 0, 4}, 5, {RoundEndCount::Kind::kRestart, true}),
+      (JobCounts{3, 0, 0, 5}));
   EXPECT_EQ(store->num_keys(), 0);
 }
 

@@ -4,12 +4,13 @@
 // instead of starting at zero.
 //
 // Kept in the agents' store in one key (RendezvousHandler::job_counts), as
-// "<restarts> <membership changes> <restarts without progress>". Every agent of a round read the same
-// counts when the round formed (every agent of the round before counted its
-// end before joining this one); the agents that end a round each ask for
-// the same step from those counts with compare_set, so the first one counts
-// it and the others find it counted: once per round however many nodes call,
-// and in whatever order.
+// "<restarts> <membership changes> <restarts without progress> <last round
+// counted>". The agents that end round r each count its end: the first one
+// to find the last round counted below r adds it (compare_set from what it
+// read, again after a lost race), the others find r counted. So an end is
+// counted once however many nodes call, in whatever order, and however late
+// one of them read the counts as the round formed (a peer may have ended and
+// counted the round by then).
 #pragma once
 
 #include <optional>
@@ -23,6 +24,7 @@ struct JobCounts {
   // The restarts in a row, up to the last one, after rounds in which no rank
   // completed a step (--max_no_progress_restarts).
   int restarts_without_progress = 0;
+  int last_counted_round = -1;  // the round whose end was counted last (-1: none)
   bool operator==(const JobCounts&) const = default;
 };
 
@@ -35,13 +37,13 @@ struct RoundEndCount {
   bool progressed = true;
 };
 
-// `counts` after one more round ended as `how`: a restart after a round
+// `counts` after round `round` ended as `how`: a restart after a round
 // without a step adds one to restarts_without_progress, a round with one
 // sets it to zero.
-JobCounts counted(JobCounts counts, const RoundEndCount& how);
+JobCounts counted(JobCounts counts, int round, const RoundEndCount& how);
 
-// "<restarts> <membership changes> <restarts without progress>", and back
-// (nullopt for any other text).
+// "<restarts> <membership changes> <restarts without progress> <last round
+// counted>", and back (nullopt for any other text).
 std::string encode_job_counts(const JobCounts& counts);
 std::optional<JobCounts> decode_job_counts(const std::string& text);
 

@@ -254,12 +254,13 @@ class RendezvousHandler {
   // join() and the round's end, on the agent's thread. Throws the store's errors.
   virtual std::optional<JobCounts> job_counts() { return std::nullopt; }
 
-  // Counts, once for the job, the end of the round that formed when the
-  // counts were `seen` (what job_counts() read): every agent of the round may
-  // call it, before it joins the next one. Returns the counts after it; a
-  // handler that keeps none returns counted(seen, how). Throws the store's errors.
-  virtual JobCounts count_round_end(const JobCounts& seen, const RoundEndCount& how) {
-    return counted(seen, how);
+  // Counts, once for the job, the end of round `round` as `how`: every agent
+  // of the round may call it, before it joins the next one. Returns the counts
+  // after it (the same on every agent of the round); a handler that keeps
+  // none returns counted(mine, round, how), `mine` being the agent's own.
+  // Throws the store's errors.
+  virtual JobCounts count_round_end(const JobCounts& mine, int round, const RoundEndCount& how) {
+    return counted(mine, round, how);
   }
 
   // The store the agents meet in (used by the agent's thread).
