@@ -340,7 +340,10 @@ class PosixEventLoop final : public WorkerEventLoop {
       cleanup();
       if (exec_errno < 0) {
         std::string list;
-        for (int cpu : spec.cpus) list += (list.empty() ? "" : ",") + std::to_string(cpu);
+        for (int cpu : spec.cpus) {
+          if (!list.empty()) list += ',';
+          list += std::to_string(cpu);
+        }
         throw InvalidArgument("launcher", std::string("cannot bind ") + program + " to CPUs " +
                                               list + ": " + errno_text(-exec_errno));
       }

@@ -61,14 +61,16 @@ void add_torch_variables(std::map<std::string, std::string>& env, const TorchWor
   env[names::kTorchNcclAsyncErrorHandling] = torch_name;
   env[names::kNcclAsyncErrorHandling] = old_name;
   if (facts.set_omp_num_threads && env.find(names::kOmpNumThreads) == env.end()) {
-    env[names::kOmpNumThreads] = "1";
+    // insert_or_assign of a std::string: GCC 12 at -O3 warns (-Wrestrict, a
+    // false positive) of a literal assigned into a map's string here.
+    env.insert_or_assign(names::kOmpNumThreads, std::string("1"));
   }
   if (facts.virtual_local_rank) {
     auto visible = env.find(names::kCudaVisibleDevices);
     env[names::kCudaVisibleDevices] = visible == env.end()
                                           ? std::to_string(facts.local_rank)
                                           : own_device(visible->second, facts.local_rank);
-    env[names::kLocalRank] = "0";
+    env.insert_or_assign(names::kLocalRank, std::string("0"));
   }
 }
 

@@ -271,8 +271,12 @@ std::string cpu_list_text(const std::set<int>& cpus) {
     const int first = *it;
     int last = first;
     for (++it; it != cpus.end() && *it == last + 1; ++it) last = *it;
-    out += (out.empty() ? "" : ",") + std::to_string(first) +
-           (last == first ? "" : "-" + std::to_string(last));
+    if (!out.empty()) out += ',';
+    out += std::to_string(first);
+    if (last != first) {
+      out += '-';
+      out += std::to_string(last);
+    }
   }
   return out;
 }
