@@ -334,7 +334,12 @@ class Run:
                           f"too late (the run was ending): this seed is invalid")
         self._track_sockets()  # every worker is up: see their listening sockets
         pid, _ = victims[0]
-        os.kill(pid, signal.SIGKILL)
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:  # it ended (and was reaped) after running() saw it
+            raise Failure(f"seed {self.plan.seed}: rank {self.plan.rank} (pid {pid}) ended before the "
+                          f"kill after global step {self.last_step}; the kill came too late (the run "
+                          f"was ending): this seed is invalid") from None
         self.killed = (pid, self.last_step)
 
     def stop(self):
