@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -504,11 +505,24 @@ struct RunResult {
   std::int64_t errors = 0;
   std::string first_error;
   int processes = 0;
-  double server_cpu_s = 0;   // during the run
-  double workers_cpu_s = 0;  // from their start to their exit
-  double phases_cpu_s = 0;   // of the workers in the two phases
+  double server_cpu_s = 0;     // during the run
+  double workers_cpu_s = 0;    // from their start to their exit
+  double phases_cpu_s = 0;     // of the workers in the two phases
+  std::size_t server_fds = 0;  // descriptors the server held once the phases ended
+  bool timed_out = false;      // a phase did not end within the timeout
   std::string server_log;
 };
+
+// The descriptors process `pid` holds (0 when /proc cannot tell).
+std::size_t open_descriptors(pid_t pid) {
+  std::error_code ec;
+  std::size_t n = 0;
+  for (std::filesystem::directory_iterator it(fmt::format("/proc/{}/fd", pid), ec), end;
+       !ec && it != end; it.increment(ec)) {
+    ++n;
+  }
+  return n;
+}
 
 // Worker processes for n clients: at least `wanted`, and enough that each
 // holds no more connections than its open-file limit allows (c10d opens two
@@ -555,7 +569,12 @@ RunResult run_once(Impl impl, int n, const ScaleSettings& s, const std::string& 
   const std::int64_t start_ns = now_ns();
   workers.tell(n);
   auto connected = workers.collect(deadline);
-  result.connect_s = static_cast<double>(connected.end_ns - start_ns) / 1e9;
+  // A phase that did not end counts until the driver gave up on it.
+  const auto seconds_since = [](std::int64_t from_ns, std::int64_t end_ns) {
+    return static_cast<double>((end_ns > 0 ? end_ns : now_ns()) - from_ns) / 1e9;
+  };
+  result.connect_s = seconds_since(start_ns, connected.timed_out ? 0 : connected.end_ns);
+  result.timed_out = connected.timed_out;
   result.errors = connected.errors;
   result.first_error = connected.first_error;
   result.phases_cpu_s = connected.cpu_s;
@@ -564,12 +583,14 @@ RunResult run_once(Impl impl, int n, const ScaleSettings& s, const std::string& 
     const std::int64_t barrier_ns = now_ns();
     workers.tell(n - connected.errors);
     auto passed = workers.collect(deadline);
-    result.barrier_s = static_cast<double>(passed.end_ns - barrier_ns) / 1e9;
+    result.barrier_s = seconds_since(barrier_ns, passed.timed_out ? 0 : passed.end_ns);
+    result.timed_out = passed.timed_out;
     if (result.errors == 0) result.first_error = passed.first_error;
     result.errors += passed.errors;
     result.phases_cpu_s += passed.cpu_s;
   }
   result.server_cpu_s = ddp::test::process_cpu_seconds(server->pid()) - server_cpu_before;
+  result.server_fds = open_descriptors(server->pid());
   result.workers_cpu_s = workers.finish(Clock::now() + 10s);
   // The high-water mark: read once every client came and left.
   result.peak_rss_mib = server->status_mib("VmHWM").value_or(0);
@@ -586,11 +607,15 @@ std::string load_average() {
 void print_result(Impl impl, int n, const RunResult& r, const ScaleSettings& s) {
   const double per_connection_kib = n > 0 ? (r.peak_rss_mib - r.idle_rss_mib) * 1024.0 / n : 0.0;
   fmt::print(
-      "{} with {} clients from {} processes x {} threads: {:.3f} s in all; server RSS {:.1f} MiB "
-      "before the clients, peak {:.1f} MiB: {:.2f} KiB per connection; CPU: server {:.2f} s, "
-      "workers {:.2f} s ({:.2f} s in the two phases){}\n",
+      "{} with {} clients from {} processes x {} threads: {:.3f} s in all{}; server RSS {:.1f} "
+      "MiB before the clients, peak {:.1f} MiB: {:.2f} KiB per connection; {} descriptors held "
+      "at the end; CPU: server {:.2f} s, workers {:.2f} s ({:.2f} s in the two phases){}\n",
       impl == Impl::kDdp ? "ddp-rendezvous" : "c10d TCPStore", n, r.processes, s.threads,
-      r.connect_s + r.barrier_s, r.idle_rss_mib, r.peak_rss_mib, per_connection_kib, r.server_cpu_s,
+      r.connect_s + r.barrier_s,
+      r.timed_out
+          ? fmt::format(" (did not finish: stopped after the {:.0f} s timeout)", s.timeout_s)
+          : std::string(),
+      r.idle_rss_mib, r.peak_rss_mib, per_connection_kib, r.server_fds, r.server_cpu_s,
       r.workers_cpu_s, r.phases_cpu_s,
       r.errors > 0 ? fmt::format("; first error: {}", r.first_error) : std::string());
   fmt::print(

@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -278,6 +279,46 @@ TEST(Hardening, EveryServerSocketIsCloseOnExec) {
                                     << ") would be inherited by every exec'd worker";
   }
   EXPECT_GE(sockets, 5) << "listener, two accepted and two client sockets expected";
+}
+
+// The server sets no delay and keepalive on its listening socket only, once:
+// every accepted connection must have them all the same (Linux copies them,
+// with the keepalive timer, into each accepted socket).
+TEST(Hardening, AcceptedConnectionsHaveNoDelayAndKeepalive) {
+  auto server = start_server();
+  TcpStore a(client_options(server->port()));
+  TcpStore b(client_options(server->port()));
+  a.set("k", "v");
+  ASSERT_TRUE(eventually([&] { return server->num_clients() == 2; }));
+  int accepted = 0;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
+    std::error_code ec;
+    auto target = std::filesystem::read_symlink(entry.path(), ec).string();
+    if (ec || target.rfind("socket:", 0) != 0) continue;
+    const int fd = std::stoi(entry.path().filename().string());
+    sockaddr_in local{};
+    socklen_t size = sizeof(local);
+    int listening = 0;
+    socklen_t int_size = sizeof(listening);
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &size) != 0 ||
+        local.sin_family != AF_INET || ntohs(local.sin_port) != server->port() ||
+        ::getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &int_size) != 0 || listening) {
+      continue;  // not a connection the server accepted
+    }
+    ++accepted;
+    auto option = [&](int level, int name) {
+      int value = -1;
+      socklen_t value_size = sizeof(value);
+      ::getsockopt(fd, level, name, &value, &value_size);
+      return value;
+    };
+    EXPECT_EQ(option(IPPROTO_TCP, TCP_NODELAY), 1) << "socket " << fd;
+    EXPECT_EQ(option(SOL_SOCKET, SO_KEEPALIVE), 1) << "socket " << fd;
+    EXPECT_EQ(option(IPPROTO_TCP, TCP_KEEPIDLE), 60) << "socket " << fd;
+    EXPECT_EQ(option(IPPROTO_TCP, TCP_KEEPINTVL), 10) << "socket " << fd;
+    EXPECT_EQ(option(IPPROTO_TCP, TCP_KEEPCNT), 3) << "socket " << fd;
+  }
+  EXPECT_EQ(accepted, 2) << "the server's two accepted sockets expected";
 }
 
 TEST(Hardening, MaxClientsIsCappedToTheOpenFileLimit) {
