@@ -213,7 +213,8 @@ void for_each_client(const WorkerPlan& plan, Body body) {
 
 // The worker: waits for "go", connects its clients and sets a key each,
 // reports; waits for the barrier's target, goes through it, reports; exits
-// (the kernel closes every connection). Never returns.
+// once its control pipe closes (the kernel closes every connection). Never
+// returns.
 [[noreturn]] void run_worker(const WorkerPlan& plan, int control_fd, int report_fd) {
   std::vector<std::unique_ptr<ScaleClient>> clients(static_cast<std::size_t>(plan.count));
   Failures failures;
@@ -255,6 +256,8 @@ void for_each_client(const WorkerPlan& plan, Body body) {
   });
   Report passed = failures.report();
   if (!write_all(report_fd, &passed, sizeof passed)) ::_exit(4);
+  // Connected until the driver has looked at the server (it closes the pipe).
+  read_all(control_fd, &target, sizeof target);
   // Not destroyed: c10d's clients join a thread each; exiting closes everything.
   ::_exit(0);
 }
@@ -359,10 +362,14 @@ class Workers {
     return phase;
   }
 
-  // Waits (at most until `deadline`) for every worker to exit, kills the
+  // Tells every worker to exit, waits (at most until `deadline`), kills the
   // rest, and returns the CPU seconds they used together.
   double finish(Clock::time_point deadline) {
     double cpu_s = 0;
+    for (auto& w : workers_) {
+      ::close(w.control_fd);  // the workers' signal to exit
+      w.control_fd = -1;
+    }
     for (auto& w : workers_) {
       rusage usage{};
       pid_t reaped = 0;
@@ -508,7 +515,7 @@ struct RunResult {
   double server_cpu_s = 0;     // during the run
   double workers_cpu_s = 0;    // from their start to their exit
   double phases_cpu_s = 0;     // of the workers in the two phases
-  std::size_t server_fds = 0;  // descriptors the server held once the phases ended
+  std::size_t server_fds = 0;  // descriptors the server held after the barrier
   bool timed_out = false;      // a phase did not end within the timeout
   std::string server_log;
 };
@@ -609,7 +616,7 @@ void print_result(Impl impl, int n, const RunResult& r, const ScaleSettings& s) 
   fmt::print(
       "{} with {} clients from {} processes x {} threads: {:.3f} s in all{}; server RSS {:.1f} "
       "MiB before the clients, peak {:.1f} MiB: {:.2f} KiB per connection; {} descriptors held "
-      "at the end; CPU: server {:.2f} s, workers {:.2f} s ({:.2f} s in the two phases){}\n",
+      "after the barrier; CPU: server {:.2f} s, workers {:.2f} s ({:.2f} s in the two phases){}\n",
       impl == Impl::kDdp ? "ddp-rendezvous" : "c10d TCPStore", n, r.processes, s.threads,
       r.connect_s + r.barrier_s,
       r.timed_out
