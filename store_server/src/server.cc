@@ -193,6 +193,7 @@ void Server::accept() {
     if (ec || accept_errno_ != 0) {
       // Out of file descriptors and the like: say so (rarely), and back off
       // instead of spinning; the connections wait in the listen queue.
+      if (ec) accept_errno_ = ec.value();
       accept_failed(ec ? ec.message() : std::string(std::strerror(accept_errno_)));
       accept_errno_ = 0;
       retry_timer_.expires_after(kAcceptRetry);
@@ -208,6 +209,7 @@ void Server::accept() {
 
 void Server::accept_failed(const std::string& reason) {
   ++accept_failures_;
+  last_accept_errno_ = accept_errno_;
   const auto now = std::chrono::steady_clock::now();
   if (!accept_failing_) {
     accept_failing_ = true;
@@ -269,10 +271,7 @@ void Server::accept_ready() {
     int fd = ::accept4(acceptor_.native_handle(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
-      if (errno != EAGAIN && errno != EWOULDBLOCK) {
-        accept_errno_ = errno;
-        last_accept_errno_ = errno;
-      }
+      if (errno != EAGAIN && errno != EWOULDBLOCK) accept_errno_ = errno;
       return;
     }
     asio::ip::tcp::socket socket(io_);

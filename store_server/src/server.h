@@ -118,7 +118,7 @@ class Server {
   bool stopping_ = false;                         // io_context thread
   asio::ip::tcp protocol_ = asio::ip::tcp::v4();  // of the listening socket
   int accept_errno_ = 0;       // of the failure in the last accept_ready(); 0: none
-  int last_accept_errno_ = 0;  // of the last failure
+  int last_accept_errno_ = 0;  // of the failure being reported (describe_accept_failure)
   bool accept_failing_ = false;
   std::chrono::steady_clock::time_point accept_failing_since_{};
   std::chrono::steady_clock::time_point accept_logged_at_{};
