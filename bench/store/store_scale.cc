@@ -308,7 +308,7 @@ class Workers {
     }
     ::close(control[0]);
     ::close(report[1]);
-    workers_.push_back(Worker{pid, control[1], report[0], plan.count});
+    workers_.push_back(Worker{pid, control[1], report[0], plan.count, false});
   }
 
   // Sends `value` to every worker.
@@ -327,13 +327,15 @@ class Workers {
   };
   Phase collect(Clock::time_point deadline) {
     Phase phase;
+    // A worker gone in an earlier phase had all of its clients counted then.
     std::vector<bool> done(workers_.size(), false);
-    std::size_t left = workers_.size();
+    std::size_t left = 0;
+    for (const auto& w : workers_) left += w.gone ? 0 : 1;
     while (left > 0) {
       std::vector<pollfd> fds;
       std::vector<std::size_t> index;
       for (std::size_t i = 0; i < workers_.size(); ++i) {
-        if (done[i]) continue;
+        if (done[i] || workers_[i].gone) continue;
         fds.push_back(pollfd{workers_[i].report_fd, POLLIN, 0});
         index.push_back(i);
       }
@@ -347,6 +349,7 @@ class Workers {
         --left;
         Report r;
         if (!read_all(workers_[i].report_fd, &r, sizeof r)) {
+          workers_[i].gone = true;
           note(phase, workers_[i].clients, fmt::format("worker {} died", workers_[i].pid));
           continue;
         }
@@ -356,7 +359,9 @@ class Workers {
       }
     }
     for (std::size_t i = 0; i < workers_.size(); ++i) {
-      if (!done[i]) note(phase, workers_[i].clients, "a worker did not report within the timeout");
+      if (!done[i] && !workers_[i].gone) {
+        note(phase, workers_[i].clients, "a worker did not report within the timeout");
+      }
     }
     phase.timed_out = left > 0;
     return phase;
@@ -392,6 +397,7 @@ class Workers {
     int control_fd = -1;
     int report_fd = -1;
     int clients = 0;
+    bool gone = false;  // died without reporting (its clients counted as errors once)
   };
   static void note(Phase& phase, std::int64_t errors, const std::string& what) {
     if (phase.errors == 0) phase.first_error = what;
