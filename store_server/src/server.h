@@ -66,7 +66,9 @@ class Server {
   std::uint64_t max_buffered_input() const { return 2ull * options_.max_frame_size; }
 
   // Serves an already connected socket as if it had been accepted (a socket
-  // pair in the session fuzzer and tests). io_context thread only.
+  // pair in the session fuzzer and tests); it keeps its own socket options
+  // (accepted ones inherit the listener's: no delay, keepalive). io_context
+  // thread only.
   void adopt(asio::ip::tcp::socket socket);
 
   // For sessions (io_context thread only).
