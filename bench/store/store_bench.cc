@@ -66,6 +66,7 @@
 #include "ddp/store_server/store_server.h"
 #include "process_util.h"
 #include "store_attackers.h"
+#include "store_scale.h"
 
 #if DDP_STORE_BENCH_WITH_C10D
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -745,12 +746,44 @@ int main(int argc, char** argv) {
                  "attackers left out, comma-separated (to see what each one costs)")
       ->delimiter(',')
       ->check(CLI::IsMember({"idle", "garbage", "pipelining", "flood", "empty-keys"}));
+  ddp::bench::ScaleSettings scale;
+  app.add_option("--scale", scale.clients,
+                 "run the scale mode instead, for these client counts, comma-separated "
+                 "(see bench/store/store_scale.h)")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 1000000));
+  app.add_option("--scale-processes", scale.processes,
+                 "worker processes holding the clients (more when the open-file limit needs it)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
+  app.add_option("--scale-threads", scale.threads, "threads per worker process")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
+  app.add_option("--scale-timeout", scale.timeout_s,
+                 "seconds each scale run (and each call in it) may take")
+      ->capture_default_str()
+      ->check(CLI::Range(1.0, 3600.0));
   CLI11_PARSE(app, argc, argv);
 
   // Thousands of connections (the 1,024 clients; the attack's idle ones, whose
   // server end the daemon inherits the same limit for) need more descriptors
   // than the usual soft limit.
   raise_fd_limit();
+  if (!scale.clients.empty()) {
+    if (attack.enabled) {
+      fmt::print(stderr, "store_bench: --scale and --attack are separate runs: give one\n");
+      return 2;
+    }
+    scale.daemon = attack.daemon;
+    scale.with_c10d = !s.skip_c10d;
+    scale.with_ddp = !s.skip_ddp;
+    try {
+      return ddp::bench::run_scale(scale, ddp::test::exe_dir());
+    } catch (const std::exception& e) {
+      fmt::print(stderr, "store_bench --scale: {}\n", e.what());
+      return 1;
+    }
+  }
   if (attack.enabled) {
     try {
       return run_attack(attack, ddp::test::exe_dir());

@@ -56,6 +56,9 @@ void write_metrics(const StoreServerStats& s, const StoreServer& server,
   out.family("ddprun_store_failed_handshakes_total", "counter",
              "Connections closed before their hello and authentication completed");
   out.sample("ddprun_store_failed_handshakes_total", static_cast<double>(s.failed_handshakes));
+  out.family("ddprun_store_accept_failures_total", "counter",
+             "Attempts to accept a connection that failed (out of file descriptors and the like)");
+  out.sample("ddprun_store_accept_failures_total", static_cast<double>(s.accept_failures));
   out.family("ddprun_store_keys", "gauge", "Keys the store holds");
   out.sample("ddprun_store_keys", static_cast<double>(s.keys));
   out.family("ddprun_store_stored_bytes", "gauge",

@@ -1,6 +1,8 @@
 #include "server.h"
 
 #include <fmt/format.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -21,6 +23,15 @@ constexpr auto kStopGrace = std::chrono::seconds(2);
 // Descriptors kept free for everything else in the process (the agent's worker
 // pipes and log files, the server's own acceptor and timers).
 constexpr rlim_t kReservedDescriptors = 128;
+// The listen queue asked for: the kernel caps it at net.core.somaxconn (4096
+// by default since Linux 5.4), so the host's setting decides. Asio's
+// max_listen_connections is the SOMAXCONN of the build host's headers (128
+// before glibc 2.35), which would cap it below what the host allows.
+constexpr int kListenBacklog = 65535;
+// How long accepting waits after a failure (out of descriptors) before trying again.
+constexpr auto kAcceptRetry = std::chrono::milliseconds(100);
+// While accepting keeps failing, a reminder is logged at most this often.
+constexpr auto kAcceptLogWindow = std::chrono::seconds(10);
 
 StoreHandler::Limits handler_limits(const StoreServerOptions& options) {
   StoreHandler::Limits limits;
@@ -48,6 +59,31 @@ std::size_t usable_clients(std::size_t wanted, spdlog::logger& logger) {
   logger.info("store server: max_clients lowered from {} to {} to fit the open-file limit of {}",
               wanted, fit, static_cast<std::uint64_t>(limit.rlim_cur));
   return fit;
+}
+
+// Options every connection gets, set once on the listening socket: Linux
+// copies them into each accepted socket (the keepalive timer included), which
+// spares five setsockopt calls per connection. No delay, as replies are small
+// and must not wait for the client's ACK; keepalive probes after 60 s of
+// silence find half-open connections (a client host that vanished while
+// parked in a wait without timeout) in about 90 s.
+void set_connection_options(int fd) {
+  const int one = 1;
+  const int idle = 60;
+  const int interval = 10;
+  const int count = 3;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof(interval));
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof(count));
+}
+
+// The open-file limit of this process, or 0 when it cannot be read.
+std::uint64_t open_file_limit() {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return 0;
+  return static_cast<std::uint64_t>(limit.rlim_cur);
 }
 
 protocol::Limits limits_of(const StoreServerOptions& options) {
@@ -112,12 +148,13 @@ Server::Server(const StoreServerOptions& options)
     ::close(fd);
     throw NetworkError("StoreServer", fmt::format("cannot listen on {}: {}", where, ec.message()));
   }
+  set_connection_options(fd);
   if (acceptor_.set_option(asio::socket_base::reuse_address(true), ec) ||
-      acceptor_.bind(endpoint, ec) ||
-      acceptor_.listen(asio::socket_base::max_listen_connections, ec)) {
+      acceptor_.bind(endpoint, ec) || acceptor_.listen(kListenBacklog, ec)) {
     throw NetworkError("StoreServer", fmt::format("cannot listen on {}: {}", where, ec.message()));
   }
   port_ = acceptor_.local_endpoint().port();
+  protocol_ = endpoint.protocol();
   sessions_.set_on_empty([this] {
     if (stopping_) stop_timer_.cancel();
   });
@@ -153,18 +190,79 @@ void Server::accept() {
     } catch (const std::exception& e) {
       logger_->error("store server: cannot set up a connection: {}", e.what());
     }
-    if (ec || accept_failed_) {
-      // Out of file descriptors and the like: back off instead of spinning.
-      logger_->warn("store server: accept failed: {}", ec ? ec.message() : accept_error_);
-      accept_failed_ = false;
-      retry_timer_.expires_after(std::chrono::milliseconds(100));
+    if (ec || accept_errno_ != 0) {
+      // Out of file descriptors and the like: say so (rarely), and back off
+      // instead of spinning; the connections wait in the listen queue.
+      if (ec) accept_errno_ = ec.value();
+      accept_failed(ec ? ec.message() : std::string(std::strerror(accept_errno_)));
+      accept_errno_ = 0;
+      retry_timer_.expires_after(kAcceptRetry);
       retry_timer_.async_wait([this](const boost::system::error_code& e) {
         if (!e && !stopping_) accept();
       });
       return;
     }
+    accept_recovered();
     accept();
   });
+}
+
+void Server::accept_failed(const std::string& reason) {
+  ++accept_failures_;
+  last_accept_errno_ = accept_errno_;
+  const auto now = std::chrono::steady_clock::now();
+  if (!accept_failing_) {
+    accept_failing_ = true;
+    accept_failing_since_ = now;
+    accept_logged_at_ = now;
+    accept_failures_unlogged_ = 0;
+    logger_->error("store server: cannot accept connections: {}", describe_accept_failure(reason));
+    return;
+  }
+  ++accept_failures_unlogged_;
+  if (now - accept_logged_at_ < kAcceptLogWindow) return;
+  logger_->error(
+      "store server: still cannot accept connections ({} more attempts failed in the last {} s, "
+      "{} connections open): {}",
+      accept_failures_unlogged_,
+      std::chrono::duration_cast<std::chrono::seconds>(now - accept_logged_at_).count(),
+      sessions_.size(), reason);
+  accept_logged_at_ = now;
+  accept_failures_unlogged_ = 0;
+}
+
+std::string Server::describe_accept_failure(const std::string& reason) const {
+  const std::uint64_t limit = open_file_limit();
+  std::string text = reason;
+  if (last_accept_errno_ == EMFILE) {
+    text += fmt::format(
+        ": this process reached its open-file limit (RLIMIT_NOFILE) of {} descriptors, with {} "
+        "connections open (at most {} clients are served); new connections wait in the listen "
+        "queue and are accepted as descriptors free up. To serve more clients, raise the hard "
+        "open-file limit (ulimit -Hn, or LimitNOFILE= for a systemd service)",
+        limit, sessions_.size(), options_.max_clients);
+  } else if (last_accept_errno_ == ENFILE) {
+    text += fmt::format(
+        ": the system-wide limit on open files (fs.file-max) is reached, with {} connections "
+        "open here; new connections wait in the listen queue and are accepted as descriptors "
+        "free up",
+        sessions_.size());
+  } else {
+    text += "; new connections wait in the listen queue";
+  }
+  text += fmt::format(" (retrying every {} ms; logged again at most every {} s)",
+                      kAcceptRetry.count(), kAcceptLogWindow.count());
+  return text;
+}
+
+void Server::accept_recovered() {
+  if (!accept_failing_) return;
+  accept_failing_ = false;
+  logger_->warn(
+      "store server: accepting connections again after {:.1f} s ({} connections open)",
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - accept_failing_since_)
+          .count(),
+      sessions_.size());
 }
 
 void Server::accept_ready() {
@@ -173,15 +271,12 @@ void Server::accept_ready() {
     int fd = ::accept4(acceptor_.native_handle(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
-      if (errno != EAGAIN && errno != EWOULDBLOCK) {
-        accept_failed_ = true;
-        accept_error_ = std::strerror(errno);
-      }
+      if (errno != EAGAIN && errno != EWOULDBLOCK) accept_errno_ = errno;
       return;
     }
     asio::ip::tcp::socket socket(io_);
     boost::system::error_code ec;
-    socket.assign(acceptor_.local_endpoint(ec).protocol(), fd, ec);
+    socket.assign(protocol_, fd, ec);
     if (ec) {
       ::close(fd);
       logger_->warn("store server: cannot adopt a connection: {}", ec.message());
@@ -232,6 +327,7 @@ StoreServerStats Server::stats() const {
   s.clients = sessions_.active();
   s.connections_total = connections_total_;
   s.refused_total = refused_total_;
+  s.accept_failures = accept_failures_;
   s.failed_handshakes = failed_handshakes_;
   s.keys = handler_.num_keys();
   s.stored_bytes = handler_.stored_bytes();

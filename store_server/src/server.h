@@ -66,7 +66,9 @@ class Server {
   std::uint64_t max_buffered_input() const { return 2ull * options_.max_frame_size; }
 
   // Serves an already connected socket as if it had been accepted (a socket
-  // pair in the session fuzzer and tests). io_context thread only.
+  // pair in the session fuzzer and tests); it keeps its own socket options
+  // (accepted ones inherit the listener's: no delay, keepalive). io_context
+  // thread only.
   void adopt(asio::ip::tcp::socket socket);
 
   // For sessions (io_context thread only).
@@ -92,8 +94,16 @@ class Server {
   std::uint64_t connections_total_ = 0;
   std::uint64_t refused_total_ = 0;
   std::uint64_t failed_handshakes_ = 0;
-  // accept4() every pending connection; sets accept_failed_ on a hard error.
+  std::uint64_t accept_failures_ = 0;
+  // accept4() every pending connection; sets accept_errno_ on a hard error.
   void accept_ready();
+  // Accepting failed (out of descriptors and the like): counts it and logs,
+  // the first time and then at most once per kAcceptLogWindow.
+  void accept_failed(const std::string& reason);
+  // What an accept failure means for the server, naming the limit it hit.
+  std::string describe_accept_failure(const std::string& reason) const;
+  // Accepting works again after failures: says so once.
+  void accept_recovered();
   void shutdown();
 
   StoreServerOptions options_;
@@ -107,14 +117,19 @@ class Server {
   SessionManager sessions_;
   ClientRegistry clients_;
   std::uint16_t port_ = 0;
-  bool stopping_ = false;  // io_context thread
-  bool accept_failed_ = false;
+  bool stopping_ = false;                         // io_context thread
+  asio::ip::tcp protocol_ = asio::ip::tcp::v4();  // of the listening socket
+  int accept_errno_ = 0;       // of the failure in the last accept_ready(); 0: none
+  int last_accept_errno_ = 0;  // of the failure being reported (describe_accept_failure)
+  bool accept_failing_ = false;
+  std::chrono::steady_clock::time_point accept_failing_since_{};
+  std::chrono::steady_clock::time_point accept_logged_at_{};
+  std::uint64_t accept_failures_unlogged_ = 0;
   std::uint64_t buffered_input_ = 0;
   std::uint64_t session_serials_ = 0;
   std::chrono::steady_clock::time_point client_log_window_{};
   int client_log_lines_ = 0;
   std::uint64_t client_log_suppressed_ = 0;
-  std::string accept_error_;
   std::atomic<bool> stop_requested_{false};
 };
 

@@ -1,8 +1,6 @@
 #include "session.h"
 
 #include <fmt/format.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <sys/socket.h>
 
 #include "server.h"
@@ -11,9 +9,10 @@ namespace ddp::server {
 
 namespace {
 
-// Sessions start with a small read buffer (many thousands of them may be open) and
-// grow it when a read fills it (a client sending large values).
-constexpr std::size_t kReadBufferInitial = 4 * 1024;
+// Sessions start with a small read buffer (tens of thousands of them may be
+// open; a request of the rendezvous is well under this) and grow it when a
+// read fills it (a client sending large values).
+constexpr std::size_t kReadBufferInitial = 512;
 constexpr std::size_t kReadBufferMax = 256 * 1024;
 // While a request is parked, the client should send nothing (TcpStore sends
 // one request at a time). Its input is still read, so that its leaving is seen
@@ -66,18 +65,11 @@ void Session::start() {
 }
 
 void Session::begin_serving() {
+  // No delay and keepalive come from the listening socket (Server): accepted
+  // sockets inherit them. Direct writes (flush) must never block the
+  // io_context thread.
   boost::system::error_code ignored;
-  socket_.set_option(asio::ip::tcp::no_delay(true), ignored);
-  socket_.set_option(asio::socket_base::keep_alive(true), ignored);
-  // Direct writes (flush) must never block the io_context thread.
   socket_.non_blocking(true, ignored);
-  // Keepalive probes after 60 s of silence find half-open connections (a client
-  // host that vanished while parked in a wait without timeout) in about 90 s.
-  int fd = socket_.native_handle();
-  int idle = 60, interval = 10, count = 3;
-  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
-  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof(interval));
-  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof(count));
   // The nonce costs a trip to the RNG: only made when there is an auth step.
   const auto& token = server_.options().token;
   handshake_.emplace(token, token.empty() ? std::string() : protocol::make_nonce(),

@@ -244,19 +244,31 @@ bool StoreHandler::park(const protocol::Request& q, Waiter* waiter, std::string&
     return true;
   }
   parked_bytes_ += bytes;
-  Parked p{q.op, std::vector<std::string>(views_.begin(), views_.end()), 0, q.timeout_ms, bytes};
+  Parked p{q.op, std::vector<std::string>(views_.begin(), views_.end()), 0, q.timeout_ms, bytes,
+           {}};
   while (data_.find(p.keys[p.next]) != data_.end()) ++p.next;
-  key_waiters_[p.keys[p.next]].push_back(waiter);
-  parked_.emplace(waiter, std::move(p));
+  register_waiter(waiter, parked_.emplace(waiter, std::move(p)).first->second);
   return false;
 }
 
+void StoreHandler::register_waiter(Waiter* waiter, Parked& p) {
+  auto& list = key_waiters_[p.keys[p.next]];
+  p.position = list.insert(list.end(), waiter);
+}
+
 void StoreHandler::wake(std::string_view key) {
+  // The waiters there now, one at a time from the key's live list: whatever a
+  // wake-up does, the list and every parked request's position in it stay
+  // consistent. One that must wait on (a key it needs is missing, this one
+  // too when it was not written after all) goes back to a list's end, and is
+  // not taken again by this call.
   auto it = key_waiters_.find(key);
   if (it == key_waiters_.end()) return;
-  auto waiters = std::move(it->second);
-  key_waiters_.erase(it);
-  for (Waiter* w : waiters) {
+  for (std::size_t n = it->second.size(); n > 0; --n) {
+    it = key_waiters_.find(key);
+    if (it == key_waiters_.end() || it->second.empty()) break;
+    Waiter* w = it->second.front();
+    it->second.pop_front();
     auto pit = parked_.find(w);
     if (pit == parked_.end()) continue;
     Parked& p = pit->second;
@@ -268,7 +280,7 @@ void StoreHandler::wake(std::string_view key) {
       while (p.next < p.keys.size() && data_.find(p.keys[p.next]) != data_.end()) ++p.next;
     }
     if (p.next < p.keys.size()) {
-      key_waiters_[p.keys[p.next]].push_back(w);
+      register_waiter(w, p);
       continue;
     }
     wake_views_.assign(p.keys.begin(), p.keys.end());
@@ -278,6 +290,8 @@ void StoreHandler::wake(std::string_view key) {
     parked_.erase(pit);
     w->on_wake(scratch_);
   }
+  it = key_waiters_.find(key);
+  if (it != key_waiters_.end() && it->second.empty()) key_waiters_.erase(it);
 }
 
 void StoreHandler::cancel(Waiter* waiter) {
@@ -286,9 +300,8 @@ void StoreHandler::cancel(Waiter* waiter) {
   const Parked& p = pit->second;
   auto it = key_waiters_.find(p.keys[p.next]);
   if (it != key_waiters_.end()) {
-    auto& list = it->second;
-    list.erase(std::remove(list.begin(), list.end(), waiter), list.end());
-    if (list.empty()) key_waiters_.erase(it);
+    it->second.erase(p.position);
+    if (it->second.empty()) key_waiters_.erase(it);
   }
   parked_bytes_ -= p.bytes;
   parked_.erase(pit);

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <list>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -83,12 +84,18 @@ class StoreHandler {
   };
   using Map = std::unordered_map<std::string, std::string, Hash, std::equal_to<>>;
 
+  // The requests parked on one key, in the order they parked: a list, so that
+  // a waiter that leaves is taken out in constant time (tens of thousands of
+  // clients may wait on one key, and all leave together when a job ends).
+  using WaiterList = std::list<Waiter*>;
+
   struct Parked {
     protocol::Op op;
     std::vector<std::string> keys;
     std::size_t next = 0;  // index of the missing key it is registered on
     std::uint64_t timeout_ms = 0;
-    std::uint64_t bytes = 0;  // counted in parked_bytes_
+    std::uint64_t bytes = 0;        // counted in parked_bytes_
+    WaiterList::iterator position;  // in key_waiters_[keys[next]]
   };
 
   // A request refused by a limit: the status and message of its error reply.
@@ -115,7 +122,10 @@ class StoreHandler {
   std::uint64_t stored_bytes_ = 0;
   std::uint64_t parked_bytes_ = 0;
   Map data_;
-  std::unordered_map<std::string, std::vector<Waiter*>, Hash, std::equal_to<>> key_waiters_;
+  // Registers `waiter`, whose parked request is `p`, on its next missing key.
+  void register_waiter(Waiter* waiter, Parked& p);
+
+  std::unordered_map<std::string, WaiterList, Hash, std::equal_to<>> key_waiters_;
   std::unordered_map<const Waiter*, Parked> parked_;
   std::string scratch_;
   std::vector<std::string_view> views_;       // handle(): the keys of a get/wait/multi_get

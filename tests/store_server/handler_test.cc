@@ -215,6 +215,41 @@ TEST_F(StoreHandlerTest, CancelledWaiterIsNeverWoken) {
   EXPECT_EQ(stays.replies.size(), 1u);
 }
 
+// Waiters leaving from anywhere in a key's list (a job's clients disconnect
+// in any order) leave the others parked, woken once each in the order they came.
+TEST_F(StoreHandlerTest, WaitersLeavingFromTheMiddleLeaveTheOthersWokenInOrder) {
+  struct Ordered final : StoreHandler::Waiter {
+    std::vector<int>* woken = nullptr;
+    int id = 0;
+    void on_wake(std::string_view) override { woken->push_back(id); }
+  };
+  std::vector<int> woken;
+  std::vector<Ordered> waiters(6);
+  for (int i = 0; i < 6; ++i) {
+    waiters[i].woken = &woken;
+    waiters[i].id = i;
+    std::string out;
+    ASSERT_FALSE(handler.handle(get("k"), out, &waiters[i]));
+  }
+  for (int gone : {0, 2, 3, 5}) handler.cancel(&waiters[gone]);
+  handler.cancel(&waiters[2]);  // no-op
+  EXPECT_EQ(handler.num_parked(), 2u);
+  set("k", "v");
+  EXPECT_EQ(woken, (std::vector<int>{1, 4}));
+  EXPECT_EQ(handler.num_parked(), 0u);
+  // Parked again on the same key after it is deleted: nothing stale is left.
+  Request del;
+  del.op = Op::kDeleteKey;
+  del.key = "k";
+  run(del);
+  std::string out;
+  ASSERT_FALSE(handler.handle(get("k"), out, &waiters[3]));
+  handler.cancel(&waiters[3]);
+  ASSERT_FALSE(handler.handle(get("k"), out, &waiters[0]));
+  set("k", "again");
+  EXPECT_EQ(woken, (std::vector<int>{1, 4, 0}));
+}
+
 TEST_F(StoreHandlerTest, ExpireRepliesTimeoutNamingTheMissingKeys) {
   Recorder w;
   park(wait({"here", "missing"}, 250), w);

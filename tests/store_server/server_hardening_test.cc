@@ -7,6 +7,8 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -15,6 +17,7 @@
 
 #include <atomic>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -280,6 +283,46 @@ TEST(Hardening, EveryServerSocketIsCloseOnExec) {
   EXPECT_GE(sockets, 5) << "listener, two accepted and two client sockets expected";
 }
 
+// The server sets no delay and keepalive on its listening socket only, once:
+// every accepted connection must have them all the same (Linux copies them,
+// with the keepalive timer, into each accepted socket).
+TEST(Hardening, AcceptedConnectionsHaveNoDelayAndKeepalive) {
+  auto server = start_server();
+  TcpStore a(client_options(server->port()));
+  TcpStore b(client_options(server->port()));
+  a.set("k", "v");
+  ASSERT_TRUE(eventually([&] { return server->num_clients() == 2; }));
+  int accepted = 0;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
+    std::error_code ec;
+    auto target = std::filesystem::read_symlink(entry.path(), ec).string();
+    if (ec || target.rfind("socket:", 0) != 0) continue;
+    const int fd = std::stoi(entry.path().filename().string());
+    sockaddr_in local{};
+    socklen_t size = sizeof(local);
+    int listening = 0;
+    socklen_t int_size = sizeof(listening);
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &size) != 0 ||
+        local.sin_family != AF_INET || ntohs(local.sin_port) != server->port() ||
+        ::getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &int_size) != 0 || listening) {
+      continue;  // not a connection the server accepted
+    }
+    ++accepted;
+    auto option = [&](int level, int name) {
+      int value = -1;
+      socklen_t value_size = sizeof(value);
+      ::getsockopt(fd, level, name, &value, &value_size);
+      return value;
+    };
+    EXPECT_EQ(option(IPPROTO_TCP, TCP_NODELAY), 1) << "socket " << fd;
+    EXPECT_EQ(option(SOL_SOCKET, SO_KEEPALIVE), 1) << "socket " << fd;
+    EXPECT_EQ(option(IPPROTO_TCP, TCP_KEEPIDLE), 60) << "socket " << fd;
+    EXPECT_EQ(option(IPPROTO_TCP, TCP_KEEPINTVL), 10) << "socket " << fd;
+    EXPECT_EQ(option(IPPROTO_TCP, TCP_KEEPCNT), 3) << "socket " << fd;
+  }
+  EXPECT_EQ(accepted, 2) << "the server's two accepted sockets expected";
+}
+
 TEST(Hardening, MaxClientsIsCappedToTheOpenFileLimit) {
   // In a child: lowering the hard limit cannot be undone without privileges.
   pid_t pid = ::fork();
@@ -371,6 +414,63 @@ TEST(Hardening, DaemonMaxStoreFlagBoundsWhatItHolds) {
   } catch (const InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find("store full"), std::string::npos) << e.what();
   }
+  daemon.stop(kStopGrace);
+  EXPECT_EQ(daemon.exit_status(), 0) << daemon.log_tail(kLogBytes);
+}
+
+// A burst of connections while the daemon is busy waits in its listen queue:
+// the daemon asks for a queue as long as the host allows (net.core.somaxconn),
+// not the build host's SOMAXCONN (128 before glibc 2.35), past which the
+// kernel drops the SYNs and each client waits a second for its retransmission.
+TEST(Hardening, ABurstOfConnectionsQueuesWhileTheDaemonIsBusy) {
+  constexpr int kBurst = 1000;
+  std::ifstream somaxconn_file("/proc/sys/net/core/somaxconn");
+  int somaxconn = 0;
+  somaxconn_file >> somaxconn;
+  if (somaxconn < kBurst + 100) GTEST_SKIP() << "net.core.somaxconn is " << somaxconn;
+  rlimit limit{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &limit), 0);
+  if (limit.rlim_max != RLIM_INFINITY && limit.rlim_max < kBurst + 256) {
+    GTEST_SKIP() << "the open-file limit is " << limit.rlim_max;
+  }
+  limit.rlim_cur = limit.rlim_max;
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &limit), 0);
+  DaemonProcess daemon(daemon_path());
+  ASSERT_EQ(::kill(daemon.pid(), SIGSTOP), 0);  // busy: it accepts nothing
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(daemon.port());
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::vector<pollfd> burst;
+  for (int i = 0; i < kBurst; ++i) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    ASSERT_GE(fd, 0);
+    burst.push_back(pollfd{fd, POLLOUT, 0});
+    const int rc = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+    ASSERT_TRUE(rc == 0 || errno == EINPROGRESS) << std::strerror(errno);
+  }
+  // On loopback the kernel completes each handshake at once when the queue
+  // has room; a SYN dropped for a full queue is dropped again at each
+  // retransmission while the daemon stays stopped.
+  int connected = 0;
+  const auto deadline = Clock::now() + 5s;
+  std::vector<bool> done(burst.size(), false);
+  while (connected < kBurst && Clock::now() < deadline) {
+    ::poll(burst.data(), burst.size(), 50);
+    for (std::size_t i = 0; i < burst.size(); ++i) {
+      if (done[i] || (burst[i].revents & POLLOUT) == 0) continue;
+      int error = -1;
+      socklen_t size = sizeof(error);
+      ::getsockopt(burst[i].fd, SOL_SOCKET, SO_ERROR, &error, &size);
+      if (error == 0) ++connected;
+      done[i] = true;
+      burst[i].events = 0;
+    }
+  }
+  ASSERT_EQ(::kill(daemon.pid(), SIGCONT), 0);
+  EXPECT_EQ(connected, kBurst) << "connections completed while the daemon accepted nothing";
+  for (const auto& p : burst) ::close(p.fd);
+  expect_still_serving(daemon.port());
   daemon.stop(kStopGrace);
   EXPECT_EQ(daemon.exit_status(), 0) << daemon.log_tail(kLogBytes);
 }

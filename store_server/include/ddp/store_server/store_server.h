@@ -62,6 +62,9 @@ struct StoreServerStats {
   std::uint64_t connections_total = 0;  // accepted since start
   std::uint64_t refused_total = 0;      // closed at once: max_clients reached
   std::uint64_t failed_handshakes = 0;  // closed before the hello (and auth) completed
+  // Attempts to accept that failed (out of file descriptors and the like);
+  // the server retries every 100 ms meanwhile, and logs why.
+  std::uint64_t accept_failures = 0;
   std::size_t keys = 0;
   std::uint64_t stored_bytes = 0;   // counted against max_store_bytes
   std::size_t parked_requests = 0;  // get/wait blocked on a missing key
