@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <thread>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -906,7 +905,7 @@ void ProcessGroupGloo::allreduce_hierarchical(void* data, std::size_t count, DTy
   std::size_t submitted = 0, done = 0;
   bool quit = false;
   std::exception_ptr failed;
-  std::thread network([&] {
+  JoinedThread network([&] {
     for (;;) {
       std::unique_lock lock(mutex);
       cv.wait(lock, [&] { return quit || submitted > done; });
