@@ -898,8 +898,9 @@ void ProcessGroupGloo::allreduce_hierarchical(void* data, std::size_t count, DTy
     share_locally(0);
     return;
   }
-  // The leader's network thread all-reduces chunk i between hosts while this
-  // thread reduces chunk i + 1 within the host and shares chunk i - 1.
+  // The leader's network thread all-reduces the chunks between hosts in order,
+  // one after the other, while this thread reduces the next one within the host
+  // and shares the one before.
   std::mutex mutex;
   std::condition_variable cv;
   std::size_t submitted = 0, done = 0;
@@ -956,11 +957,11 @@ void ProcessGroupGloo::allreduce_hierarchical(void* data, std::size_t count, DTy
   try {
     for (std::size_t i = 0; i < chunks; ++i) {
       reduce_locally(i);
+      submit(i);  // queued behind chunk i - 1: the link never waits for the sharing
       if (i > 0) {
         wait_for(i - 1);
         share_locally(i - 1);
       }
-      submit(i);
     }
     wait_for(chunks - 1);
     share_locally(chunks - 1);
