@@ -6,7 +6,9 @@
 # where ranks share a node) and torch.distributed's gloo; float32 sum. Prints per size
 #   allreduce_nodes nodes=<n> ranks_per_node=<r> link_gbit=<g> bytes=<b> flat_busbw_gbps=<x> hier_busbw_gbps=<y> torch_gloo_busbw_gbps=<z>
 # busbw as nccl-tests: algbw x 2(n-1)/n over all ranks, in Gbit/s (comparable to
-# link_gbit). With one rank per node the hierarchy does not apply and "hier" is
+# link_gbit). Then, when ddp_torch is built (DDP_WITH_TORCH), torch's all_reduce on
+# the PyTorch "ddp" backend (ddp::worker's groups, so hierarchical too) as
+#   allreduce_nodes_torch_ddp nodes=<n> ranks_per_node=<r> link_gbit=<g> bytes=<b> torch_ddp_busbw_gbps=<w> With one rank per node the hierarchy does not apply and "hier" is
 # the default group's flat ring; a "# ... ran" line before the figures names the
 # algorithm each ddp run used.
 #
@@ -28,6 +30,9 @@ rates="${RATES:-1 10}"
 min="${MIN:-1M}"; max="${MAX:-64M}"; secs="${SECONDS_PER_SIZE:-1}"
 [[ $(id -u) == 0 ]] || { echo "run_nodes_bench: skipped: needs root" >&2; exit 77; }
 command -v tc >/dev/null || { echo "run_nodes_bench: skipped: needs tc" >&2; exit 77; }
+ddp_torch_path="$(cd "$build" && pwd)/lib/ddprun/python"
+with_ddp_torch=0
+[[ -d $ddp_torch_path/ddp_torch ]] && with_ddp_torch=1
 [[ -x $bin/allreduce_bench ]] || { echo "run_nodes_bench: no $bin/allreduce_bench (build it)" >&2; exit 1; }
 
 name="arnodes$$"
@@ -100,6 +105,11 @@ for g in $rates; do
       "$bin/allreduce_bench" "${common[@]}"
     run_job "$nodes" "$per" "$out/torch_$tag.jsonl" OMP_NUM_THREADS=1 -- \
       "$python" "$here/allreduce_torch.py" "${common[@]}"
+    if ((with_ddp_torch)); then
+      run_job "$nodes" "$per" "$out/torchddp_$tag.jsonl" OMP_NUM_THREADS=1 \
+        PYTHONPATH="$ddp_torch_path${PYTHONPATH:+:$PYTHONPATH}" -- \
+        "$python" "$here/allreduce_torch.py" --backend ddp "${common[@]}"
+    fi
     "$python" - "$out" "$tag" "$nodes" "$per" "$g" <<'PY'
 import json, sys
 out, tag, nodes, per, g = sys.argv[1:]
@@ -113,6 +123,13 @@ for b in sorted(set(flat) & set(hier) & set(torch)):
     print(f"allreduce_nodes nodes={nodes} ranks_per_node={per} link_gbit={g} bytes={b} "
           f"flat_busbw_gbps={gbps(flat)} hier_busbw_gbps={gbps(hier)} torch_gloo_busbw_gbps={gbps(torch)}",
           flush=True)
+try:
+    ddp = load("torchddp")
+except FileNotFoundError:
+    ddp = {}
+for b in sorted(set(ddp)):
+    print(f"allreduce_nodes_torch_ddp nodes={nodes} ranks_per_node={per} link_gbit={g} bytes={b} "
+          f"torch_ddp_busbw_gbps={ddp[b]['busbw'] * 8:.3f}", flush=True)
 PY
   done
 done
