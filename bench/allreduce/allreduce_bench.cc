@@ -5,18 +5,31 @@
 //   ddprun --standalone --nproc_per_node=2 allreduce_bench [--min 4K] [--max 256M]
 //          [--algorithm auto|ring|bcube|direct] [--json out.jsonl]
 //
-// Rank 0 prints the table (and writes one JSON object per size with --json).
+// Rank 0 prints the table (and writes one JSON object per size with --json,
+// with the algorithm the group ran).
+//
+// --verify: instead, checks the default group's all-reduce against a flat ring
+// group over the same ranks (int64 bit for bit, float32 within 1e-5, sizes 0, 1,
+// 7, 1001 and 1M + 3) and that the default group ran --expect's algorithm
+// (e.g. hierarchical); exit 1 and a line per mismatch otherwise. What
+// tests/cluster/hierarchical_allreduce_test.sh runs across network namespaces.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <fstream>
+#include <random>
 #include <string>
 #include <vector>
 
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
+#include "ddp/store/prefix_store.h"
 #include "ddp/worker/init.h"
+#include "ddp/worker/process_group_gloo.h"
 
 namespace {
 
@@ -35,6 +48,58 @@ std::string human(std::size_t bytes) {
   return fmt::format("{}", bytes);
 }
 
+// The --verify mode (see above): 0 when every check passed.
+int verify(ddp::ProcessGroup& pg, const std::string& expect) {
+  ddp::GlooOptions flat_options;
+  flat_options.hierarchical = false;
+  flat_options.allreduce_algorithm = ddp::AllreduceAlgorithm::kRing;
+  if (const char* iface = std::getenv("GLOO_SOCKET_IFNAME")) flat_options.iface = iface;
+  if (const char* host = std::getenv("DDP_GLOO_HOSTNAME")) flat_options.hostname = host;
+  auto flat = ddp::make_gloo_process_group(
+      std::make_shared<ddp::PrefixStore>("verify_flat/", ddp::job_store()), pg.rank(), pg.size(),
+      flat_options);
+  int failures = 0;
+  for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{1001},
+                            std::size_t{(1u << 20) + 3}}) {
+    std::mt19937_64 gen(count * 7919 + static_cast<std::size_t>(pg.rank()));
+    std::vector<std::int64_t> a(count), b;
+    for (auto& x : a) x = static_cast<std::int64_t>(gen());
+    b = a;
+    std::vector<float> fa(count), fb;
+    for (auto& x : fa) x = static_cast<float>(gen() % 2000) / 500.0f - 2.0f;
+    fb = fa;
+    pg.allreduce(ddp::Buffer::of(a))->wait();
+    flat->allreduce(ddp::Buffer::of(b))->wait();
+    pg.allreduce(ddp::Buffer::of(fa))->wait();
+    flat->allreduce(ddp::Buffer::of(fb))->wait();
+    const std::string ran = ddp::to_string(ddp::last_allreduce_algorithm(pg));
+    if (!expect.empty() && ran != expect) {
+      std::printf("verify: rank %d: count %zu ran %s, not %s\n", pg.rank(), count, ran.c_str(),
+                  expect.c_str());
+      ++failures;
+    }
+    if (a != b) {
+      std::printf("verify: rank %d: int64 count %zu differs from the flat ring\n", pg.rank(),
+                  count);
+      ++failures;
+    }
+    for (std::size_t i = 0; i < count; ++i) {
+      if (std::abs(fa[i] - fb[i]) > 1e-5f * std::max(1.0f, std::abs(fb[i]))) {
+        std::printf("verify: rank %d: float32 count %zu [%zu]: %g, flat ring %g\n", pg.rank(),
+                    count, i, static_cast<double>(fa[i]), static_cast<double>(fb[i]));
+        ++failures;
+        break;
+      }
+    }
+  }
+  if (failures == 0) {
+    std::printf("verify: rank %d ok: algorithm %s, results equal the flat ring's\n", pg.rank(),
+                ddp::to_string(ddp::last_allreduce_algorithm(pg)));
+  }
+  std::fflush(stdout);
+  return failures == 0 ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -50,6 +115,10 @@ int main(int argc, char** argv) {
   app.add_option("--segment", segment_text, "Gloo ring segment size (default: GlooOptions' 1M)");
   std::string direct_text;
   app.add_option("--direct-max", direct_text, "largest message of the direct algorithm under auto");
+  bool verify_mode = false;
+  std::string expect;
+  app.add_flag("--verify", verify_mode, "check against a flat ring group instead (see above)");
+  app.add_option("--expect", expect, "with --verify: the algorithm the group must run");
   CLI11_PARSE(app, argc, argv);
 
   ddp::InitOptions options;
@@ -67,6 +136,11 @@ int main(int argc, char** argv) {
   if (!direct_text.empty()) options.gloo.direct_max_bytes = parse_size(direct_text);
   ddp::init_process_group(options);
   auto pg = ddp::default_group();
+  if (verify_mode) {
+    const int rc = verify(*pg, expect);
+    ddp::destroy_process_group();
+    return rc;
+  }
   const int n = pg->size();
   const std::size_t min_bytes = parse_size(min_text), max_bytes = parse_size(max_text);
   std::ofstream json;
@@ -100,6 +174,7 @@ int main(int argc, char** argv) {
       each[static_cast<std::size_t>(i)] =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
     }
+    const char* ran = ddp::to_string(ddp::last_allreduce_algorithm(*pg));
     std::vector<double> elapsed = {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()};
     pg->allreduce(ddp::Buffer::of(elapsed), ddp::ReduceOp::kMax)->wait();
@@ -115,8 +190,8 @@ int main(int argc, char** argv) {
       if (json.is_open()) {
         json
             << fmt::format(
-                   R"({{"impl": "ddp", "bytes": {}, "iters": {}, "time_us": {:.2f}, "median_us": {:.2f}, "algbw": {:.4f}, "busbw": {:.4f}}})",
-                   bytes, iters, seconds * 1e6, median * 1e6, algbw, busbw)
+                   R"({{"impl": "ddp", "algorithm": "{}", "bytes": {}, "iters": {}, "time_us": {:.2f}, "median_us": {:.2f}, "algbw": {:.4f}, "busbw": {:.4f}}})",
+                   ran, bytes, iters, seconds * 1e6, median * 1e6, algbw, busbw)
             << "\n";
       }
     }

@@ -34,12 +34,16 @@ def main():
     parser.add_argument("--max", default="256M")
     parser.add_argument("--seconds", type=float, default=1.0)
     parser.add_argument("--json", default="")
+    parser.add_argument("--backend", default="gloo", choices=["gloo", "ddp"],
+                        help="ddp: the ddp backend (import ddp_torch, on PYTHONPATH)")
     args = parser.parse_args()
-    dist.init_process_group("gloo")
+    if args.backend == "ddp":
+        import ddp_torch  # noqa: F401  registers the backend "ddp"
+    dist.init_process_group(args.backend)
     rank, n = dist.get_rank(), dist.get_world_size()
     out = open(args.json, "w") if rank == 0 and args.json else None
     if rank == 0:
-        print(f"# torch {torch.__version__} gloo all_reduce, float32 sum, {n} ranks")
+        print(f"# torch {torch.__version__} {args.backend} all_reduce, float32 sum, {n} ranks")
         print(f"{'size':>10} {'iters':>8} {'time_us':>12} {'median_us':>12} {'algbw_GB/s':>12} {'busbw_GB/s':>12}")
     size = parse_size(args.min)
     big = torch.ones(parse_size(args.max) // 4)
@@ -69,7 +73,7 @@ def main():
         if rank == 0:
             print(f"{human(size):>10} {iters:>8} {seconds * 1e6:>12.1f} {median * 1e6:>12.1f} {algbw:>12.3f} {busbw:>12.3f}", flush=True)
             if out:
-                out.write(json.dumps({"impl": "torch", "bytes": size, "iters": iters,
+                out.write(json.dumps({"impl": "torch", "backend": args.backend, "bytes": size, "iters": iters,
                                       "time_us": seconds * 1e6, "median_us": median * 1e6, "algbw": algbw, "busbw": busbw}) + "\n")
         size *= 2
     if out:

@@ -24,6 +24,7 @@
 #include "ddp/common/env.h"
 #include "ddp/common/error.h"
 #include "ddp/common/time.h"
+#include "ddp/store/prefix_store.h"
 #include "ddp/store/store.h"
 #include "gloo/exchange_ops.h"
 #include "gloo/gloo_store.h"
@@ -43,6 +44,8 @@ const char* to_string(AllreduceAlgorithm algorithm) {
       return "direct";
     case AllreduceAlgorithm::kSharedMemory:
       return "shm";
+    case AllreduceAlgorithm::kHierarchical:
+      return "hierarchical";
   }
   return "unknown";
 }
@@ -53,6 +56,15 @@ std::shared_ptr<ProcessGroup> make_gloo_process_group(std::shared_ptr<Store> sto
                                                     std::move(options));
 }
 
+AllreduceAlgorithm last_allreduce_algorithm(const ProcessGroup& group) {
+  const auto* gloo = dynamic_cast<const detail::ProcessGroupGloo*>(&group);
+  if (gloo == nullptr) {
+    throw InvalidArgument("last_allreduce_algorithm",
+                          fmt::format("a {} group, not a Gloo group", group.backend_name()));
+  }
+  return gloo->last_allreduce_algorithm();
+}
+
 namespace detail {
 
 namespace {
@@ -61,6 +73,7 @@ namespace {
 constexpr std::uint64_t kDirectSlotPrefix = 0xd1ull << 56;
 constexpr std::uint64_t kP2pSlotPrefix = 0xd2ull << 56;
 constexpr std::uint64_t kAlltoallSlotPrefix = 0xd3ull << 56;
+constexpr std::uint64_t kHierarchicalSlotPrefix = 0xd4ull << 56;
 // How often the watcher looks for a connection that a peer reset.
 constexpr auto kWatchInterval = std::chrono::milliseconds(100);
 
@@ -246,6 +259,23 @@ ProcessGroupGloo::ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int s
                                       ? "allreduce_algorithm shm needs shared_memory on"
                                       : "allreduce_algorithm shm, but DDP_SHM_DISABLE is set");
   }
+  const bool want_hierarchical = options_.hierarchical
+                                     ? *options_.hierarchical
+                                     : env::get_bool("DDP_HIERARCHICAL_ALLREDUCE").value_or(true);
+  if (options_.allreduce_algorithm == AllreduceAlgorithm::kHierarchical &&
+      !(want_hierarchical && want_shm)) {
+    throw InvalidArgument(origin,
+                          "allreduce_algorithm hierarchical needs shared_memory and hierarchical "
+                          "on (DDP_SHM_DISABLE, DDP_HIERARCHICAL_ALLREDUCE)");
+  }
+  if (options_.hierarchical_chunk_bytes < 4096) {
+    throw InvalidArgument(origin, fmt::format("hierarchical_chunk_bytes {} must be >= 4096",
+                                              options_.hierarchical_chunk_bytes));
+  }
+  std::string host_id = options_.host_id;
+  if (host_id.empty()) host_id = env::get("DDP_HOST_ID").value_or("");
+  if (host_id.empty()) host_id = this_host_id();
+  check_host_id(host_id);
 
   try {
     gloo::transport::tcp::attr attr;
@@ -273,7 +303,15 @@ ProcessGroupGloo::ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int s
   // Every rank takes part in the shared-memory setup, even with it off, so that
   // ranks configured differently fall back together instead of waiting.
   std::string why_no_shm = "a group of one rank";
+  std::string why_not_hierarchical = "a group of one rank";
   if (size > 1) {
+    plan_ = plan_hosts(*store_, rank, size, host_id, want_hierarchical, want_shm, options_.timeout);
+    why_not_hierarchical = setup_hierarchy(want_shm);
+    hierarchical_ = why_not_hierarchical.empty();
+  }
+  if (size > 1 && plan_.hosts > 1) {
+    why_no_shm = fmt::format("the ranks are on {} hosts", plan_.hosts);
+  } else if (size > 1) {
     ShmAllreduce::Options shm_options;
     shm_options.enabled = want_shm;
     shm_options.slot_bytes = options_.shm_slot_bytes;
@@ -288,6 +326,11 @@ ProcessGroupGloo::ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int s
                                      "ranks cannot share memory ({})",
                                      options_.name, rank, size, why_no_shm));
     }
+  }
+  if (options_.allreduce_algorithm == AllreduceAlgorithm::kHierarchical && !hierarchical_) {
+    throw BackendError(origin, fmt::format("group '{}' rank {}/{}: allreduce_algorithm "
+                                           "hierarchical, but it does not apply ({})",
+                                           options_.name, rank, size, why_not_hierarchical));
   }
   start_tracking();
   worker_ = JoinedThread([this] { worker_loop(); });
@@ -370,6 +413,7 @@ void ProcessGroupGloo::abort(const std::string& reason) {
   // all-reduce, or on a connection (which also fails the peers' operations that
   // wait on this rank, and their watchers then fail their whole group).
   if (shm_) shm_->abort();
+  if (local_shm_) local_shm_->abort();
   if (size() > 1) {
     fail_connections(
         fmt::format("group '{}' rank {}: the group was aborted: {}", options_.name, rank(), reason),
@@ -722,23 +766,35 @@ WorkPtr ProcessGroupGloo::allreduce(Buffer buffer, ReduceOp op) {
 
 void ProcessGroupGloo::allreduce_in_place(void* data, std::size_t count, DType dtype, ReduceOp op,
                                           ReduceFn fn, std::uint32_t tag) {
-  if (count == 0 || size() == 1) return;
+  if (size() == 1) return;
   const std::size_t nbytes = count * element_size(dtype);
   auto algorithm = options_.allreduce_algorithm;
   if (algorithm == AllreduceAlgorithm::kAuto) {
     // Direct while what each rank sends (bytes x (size - 1)) is small enough.
     const bool direct = nbytes * static_cast<std::size_t>(size() - 1) <= options_.direct_max_bytes;
-    algorithm = shm_     ? AllreduceAlgorithm::kSharedMemory
-                : direct ? AllreduceAlgorithm::kDirect
-                         : AllreduceAlgorithm::kRing;
+    algorithm = shm_            ? AllreduceAlgorithm::kSharedMemory
+                : hierarchical_ ? AllreduceAlgorithm::kHierarchical
+                : direct        ? AllreduceAlgorithm::kDirect
+                                : AllreduceAlgorithm::kRing;
   }
+  last_algorithm_.store(algorithm, std::memory_order_release);
+  if (count == 0) return;
   if (algorithm == AllreduceAlgorithm::kSharedMemory) {
     // The average is taken inside, on each rank's share of the buffer.
     shm_->allreduce(data, count, dtype, fn, op == ReduceOp::kAvg ? size() : 1,
                     Deadline(options_.timeout));
     return;
   }
-  if (algorithm == AllreduceAlgorithm::kDirect) {
+  if (algorithm == AllreduceAlgorithm::kHierarchical) {
+    try {
+      allreduce_hierarchical(data, count, dtype, fn, tag);
+    } catch (...) {
+      // The group is broken now; this host's ranks waiting on this one in shared
+      // memory fail at once instead of after the timeout.
+      if (local_shm_) local_shm_->abort();
+      throw;
+    }
+  } else if (algorithm == AllreduceAlgorithm::kDirect) {
     allreduce_direct(data, count, dtype, op, tag);
   } else {
     gloo::AllreduceOptions opts(context_);
@@ -756,6 +812,164 @@ void ProcessGroupGloo::allreduce_in_place(void* data, std::size_t count, DType d
     gloo::allreduce(opts);
   }
   if (op == ReduceOp::kAvg) divide_by(data, count, dtype, size());
+}
+
+std::string ProcessGroupGloo::setup_hierarchy(bool want_shm) {
+  std::string why_not;
+  if (plan_.hosts == 1) return "every rank is on one host";
+  if (!plan_.hierarchical) {
+    return fmt::format(
+        "{} hosts; off on some rank, shared memory off on some rank, or one rank "
+        "per host",
+        plan_.hosts);
+  }
+  // Every host's ranks make their segment (a host of one rank needs none), then
+  // every rank learns whether every host has one.
+  bool ok = true;
+  if (plan_.local_size > 1) {
+    auto local_store =
+        std::make_shared<PrefixStore>(fmt::format("hier/local/{}/", plan_.host), store_);
+    ShmAllreduce::Options shm_options;
+    shm_options.enabled = want_shm;
+    shm_options.slot_bytes = options_.shm_slot_bytes;
+    shm_options.timeout = options_.timeout;
+    // Its errors name local ranks: "group 'default, host 1' rank 0".
+    shm_options.group_name = fmt::format("{}, host {}", options_.name, plan_.host);
+    local_shm_ = ShmAllreduce::create(*local_store, plan_.local_rank, plan_.local_size, shm_options,
+                                      &why_not);
+    ok = local_shm_ != nullptr;
+  }
+  if (plan_.leader()) store_->set(fmt::format("hier/ok/{}", plan_.host), ok ? "1" : "0");
+  std::vector<std::string> keys;
+  for (int h = 0; h < plan_.hosts; ++h) keys.push_back(fmt::format("hier/ok/{}", h));
+  const auto answers = store_->multi_get(keys, options_.timeout);
+  for (int h = 0; h < plan_.hosts; ++h) {
+    if (answers[static_cast<std::size_t>(h)] != "1") {
+      local_shm_.reset();
+      if (why_not.empty()) why_not = fmt::format("host {} has no shared-memory segment", h);
+      return why_not;
+    }
+  }
+  spdlog::debug(
+      "ProcessGroupGloo '{}': rank {} hierarchical all-reduce, host {} of {}, local rank "
+      "{} of {}",
+      options_.name, rank(), plan_.host, plan_.hosts, plan_.local_rank, plan_.local_size);
+  return "";
+}
+
+void ProcessGroupGloo::allreduce_hierarchical(void* data, std::size_t count, DType dtype,
+                                              ReduceFn fn, std::uint32_t tag) {
+  const std::size_t esize = element_size(dtype);
+  const std::size_t per_chunk = std::max<std::size_t>(1, options_.hierarchical_chunk_bytes / esize);
+  const std::size_t chunks = (count + per_chunk - 1) / per_chunk;
+  auto* bytes = static_cast<std::uint8_t*>(data);
+  auto chunk = [&](std::size_t i) {
+    const std::size_t first = i * per_chunk;
+    return std::make_pair(bytes + first * esize, std::min(per_chunk, count - first));
+  };
+  const Deadline deadline(options_.timeout);
+  auto reduce_locally = [&](std::size_t i) {
+    if (!local_shm_) return;
+    auto [at, n] = chunk(i);
+    local_shm_->allreduce(at, n, dtype, fn, 1, deadline);
+  };
+  auto share_locally = [&](std::size_t i) {
+    if (!local_shm_) return;
+    auto [at, n] = chunk(i);
+    local_shm_->broadcast({{at, n * esize}}, 0, deadline);
+  };
+  auto between_hosts = [&](std::size_t i) {
+    auto [at, n] = chunk(i);
+    ring_allreduce(*context_, plan_.leaders, at, n, esize, fn, kHierarchicalSlotPrefix | tag,
+                   options_.timeout, ring_scratch_);
+  };
+  if (!plan_.leader()) {
+    // The leader shares chunk i - 1 after reducing chunk i locally (below).
+    for (std::size_t i = 0; i < chunks; ++i) {
+      reduce_locally(i);
+      if (i > 0) share_locally(i - 1);
+    }
+    share_locally(chunks - 1);
+    return;
+  }
+  if (chunks == 1) {
+    reduce_locally(0);
+    between_hosts(0);
+    share_locally(0);
+    return;
+  }
+  // The leader's network thread all-reduces the chunks between hosts in order,
+  // one after the other, while this thread reduces the next one within the host
+  // and shares the one before.
+  std::mutex mutex;
+  std::condition_variable cv;
+  std::size_t submitted = 0, done = 0;
+  bool quit = false;
+  std::exception_ptr failed;
+  JoinedThread network([&] {
+    for (;;) {
+      std::unique_lock lock(mutex);
+      cv.wait(lock, [&] { return quit || submitted > done; });
+      if (submitted == done) return;  // quit with nothing pending
+      const std::size_t i = done;
+      lock.unlock();
+      try {
+        between_hosts(i);
+      } catch (...) {
+        lock.lock();
+        failed = std::current_exception();
+        cv.notify_all();
+        return;
+      }
+      lock.lock();
+      ++done;
+      cv.notify_all();
+    }
+  });
+  auto submit = [&](std::size_t i) {
+    std::lock_guard lock(mutex);
+    submitted = i + 1;
+    cv.notify_all();
+  };
+  auto wait_for = [&](std::size_t i) {
+    std::unique_lock lock(mutex);
+    cv.wait(lock, [&] { return failed != nullptr || done > i; });
+    if (done <= i) std::rethrow_exception(failed);
+  };
+  auto stop = [&](bool wake) {
+    bool running;
+    {
+      std::lock_guard lock(mutex);
+      quit = true;
+      running = failed == nullptr && done < submitted;
+      cv.notify_all();
+    }
+    // A failure here leaves the group broken anyway: wake the network thread
+    // off its connections rather than wait out the timeout.
+    if (wake && running) {
+      fail_connections(fmt::format("group '{}' rank {}: the hierarchical all-reduce failed on "
+                                   "this host",
+                                   options_.name, rank()),
+                       /*reset=*/true);
+    }
+    network.join();
+  };
+  try {
+    for (std::size_t i = 0; i < chunks; ++i) {
+      reduce_locally(i);
+      submit(i);  // queued behind chunk i - 1: the link never waits for the sharing
+      if (i > 0) {
+        wait_for(i - 1);
+        share_locally(i - 1);
+      }
+    }
+    wait_for(chunks - 1);
+    share_locally(chunks - 1);
+  } catch (...) {
+    stop(true);
+    throw;
+  }
+  stop(false);
 }
 
 void ProcessGroupGloo::allreduce_direct(void* data, std::size_t count, DType dtype, ReduceOp op,

@@ -15,6 +15,7 @@
 
 #include "ddp/worker/process_group_gloo.h"
 #include "gloo/collective_check.h"
+#include "gloo/hierarchical.h"
 #include "joined_thread.h"
 #include "process_group_base.h"
 #include "reduce_functions.h"
@@ -91,6 +92,19 @@ class ProcessGroupGloo final : public ProcessGroupBase<GlooOptions> {
   void allreduce_in_place(void* data, std::size_t count, DType dtype, ReduceOp op, ReduceFn fn,
                           std::uint32_t tag);
   void allreduce_direct(void* data, std::size_t count, DType dtype, ReduceOp op, std::uint32_t tag);
+  // Within the host through local_shm_, between hosts a ring of their leaders,
+  // pipelined by chunks (see GlooOptions::hierarchical). No division (AVG).
+  void allreduce_hierarchical(void* data, std::size_t count, DType dtype, ReduceFn fn,
+                              std::uint32_t tag);
+  // Sets up the hierarchy's per-host segments after plan_; "" or why not.
+  std::string setup_hierarchy(bool want_shm);
+
+ public:
+  AllreduceAlgorithm last_allreduce_algorithm() const {
+    return last_algorithm_.load(std::memory_order_acquire);
+  }
+
+ private:
   // Completes `work` (it succeeded) unless the group was aborted meanwhile: then
   // it fails with GroupChanged.
   void complete_unless_aborted(const std::shared_ptr<WorkImpl>& work);
@@ -108,7 +122,12 @@ class ProcessGroupGloo final : public ProcessGroupBase<GlooOptions> {
   bool debug_detail_ = false;
   std::shared_ptr<gloo::transport::Device> device_;
   std::shared_ptr<gloo::Context> context_;
-  std::unique_ptr<ShmAllreduce> shm_;  // null: no same-host segment
+  std::unique_ptr<ShmAllreduce> shm_;        // null: no same-host segment
+  HostPlan plan_;                            // where the group's ranks are
+  bool hierarchical_ = false;                // the hierarchical all-reduce applies
+  std::unique_ptr<ShmAllreduce> local_shm_;  // this host's ranks (hierarchical, > 1 local rank)
+  std::vector<std::uint8_t> ring_scratch_;   // leader's network thread only
+  std::atomic<AllreduceAlgorithm> last_algorithm_{AllreduceAlgorithm::kAuto};
 
   std::mutex mutex_;
   std::condition_variable cv_;

@@ -12,7 +12,9 @@
 // shared-memory segment (rank 0 creates it in /dev/shm; 2 x shm_slot_bytes per rank).
 // When every rank could map it, all-reduce (and reduce_scatter, which is built
 // on it), broadcast and broadcast_many bypass TCP (broadcast_is_fast() is then
-// true); otherwise the group quietly keeps to TCP. Allgather, reduce, gather,
+// true); otherwise the group quietly keeps to TCP. A group over several hosts
+// (GlooOptions::host_id) has no group-wide segment; when some host has several
+// ranks, all-reduce is hierarchical instead (GlooOptions::hierarchical). Allgather, reduce, gather,
 // scatter, alltoall, barrier and send/recv always use TCP.
 //
 // Every collective supports float32, float64, float16, bfloat16, int32, int64,
@@ -81,6 +83,8 @@ enum class AllreduceAlgorithm : std::uint8_t {
   kBcube,         // Gloo's bcube (recursive halving/doubling)
   kDirect,        // every rank sends its buffer to every other, one round trip, latency-optimal
   kSharedMemory,  // through the group's shared-memory segment (same host only)
+  kHierarchical,  // ranks over several hosts, some sharing one: shared memory within each
+                  // host, a ring of the hosts' leaders between them (see below)
 };
 const char* to_string(AllreduceAlgorithm algorithm);
 
@@ -112,6 +116,22 @@ struct GlooOptions {
   // Bytes each rank stages per step of the shared-memory all-reduce (a multiple
   // of 64, at least 4096); larger buffers go through in several steps.
   std::size_t shm_slot_bytes = 1024 * 1024;
+  // The hierarchical all-reduce, for a group over several hosts where some host
+  // has several ranks: within each host the shared-memory path reduces a chunk,
+  // the hosts' leaders (lowest rank of each) all-reduce it in a ring over TCP
+  // while the host reduces the next chunk, and the leader shares the result
+  // through shared memory. nullopt: on unless the environment has
+  // DDP_HIERARCHICAL_ALLREDUCE=0. Needs shared_memory on every rank. With kAuto
+  // it is chosen whenever it applies; with allreduce_algorithm kHierarchical
+  // creating the group fails with BackendError when it does not apply.
+  std::optional<bool> hierarchical;
+  // Bytes per chunk of the hierarchical all-reduce's pipeline.
+  std::size_t hierarchical_chunk_bytes = 4 * 1024 * 1024;
+  // This rank's host as the group sees it: ranks with the same host id are on
+  // one host (they share memory). Empty: the environment's DDP_HOST_ID, else
+  // the host's name, boot id, and this process's IPC and network namespaces
+  // (so network namespaces on one machine are hosts). No ',' ';' or newline.
+  std::string host_id;
   // Name used in logs and error messages.
   std::string name = "default";
   // Called on the group's thread with a collective's failure (a broken
@@ -128,5 +148,10 @@ struct GlooOptions {
 // NetworkError/BackendError when the transport cannot be set up.
 std::shared_ptr<ProcessGroup> make_gloo_process_group(std::shared_ptr<Store> store, int rank,
                                                       int size, GlooOptions options = {});
+
+// The algorithm the group's last all-reduce (or reduce_scatter) ran: kAuto
+// before the first; never kAuto after one. For tests and benchmarks. Throws
+// InvalidArgument when `group` is not a Gloo group. Thread-safe.
+AllreduceAlgorithm last_allreduce_algorithm(const ProcessGroup& group);
 
 }  // namespace ddp
