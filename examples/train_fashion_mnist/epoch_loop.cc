@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -262,12 +263,22 @@ void explain_exposed(const Training& t, const RunTotals& totals) {
       if (b + 1 == buckets.size()) last += n;
     }
   }
+  // Even a perfect overlap hides at most the backward pass's length.
+  const double steps = static_cast<double>(std::max<std::uint64_t>(totals.steps, 1));
+  const double backward = totals.backward_ms / steps, comm = totals.comm_ms / steps;
+  std::string shorter;
+  if (backward < comm) {
+    char text[96];
+    std::snprintf(text, sizeof text, ", and backward (%.2f ms) is shorter than the all-reduce",
+                  backward);
+    shorter = text;
+  }
   std::printf(
       "ddp: why exposed: the last of %zu bucket(s) holds the first layer's gradients, which "
       "backward computes last, so its all-reduce cannot start before backward ends; it is %.2f "
-      "of the %.2f MiB of gradients\n",
+      "of the %.2f MiB of gradients%s\n",
       buckets.size(), static_cast<double>(last) / static_cast<double>(kMiB),
-      static_cast<double>(all) / static_cast<double>(kMiB));
+      static_cast<double>(all) / static_cast<double>(kMiB), shorter.c_str());
 }
 
 void report_run(const Training& t, const RunTotals& totals) {
