@@ -104,6 +104,57 @@ TEST(ShmAllreduce, AverageIsTakenInsideTheReduction) {
   }
 }
 
+TEST(ShmAllreduce, AverageHasTheBitsOfTheSumInRankOrderDividedByTheWorld) {
+  // The division is fused with the copy of each rank's share; the result must
+  // stay exactly what summing in rank order and dividing gives, on every rank.
+  for (int world : {2, 3}) {
+    auto shm = make_shm(world, 64 * 1024);
+    const std::size_t count = 70001;  // several chunks, the last one short
+    std::vector<std::vector<float>> data(static_cast<std::size_t>(world));
+    for (int r = 0; r < world; ++r) {
+      std::mt19937 rng(static_cast<unsigned>(r + 7));
+      std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+      for (std::size_t i = 0; i < count; ++i)
+        data[static_cast<std::size_t>(r)].push_back(dist(rng));
+    }
+    std::vector<float> expected(count);
+    for (std::size_t i = 0; i < count; ++i) {
+      float sum = data[0][i] + data[1][i];
+      for (int r = 2; r < world; ++r) sum += data[static_cast<std::size_t>(r)][i];
+      expected[i] = sum / static_cast<float>(world);
+    }
+    run_threads(world, [&](int r) {
+      auto& mine = data[static_cast<std::size_t>(r)];
+      shm[static_cast<std::size_t>(r)]->allreduce(
+          mine.data(), count, DType::kFloat32,
+          detail::reduce_function(DType::kFloat32, ReduceOp::kAvg), world, Deadline(10s));
+    });
+    for (int r = 0; r < world; ++r) {
+      ASSERT_EQ(0, std::memcmp(expected.data(), data[static_cast<std::size_t>(r)].data(),
+                               count * sizeof(float)))
+          << "world " << world << " rank " << r;
+    }
+  }
+}
+
+TEST(ReduceFunctions, DivideAndCopyGivesTheBitsOfDivideThenCopy) {
+  auto check = [](DType dtype, std::size_t esize) {
+    const std::size_t count = 1001;
+    std::vector<std::uint8_t> a(count * esize), copy(count * esize, 0xAB);
+    std::mt19937 rng(5);
+    for (auto& byte : a) byte = static_cast<std::uint8_t>(rng() & 0x3F);  // finite values
+    std::vector<std::uint8_t> b = a;
+    detail::divide_by(b.data(), count, dtype, 3);
+    detail::divide_and_copy(a.data(), copy.data(), count, dtype, 3);
+    EXPECT_EQ(a, b) << to_string(dtype);
+    EXPECT_EQ(copy, b) << to_string(dtype);
+  };
+  check(DType::kFloat32, 4);
+  check(DType::kFloat64, 8);
+  check(DType::kFloat16, 2);
+  check(DType::kInt32, 4);
+}
+
 TEST(ShmAllreduce, ManyBackToBackCallsReuseTheSlotsSafely) {
   // Alternating sizes on both paths, thousands of rounds through both slot sets.
   const int world = 3;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #include <fmt/format.h>
@@ -221,6 +222,16 @@ void divide(void* data_, std::size_t n, int divisor) {
   auto* data = static_cast<T*>(data_);
   for (std::size_t i = 0; i < n; ++i) data[i] = static_cast<T>(data[i] / static_cast<T>(divisor));
 }
+template <typename T>
+void divide_copy(void* data_, void* copy_, std::size_t n, int divisor) {
+  auto* data = static_cast<T*>(data_);
+  auto* copy = static_cast<T*>(copy_);
+  for (std::size_t i = 0; i < n; ++i) {
+    const T v = static_cast<T>(data[i] / static_cast<T>(divisor));
+    data[i] = v;
+    copy[i] = v;
+  }
+}
 void divide16(DType dtype, void* data_, std::size_t n, int divisor) {
   auto* data = static_cast<std::uint16_t*>(data_);
   constexpr std::size_t kBlock = 256;
@@ -252,6 +263,19 @@ void divide_by(void* data, std::size_t count, DType dtype, int divisor) {
     case DType::kFloat16:
     case DType::kBFloat16:
       return divide16(dtype, data, count, divisor);
+  }
+}
+
+void divide_and_copy(void* data, void* copy, std::size_t count, DType dtype, int divisor) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return divide_copy<float>(data, copy, count, divisor);
+    case DType::kFloat64:
+      return divide_copy<double>(data, copy, count, divisor);
+    default:
+      divide_by(data, count, dtype, divisor);
+      std::memcpy(copy, data, count * element_size(dtype));
+      return;
   }
 }
 

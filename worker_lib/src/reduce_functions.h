@@ -17,4 +17,10 @@ ReduceFn reduce_function(DType dtype, ReduceOp op);
 // data[i] /= divisor, in the dtype's arithmetic (integers truncate toward zero).
 void divide_by(void* data, std::size_t count, DType dtype, int divisor);
 
+// divide_by(data, ...) and then a copy of the result into `copy` (count elements,
+// not overlapping `data`), in one pass where the dtype allows: the same bits as
+// divide_by followed by memcpy, one read of `data` fewer. What the shared-memory
+// all-reduce does with its share of an average.
+void divide_and_copy(void* data, void* copy, std::size_t count, DType dtype, int divisor);
+
 }  // namespace ddp::detail

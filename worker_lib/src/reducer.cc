@@ -319,20 +319,27 @@ void Reducer::finalize() {
     used_work = group_->allreduce(Buffer::of(global_used), ReduceOp::kSum);
   }
 
+  // Without bucket views each bucket's averages are copied back into its
+  // gradients as soon as it is finished, while the later buckets are still
+  // being reduced; with find_unused_parameters, once it is known which
+  // gradients some rank used (the used-flags go last).
+  // The statistics' communication ends when the last bucket is finished, not
+  // after its copy.
+  const bool copy_back = !options_.gradient_as_bucket_view;
+  auto comm_end = Clock::now();
   for (std::size_t bi = 0; bi < buckets_.size(); ++bi) {
-    Bucket& b = buckets_[bi];
-    b.work->wait();
-    hook_->finish(*group_,
-                  GradBucket{bi, buckets_.size(), Buffer{b.data(), b.count, b.dtype, b.device}});
+    comm_end = finish_bucket_locked(bi, copy_back && !used_work);
   }
-  if (used_work) used_work->wait();
-  const auto comm_end = Clock::now();
+  if (used_work) {
+    used_work->wait();
+    comm_end = Clock::now();
+  }
 
   std::size_t bytes = 0;
   for (const auto& b : buckets_) bytes += b.count * element_size(b.dtype);
-  if (!options_.gradient_as_bucket_view) {
+  if (copy_back && used_work) {
     for (std::size_t i = 0; i < grads_.size(); ++i) {
-      if (!global_used.empty() && global_used[i] == 0) continue;
+      if (global_used[i] == 0) continue;
       grad_ops::copy(grads_[i].grad, slot(i));
     }
   }
@@ -366,6 +373,18 @@ void Reducer::finalize() {
 
   const bool may_rebuild = options_.static_graph || !options_.find_unused_parameters;
   if (!rebuilt_ && options_.rebuild_buckets && may_rebuild) rebuild();
+}
+
+Reducer::Clock::time_point Reducer::finish_bucket_locked(std::size_t bi, bool copy_back) {
+  Bucket& b = buckets_[bi];
+  b.work->wait();
+  hook_->finish(*group_,
+                GradBucket{bi, buckets_.size(), Buffer{b.data(), b.count, b.dtype, b.device}});
+  const auto finished = Clock::now();
+  if (copy_back) {
+    for (std::size_t i : b.grads) grad_ops::copy(grads_[i].grad, slot(i));
+  }
+  return finished;
 }
 
 void Reducer::rebuild() {

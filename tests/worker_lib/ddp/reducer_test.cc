@@ -364,6 +364,71 @@ TEST_P(ReducerBackends, ThousandTinyTensors) {
             1u + (4000u - 256u + 1023u) / 1024u);  // 64 in the first, then 256 per bucket
 }
 
+TEST_P(ReducerBackends, BucketViewsAccumulateUnderNoSyncAndMatchCopiesBitForBit) {
+  // Several buckets; a no_sync micro-step then a synchronized one. The copies
+  // path (averages copied back bucket by bucket) and bucket views must end with
+  // the same bits, and the views must be the buckets' memory (grad(i) is not
+  // the registered buffer, and consecutive gradients of a bucket are adjacent).
+  auto groups = make_groups(GetParam(), 2);
+  const std::vector<std::size_t> sizes = {300, 7, 300, 7, 129};
+  std::vector<Grads> copies = {make_grads(sizes, 0), make_grads(sizes, 1)};
+  std::vector<std::vector<std::vector<float>>> views(2);
+  run_threads(2, [&](int r) {
+    ReducerOptions o;
+    o.first_bucket_cap_bytes = 600;
+    o.bucket_cap_bytes = 1300;
+    o.rebuild_buckets = false;
+    Reducer plain(groups[r], copies[r].specs(), o);
+    o.gradient_as_bucket_view = true;
+    Grads unused = make_grads(sizes, r);
+    Reducer viewed(groups[r], unused.specs(false), o);
+    ASSERT_GT(plain.bucket_assignment().size(), 2u);
+    ASSERT_EQ(plain.bucket_assignment(), viewed.bucket_assignment());
+    for (const auto& bucket : viewed.bucket_assignment()) {
+      for (std::size_t k = 1; k < bucket.size(); ++k) {
+        const Buffer before = viewed.grad(bucket[k - 1]);
+        EXPECT_EQ(static_cast<float*>(before.data) + before.count,
+                  static_cast<float*>(viewed.grad(bucket[k]).data));
+      }
+    }
+    for (std::size_t i = 0; i < sizes.size(); ++i) {
+      EXPECT_NE(viewed.grad(i).data, static_cast<void*>(unused.data[i].data()));
+      auto* v = static_cast<float*>(viewed.grad(i).data);
+      std::copy(copies[r].data[i].begin(), copies[r].data[i].end(), v);  // first micro-step
+    }
+    auto step = [&](Reducer& reducer) {
+      for (std::size_t i = sizes.size(); i-- > 0;) reducer.mark_grad_ready(i);
+      reducer.finalize();
+    };
+    {
+      auto a = plain.no_sync();
+      auto b = viewed.no_sync();
+      step(plain);
+      step(viewed);
+    }
+    for (std::size_t i = 0; i < sizes.size(); ++i) {  // the second micro-step adds its part
+      auto* v = static_cast<float*>(viewed.grad(i).data);
+      for (std::size_t k = 0; k < sizes[i]; ++k) {
+        copies[r].data[i][k] += value(r, i, k);
+        v[k] += value(r, i, k);
+      }
+    }
+    step(plain);
+    step(viewed);
+    for (std::size_t i = 0; i < sizes.size(); ++i) {
+      const auto* v = static_cast<const float*>(viewed.grad(i).data);
+      views[r].emplace_back(v, v + sizes[i]);
+    }
+  });
+  for (int r = 0; r < 2; ++r) {
+    for (std::size_t i = 0; i < sizes.size(); ++i) {
+      ASSERT_EQ(copies[r].data[i], views[r][i]) << "rank " << r << " gradient " << i;
+      for (std::size_t k = 0; k < sizes[i]; ++k)
+        ASSERT_FLOAT_EQ(copies[r].data[i][k], 2.0f * mean_value(2, i, k)) << i << " " << k;
+    }
+  }
+}
+
 // fp16 / bf16 compression: result within the bound stated in comm_hooks.h.
 void check_hook(Backend backend, const std::string& hook, double unit, double tiny) {
   const int world = 2;

@@ -574,8 +574,11 @@ void ShmAllreduce::chunk_split(std::uint8_t* data, std::size_t nbytes, std::size
     const std::size_t n = len / esize;
     fn(out, contribution(0), contribution(1), n);
     for (int k = 2; k < size_; ++k) fn(out, out, contribution(k), n);
-    if (divisor > 1) divide_by(out, n, dtype, divisor);
-    std::memcpy(data + begin, out, len);
+    if (divisor > 1) {
+      divide_and_copy(out, data + begin, n, dtype, divisor);  // one pass, not two
+    } else {
+      std::memcpy(data + begin, out, len);
+    }
   }
   barrier(deadline, "reduce");
   for (int k = 0; k < size_; ++k) {

@@ -22,7 +22,11 @@
 //
 // finalize(): launches whatever is left, waits for every bucket in order, and
 // (unless the gradients are bucket views) copies the averages back into the
-// gradient buffers.
+// gradient buffers, each bucket's as soon as it is finished, while later
+// buckets are still being reduced (with find_unused_parameters: after all, once
+// the used-flags are known). Bucket views skip both copies, into the buckets
+// and back: with 2 ranks on 2 cores they are what most of DDP's added step
+// time was (bench/RESULTS.md).
 //
 // Rebuild: after the first synchronized iteration the buckets are rebuilt once
 // in the order in which gradients became ready, as observed on rank 0 (the order
@@ -202,6 +206,10 @@ class Reducer {
   void start_iteration_locked();
   void mark_ready_locked(std::size_t i, bool used);
   void launch_ready_buckets_locked();
+  // Waits for bucket bi and runs the hook's finish(); with copy_back, copies its
+  // averages into its gradients' own memory. Returns when the bucket was finished
+  // (before the copy).
+  std::chrono::steady_clock::time_point finish_bucket_locked(std::size_t bi, bool copy_back);
   void rebuild();
   void wait_all_noexcept();
   Buffer slot(std::size_t i);
