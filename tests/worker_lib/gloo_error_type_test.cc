@@ -20,6 +20,7 @@
 #include "ddp/common/error.h"
 #include "gloo/collective_check.h"
 #include "gloo/gloo_store.h"
+#include "gloo/hierarchical.h"
 #include "shm/shm_allreduce.h"
 #include "test_util.h"
 
@@ -51,8 +52,13 @@ TEST(GlooErrorType, ProtocolErrorFromACollectiveKeepsItsType) {
     context->setTimeout(options.timeout);
     detail::GlooStore gloo_store(store, options.timeout);
     context->connectFullMesh(gloo_store, device);
-    // ProcessGroupGloo's constructor also runs the shared-memory setup on every
-    // rank; take part, declining, so rank 0 is not left waiting for us.
+    // ProcessGroupGloo's constructor also plans the hosts (hierarchical all-reduce)
+    // and runs the shared-memory setup on every rank; take part in both, declining,
+    // so rank 0 is not left waiting for us.
+    const auto plan = detail::plan_hosts(*store, 1, 2, detail::this_host_id(),
+                                         /*want_hierarchical=*/false,
+                                         /*want_shared_memory=*/false, options.timeout);
+    EXPECT_EQ(plan.hosts, 1);
     detail::ShmAllreduce::Options shm;
     shm.enabled = false;
     shm.timeout = options.timeout;
