@@ -69,7 +69,7 @@
 #include "store_scale.h"
 
 #if DDP_STORE_BENCH_WITH_C10D
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include "c10d_options.h"
 #endif
 
 namespace {
@@ -135,19 +135,10 @@ class DdpBackend final : public BenchBackend {
 };
 
 #if DDP_STORE_BENCH_WITH_C10D
-c10d::TCPStoreOptions c10d_options(std::uint16_t port, bool is_server) {
-  c10d::TCPStoreOptions o;
-  o.port = port;
-  o.isServer = is_server;
-  o.numWorkers = c10::nullopt;
-  o.waitWorkers = false;
-  o.timeout = kStoreTimeout;
-  return o;
-}
-
 class C10dClient final : public BenchClient {
  public:
-  explicit C10dClient(std::uint16_t port) : store_("127.0.0.1", c10d_options(port, false)) {}
+  explicit C10dClient(std::uint16_t port)
+      : store_("127.0.0.1", ddp::bench::c10d_options(port, false, kStoreTimeout)) {}
   void set(const std::string& key, const std::string& value) override {
     store_.set(key, std::vector<std::uint8_t>(value.begin(), value.end()));
   }
@@ -164,7 +155,7 @@ class C10dClient final : public BenchClient {
 class C10dBackend final : public BenchBackend {
  public:
   // The server-side TCPStore hosts the daemon (port 0: the OS picks one).
-  C10dBackend() : server_("127.0.0.1", c10d_options(0, true)) {}
+  C10dBackend() : server_("127.0.0.1", ddp::bench::c10d_options(0, true, kStoreTimeout)) {}
   std::unique_ptr<BenchClient> connect() override {
     return std::make_unique<C10dClient>(server_.getPort());
   }

@@ -29,7 +29,7 @@
 #include "process_state.h"
 
 #if DDP_STORE_BENCH_WITH_C10D
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include "c10d_options.h"
 #endif
 
 namespace ddp::bench {
@@ -75,17 +75,6 @@ class DdpScaleClient final : public ScaleClient {
 };
 
 #if DDP_STORE_BENCH_WITH_C10D
-c10d::TCPStoreOptions c10d_options(std::uint16_t port, bool is_server,
-                                   std::chrono::milliseconds timeout) {
-  c10d::TCPStoreOptions o;
-  o.port = port;
-  o.isServer = is_server;
-  o.numWorkers = c10::nullopt;
-  o.waitWorkers = false;
-  o.timeout = timeout;
-  return o;
-}
-
 class C10dScaleClient final : public ScaleClient {
  public:
   C10dScaleClient(std::uint16_t port, std::chrono::milliseconds timeout)
