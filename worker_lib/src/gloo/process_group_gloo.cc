@@ -77,6 +77,18 @@ constexpr std::uint64_t kHierarchicalSlotPrefix = 0xd4ull << 56;
 // How often the watcher looks for a connection that a peer reset.
 constexpr auto kWatchInterval = std::chrono::milliseconds(100);
 
+// The shared-memory segment's options for a group with these options: the
+// group-wide one, or a host's own in the hierarchical all-reduce.
+ShmAllreduce::Options shm_options_of(const GlooOptions& options, bool enabled,
+                                     std::string group_name) {
+  ShmAllreduce::Options shm;
+  shm.enabled = enabled;
+  shm.slot_bytes = options.shm_slot_bytes;
+  shm.timeout = options.timeout;
+  shm.group_name = std::move(group_name);
+  return shm;
+}
+
 namespace tcp = gloo::transport::tcp;
 
 // Gloo (2022-05) has no public way to fail a pair and wake what waits on it:
@@ -312,12 +324,8 @@ ProcessGroupGloo::ProcessGroupGloo(std::shared_ptr<Store> store, int rank, int s
   if (size > 1 && plan_.hosts > 1) {
     why_no_shm = fmt::format("the ranks are on {} hosts", plan_.hosts);
   } else if (size > 1) {
-    ShmAllreduce::Options shm_options;
-    shm_options.enabled = want_shm;
-    shm_options.slot_bytes = options_.shm_slot_bytes;
-    shm_options.timeout = options_.timeout;
-    shm_options.group_name = options_.name;
-    shm_ = ShmAllreduce::create(*store_, rank, size, shm_options, &why_no_shm);
+    shm_ = ShmAllreduce::create(*store_, rank, size,
+                                shm_options_of(options_, want_shm, options_.name), &why_no_shm);
   }
   if (options_.allreduce_algorithm == AllreduceAlgorithm::kSharedMemory) {
     if (!shm_ && size > 1) {
@@ -829,12 +837,9 @@ std::string ProcessGroupGloo::setup_hierarchy(bool want_shm) {
   if (plan_.local_size > 1) {
     auto local_store =
         std::make_shared<PrefixStore>(fmt::format("hier/local/{}/", plan_.host), store_);
-    ShmAllreduce::Options shm_options;
-    shm_options.enabled = want_shm;
-    shm_options.slot_bytes = options_.shm_slot_bytes;
-    shm_options.timeout = options_.timeout;
     // Its errors name local ranks: "group 'default, host 1' rank 0".
-    shm_options.group_name = fmt::format("{}, host {}", options_.name, plan_.host);
+    const auto shm_options =
+        shm_options_of(options_, want_shm, fmt::format("{}, host {}", options_.name, plan_.host));
     local_shm_ = ShmAllreduce::create(*local_store, plan_.local_rank, plan_.local_size, shm_options,
                                       &why_not);
     ok = local_shm_ != nullptr;
